@@ -1,0 +1,1 @@
+"""Pure in-memory aggregation and flush planning (no I/O)."""

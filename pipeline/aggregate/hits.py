@@ -1,0 +1,94 @@
+"""Hit counting: (site, page, minute) → count in memory, planned into daily/monthly upserts.
+
+Documents follow the seed "Pre-Aggregated Reports": one per site/page/day with a day
+total, ``hourly.<h>`` and ``minute.<h>.<m>`` (minutes nested by hour), and one per
+site/page/month with a month total and ``daily.<d>``. Each touched document gets
+exactly one upsert per flush, whatever number of events touched it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, datetime
+
+from pipeline.aggregate.updates import DocUpdate
+from pipeline.ingest.hits import HitDecoder
+from pipeline.ingest.timeparse import minute_of
+from pipeline.ingest.validate import Rejection
+from pipeline.schemas import HitsFields
+
+Key = tuple[str, str, int]
+"""(site, page, minute since the epoch, UTC)."""
+
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+
+
+def escape_site(site: str) -> str:
+    """Site with ``%`` and ``/`` percent-encoded, so that ``/`` separates id parts unambiguously."""
+    return site.replace("%", "%25").replace("/", "%2F")
+
+
+def daily_id(day: date, site: str, page: str) -> str:
+    """``_id`` of a daily document: ``YYYYMMDD/<site>/<page>`` (site escaped)."""
+    return f"{day:%Y%m%d}/{escape_site(site)}/{page}"
+
+
+def monthly_id(day: date, site: str, page: str) -> str:
+    """``_id`` of a monthly document: ``YYYYMM/<site>/<page>`` (site escaped)."""
+    return f"{day:%Y%m}/{escape_site(site)}/{page}"
+
+
+class HitCounts:
+    """The initialize/agg/result aggregator of hits for one flush window."""
+
+    __slots__ = ("counts", "decoder", "fields")
+
+    def __init__(self, decoder: HitDecoder, fields: HitsFields) -> None:
+        self.decoder = decoder
+        self.fields = fields
+        self.counts: dict[Key, int] = {}
+
+    def ingest(self, raw: bytes) -> Rejection | None:
+        """Count one encoded hit; a rejection is returned, not raised."""
+        hit = self.decoder.decode(raw)
+        if isinstance(hit, Rejection):
+            return hit
+        site, page, ts = hit
+        key = (site, page, minute_of(ts))
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
+        return None
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def plan(self) -> list[DocUpdate]:
+        """The upserts that add this window's counts to MongoDB."""
+        return plan_hits(self.counts, self.fields)
+
+
+def plan_hits(counts: Mapping[Key, int], fields: HitsFields) -> list[DocUpdate]:
+    """Group minute counts into one upsert per daily and per monthly document."""
+    fd, fm = fields.daily, fields.monthly
+    daily: dict[tuple[str, str, int], DocUpdate] = {}
+    monthly: dict[tuple[str, str, int, int], DocUpdate] = {}
+    for (site, page, minute), n in counts.items():
+        day_index, minute_of_day = divmod(minute, 1440)
+        hour, minute_of_hour = divmod(minute_of_day, 60)
+        dk = (site, page, day_index)
+        upd = daily.get(dk)
+        day = date.fromordinal(_EPOCH_ORDINAL + day_index)
+        if upd is None:
+            meta = {fd.date: datetime(day.year, day.month, day.day), fd.site: site, fd.page: page}
+            upd = daily[dk] = DocUpdate(fd.collection, daily_id(day, site, page), {fd.metadata: meta})
+        upd.add(fd.total, n)
+        upd.add(f"{fd.hourly}.{hour}", n)
+        upd.add(f"{fd.minute}.{hour}.{minute_of_hour}", n)
+        mk = (site, page, day.year, day.month)
+        mupd = monthly.get(mk)
+        if mupd is None:
+            meta = {fm.date: datetime(day.year, day.month, 1), fm.site: site, fm.page: page}
+            mupd = monthly[mk] = DocUpdate(fm.collection, monthly_id(day, site, page), {fm.metadata: meta})
+        mupd.add(fm.total, n)
+        mupd.add(f"{fm.daily}.{day.day}", n)
+    return [*daily.values(), *monthly.values()]

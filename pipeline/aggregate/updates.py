@@ -1,0 +1,50 @@
+"""The unit a flush writes: one upsert of one document, all its increments combined."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class DocUpdate:
+    """Upsert of ``id`` in ``collection``: ``$inc`` counters, ``$set`` / ``$setOnInsert`` the rest."""
+
+    collection: str
+    id: str
+    set_on_insert: dict[str, Any]
+    inc: dict[str, int] = field(default_factory=dict)
+    set: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, path: str, n: int) -> None:
+        """Add ``n`` to counter ``path`` (dotted) of this update."""
+        self.inc[path] = self.inc.get(path, 0) + n
+
+
+def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
+    """Split updates with more than ``max_fields`` counters into several upserts of the same document.
+
+    ``0`` never splits (one upsert per document). Only backfills produce wide
+    updates; splitting them helps stores whose update cost grows faster than the
+    number of fields (SecantusDB: see docs/benchmarks.md).
+    """
+    if max_fields <= 0 or all(len(u.inc) <= max_fields for u in updates):
+        return updates
+    out: list[DocUpdate] = []
+    for u in updates:
+        if len(u.inc) <= max_fields:
+            out.append(u)
+            continue
+        items = list(u.inc.items())
+        for i in range(0, len(items), max_fields):
+            first = i == 0
+            out.append(
+                DocUpdate(
+                    u.collection,
+                    u.id,
+                    u.set_on_insert if first else {},
+                    dict(items[i : i + max_fields]),
+                    u.set if first else {},
+                )
+            )
+    return out

@@ -1,0 +1,220 @@
+"""The ``preagg`` command line: services, produce, worker, query, status, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pipeline.settings import Settings
+
+_REL = re.compile(r"^now(?:([+-])(\d+)([smhdw]))?$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """``now``, ``now-60m``, ``now-2d``, an ISO date or datetime (UTC unless an offset is given)."""
+    now = now or datetime.now(UTC)
+    m = _REL.match(text.strip())
+    if m:
+        sign, n, unit = m.groups()
+        delta = timedelta(**{_UNITS[unit]: int(n)}) if n else timedelta()
+        return now + delta if sign == "+" else now - delta
+    dt = datetime.fromisoformat(text)
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
+
+
+def _settings(resolve: bool = True) -> Settings:
+    from pipeline.services import resolve as resolve_urls
+
+    s = Settings.from_env()
+    return resolve_urls(s) if resolve else s
+
+
+# -- services -----------------------------------------------------------------
+
+
+def cmd_services(args: argparse.Namespace) -> int:
+    from pipeline.services.embedded import EmbeddedServices, read_state, stop_pids
+
+    s = Settings.from_env()
+    state = read_state(s.home)
+    if args.action == "up":
+        if state:
+            print(f"already running: kafka {state['kafka_url']}  mongodb {state['mongo_url']}")
+            return 0
+        svc = EmbeddedServices(s.home, persistent=True)
+        ep = svc.start()
+        path = svc.write_state()
+        print(f"kafka   {ep.kafka_url}\nmongodb {ep.mongo_url}\nstate   {path}\nlogs    {s.home / 'logs'}")
+        print("other preagg commands in this directory use them; `preagg services down` stops them")
+        return 0
+    if args.action == "status":
+        if not state:
+            print(f"no embedded services running under {s.home}")
+            return 1
+        print(json.dumps(state, indent=2))
+        return 0
+    if not state:
+        print("no embedded services running")
+        return 0
+    stop_pids(list(state["pids"].values()))
+    (s.home / "services.json").unlink(missing_ok=True)
+    print("stopped")
+    return 0
+
+
+# -- produce ------------------------------------------------------------------
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from pipeline.ingest.hits import HitDecoder
+    from pipeline.ingest.readers import read_hits
+    from pipeline.producer import produce_records, with_progress
+
+    s = _settings()
+    if args.kind != "hits":
+        print(f"unknown stream {args.kind!r}", file=sys.stderr)
+        return 2
+    decoder = HitDecoder(s.max_event_bytes, s.future_skew)
+    records = with_progress(read_hits(args.files, args.format, decoder, args.site))
+    summary = asyncio.run(produce_records(s, s.hits_topic, records, args.pack))
+    print(summary.text())
+    return 0
+
+
+# -- worker -------------------------------------------------------------------
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from pipeline.worker.app import run_worker
+
+    run_worker(_settings(), loglevel=args.loglevel)
+    return 0
+
+
+# -- query --------------------------------------------------------------------
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from pipeline.query.hits import hits_series
+    from pipeline.query.render import as_csv, as_json, as_table, plot_png, sparkline
+    from pipeline.sinks.mongo import mongo_client
+
+    s = _settings()
+    start, end = parse_time(args.start), parse_time(args.end)
+    if end < start:
+        print("--to is before --from", file=sys.stderr)
+        return 2
+
+    async def run() -> list[tuple[datetime, int]]:
+        client = mongo_client(s.mongo_url or "")
+        try:
+            return await hits_series(client[s.db], args.site, args.page, start, end, args.by)
+        finally:
+            await client.close()
+
+    series = asyncio.run(run())
+    if args.json:
+        print(as_json(series))
+    elif args.csv:
+        print(as_csv(series), end="")
+    else:
+        print(as_table(series))
+        print(f"total {sum(n for _, n in series)}  " + sparkline([n for _, n in series]))
+    if args.plot:
+        title = f"{args.site}{args.page or ' (all pages)'}: hits per {args.by} (UTC)"
+        print(f"plot written to {plot_png(series, Path(args.plot), title)}", file=sys.stderr)
+    return 0
+
+
+# -- status -------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from pipeline.ops.status import group_status, status_text
+    from pipeline.sinks.mongo import mongo_client
+
+    s = _settings()
+
+    async def run() -> dict[str, Any]:
+        client = mongo_client(s.mongo_url or "")
+        try:
+            return await group_status(s, client[s.db])
+        finally:
+            await client.close()
+
+    st = asyncio.run(run())
+    print(json.dumps(st, indent=2, default=str) if args.json else status_text(st))
+    return 0
+
+
+# -- demo ---------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline.demo.run import run_demo
+
+    return run_demo(
+        Settings.from_env(), args.events, args.file or [], args.format, args.site, Path(args.chart)
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``preagg``."""
+    p = argparse.ArgumentParser(prog="preagg", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sp = sub.add_parser("services", help="start/inspect/stop the embedded Kafka and MongoDB")
+    sp.add_argument("action", choices=["up", "status", "down"])
+    sp.set_defaults(func=cmd_services)
+
+    pp = sub.add_parser("produce", help="send events from files (or - for stdin) to Kafka")
+    pp.add_argument("kind", choices=["hits"])
+    pp.add_argument("files", nargs="+")
+    pp.add_argument("--format", choices=["jsonl", "clf"], default="jsonl")
+    pp.add_argument("--site", help="site of clf lines (default: file name); fills missing sites")
+    pp.add_argument("--pack", type=int, help="events per Kafka message (default PREAGG_PACK_SIZE=100)")
+    pp.set_defaults(func=cmd_produce)
+
+    wp = sub.add_parser("worker", help="run a Faust worker (replicas share partitions)")
+    wp.add_argument("--loglevel", default="info")
+    wp.set_defaults(func=cmd_worker)
+
+    qp = sub.add_parser("query", help="query pre-aggregated documents")
+    qsub = qp.add_subparsers(dest="what", required=True)
+    qh = qsub.add_parser("hits", help="zero-filled hit series of a site or page")
+    qh.add_argument("--site", required=True)
+    qh.add_argument("--page", help="one page (default: all pages of the site)")
+    qh.add_argument("--from", dest="start", default="now-60m", help="ISO time or now-60m (default)")
+    qh.add_argument("--to", dest="end", default="now", help="ISO time or now (default)")
+    qh.add_argument("--by", choices=["minute", "hour", "day", "month"], default="minute")
+    fmt = qh.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--csv", action="store_true")
+    qh.add_argument("--plot", metavar="FILE.png")
+    qh.set_defaults(func=cmd_query)
+
+    st = sub.add_parser("status", help="lag, workers and dead letters of the group")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    dp = sub.add_parser("demo", help="run everything on the embedded services and summarise")
+    dp.add_argument("--events", type=int, default=60_000)
+    dp.add_argument("--file", action="append", help="replay this file instead of generated traffic")
+    dp.add_argument("--format", choices=["jsonl", "clf"], default="jsonl")
+    dp.add_argument("--site")
+    dp.add_argument("--chart", default="preagg-demo.png", help="PNG of the busiest page")
+    dp.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``preagg``."""
+    args = build_parser().parse_args(argv)
+    sys.exit(args.func(args))

@@ -1,0 +1,1 @@
+"""The demo: realistic traffic through the whole pipeline on the embedded services."""

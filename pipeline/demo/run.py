@@ -1,0 +1,123 @@
+"""``preagg demo``: embedded services, generated (or replayed) traffic, one worker, a summary."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pipeline.demo.traffic import generate
+from pipeline.ingest.hits import HitDecoder
+from pipeline.ingest.readers import Accepted, read_hits
+from pipeline.ops.lag import wait_caught_up
+from pipeline.producer import produce_records
+from pipeline.query.hits import busiest_page, hits_series
+from pipeline.query.render import plot_png, sparkline
+from pipeline.schemas import hits_fields
+from pipeline.services.embedded import EmbeddedServices, for_embedded
+from pipeline.settings import Settings
+from pipeline.sinks.mongo import mongo_client
+from pipeline.worker.opsdocs import DEADLETTER_DOC, OPS_COLLECTION
+from pipeline.worker.process import WorkerProcess
+
+
+def run_demo(base: Settings, events: int, files: list[str], fmt: str, site: str | None, chart: Path) -> int:
+    """Run the whole demo; returns a process exit code (0 when counts are exact)."""
+    home = Path(tempfile.mkdtemp(prefix="preagg-demo-"))
+    print(f"starting embedded Kafka (Tansu) and MongoDB (SecantusDB) under {home} ...")
+    services = EmbeddedServices(home)
+    try:
+        endpoints = services.start()
+        settings = for_embedded(base.with_(home=home, kafka_url=None, mongo_url=None), endpoints)
+        print(f"  kafka {endpoints.kafka_url}   mongodb {endpoints.mongo_url}")
+        return asyncio.run(_demo(settings, events, files, fmt, site, chart))
+    finally:
+        services.stop()
+        print(f"services stopped; logs were in {home / 'logs'}")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+async def _demo(
+    settings: Settings, events: int, files: list[str], fmt: str, site: str | None, chart: Path
+) -> int:
+    now = time.time()
+    if files:
+        decoder = HitDecoder(settings.max_event_bytes, settings.future_skew)
+        records = list(read_hits(files, fmt, decoder, site))
+        expected: int | None = sum(isinstance(r, Accepted) for r in records)
+        print(f"replaying {len(records)} lines from {', '.join(files)}")
+    else:
+        traffic = generate(events, end=now)
+        records = [Accepted(line, key) for line, key in traffic.lines]
+        expected = traffic.valid
+        print(
+            f"generated {traffic.valid} hits on 3 sites over 3 days (5% late, out of order) "
+            f"and {sum(traffic.bad.values())} bad lines {dict(traffic.bad)}"
+        )
+    summary = await produce_records(settings, settings.hits_topic, records)
+    print(summary.text())
+
+    worker = WorkerProcess(settings, "demo-worker").start()
+    started = time.monotonic()
+    try:
+        await wait_caught_up(settings, [settings.hits_topic], timeout=600)
+        took = time.monotonic() - started
+    finally:
+        worker.terminate()
+    client = mongo_client(settings.mongo_url or "")
+    try:
+        return await _report(settings, client[settings.db], expected, summary.sent, took, chart, now)
+    finally:
+        await client.close()
+
+
+async def _report(
+    settings: Settings,
+    db,
+    expected: int | None,
+    sent: int,
+    took: float,  # type: ignore[no-untyped-def]
+    chart: Path,
+    now: float,
+) -> int:
+    f = hits_fields()
+    counted = 0
+    async for d in db[f.monthly.collection].find({}, {f.monthly.total: 1}):
+        counted += d[f.monthly.total]
+    daily_docs = await db[f.daily.collection].count_documents({})
+    monthly_docs = await db[f.monthly.collection].count_documents({})
+    dead = await db[OPS_COLLECTION].find_one({"_id": DEADLETTER_DOC}) or {}
+    rejected = dead.get("hits", {})
+    print("\n== summary")
+    print(f"events sent           {sent}")
+    print(
+        f"hits counted          {counted}"
+        + (
+            f"  (expected {expected}: {'exact' if counted == expected else 'MISMATCH'})"
+            if expected is not None
+            else ""
+        )
+    )
+    print(f"dead-lettered         {sum(rejected.values())} {rejected}")
+    print(f"documents             {daily_docs} daily, {monthly_docs} monthly")
+    print(
+        f"worker time           {took:.1f}s from start to caught up "
+        f"({sent / took:,.0f} events/s incl. start-up)"
+    )
+    top = await busiest_page(db)
+    if top:
+        site, page = top
+        end = datetime.fromtimestamp(now, UTC)
+        hourly = await hits_series(db, site, page, end - timedelta(days=3), end, "hour")
+        last_hour = await hits_series(db, site, page, end - timedelta(minutes=59), end, "minute")
+        print(f"\n== busiest page: {site}{page}")
+        print(f"hits per hour, last 3 days ({sum(n for _, n in hourly)} hits):")
+        print("  " + sparkline([n for _, n in hourly]))
+        print(f"hits per minute, last 60 minutes ({sum(n for _, n in last_hour)} hits):")
+        print("  " + sparkline([n for _, n in last_hour], width=60))
+        plot_png(hourly, chart, f"{site}{page}: hits per hour (UTC)")
+        print(f"chart written to {chart}")
+    return 0 if expected is None or counted == expected else 1

@@ -1,0 +1,1 @@
+"""Pure input handling: time parsing, validation, envelopes, file formats."""

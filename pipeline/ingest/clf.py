@@ -1,0 +1,62 @@
+"""Parser of the Apache/NGINX combined (and common) log format.
+
+``host ident user [time] "request" status bytes ["referrer" "user agent"]``. A line
+that does not match is refused with a reason (the caller adds the line number),
+never guessed at.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlsplit
+
+_Q = r'"((?:[^"\\]|\\.)*)"'
+_LINE = re.compile(
+    r"^(\S+) (\S+) (\S+) \[([^\]]+)\] " + _Q + r" (\d{3}|-) (\d+|-)(?: " + _Q + " " + _Q + r")?\s*$"
+)
+
+
+class ClfError(ValueError):
+    """The line is not in combined log format; the message says where it breaks."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClfRecord:
+    """The fields of one access-log line that the pipeline uses."""
+
+    ts: float
+    method: str
+    path: str
+    status: int | None
+    referrer: str
+    agent: str
+
+
+def parse_line(line: str) -> ClfRecord:
+    """One log line → :class:`ClfRecord`."""
+    m = _LINE.match(line)
+    if m is None:
+        if line.count('"') % 2:
+            raise ClfError("unbalanced quotes")
+        raise ClfError("not in combined log format")
+    _host, _ident, _user, when, request, status, _size, referrer, agent = m.groups()
+    try:
+        ts = datetime.strptime(when, "%d/%b/%Y:%H:%M:%S %z").timestamp()
+    except ValueError:
+        raise ClfError(f"bad time {when!r}") from None
+    parts = request.split(" ")
+    if len(parts) not in (2, 3) or not parts[1]:
+        raise ClfError(f"bad request {request[:80]!r}")
+    path = parts[1]
+    if "://" in path:  # absolute-form request target (proxies)
+        path = urlsplit(path).path or "/"
+    return ClfRecord(
+        ts=ts,
+        method=parts[0],
+        path=path,
+        status=None if status == "-" else int(status),
+        referrer=referrer or "-",
+        agent=agent or "-",
+    )

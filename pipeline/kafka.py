@@ -1,0 +1,28 @@
+"""Kafka helpers shared by producers, operators and tests: topics and partitioning."""
+
+from __future__ import annotations
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.partitioner import murmur2
+
+from pipeline.settings import Settings
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """Kafka's default partition of ``key`` (murmur2, as the Java client and aiokafka compute it)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+async def ensure_topics(settings: Settings, *topics: str) -> None:
+    """Create the given topics (with ``settings.partitions``) if they do not exist."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [t for t in topics if t not in existing]
+        if missing:
+            await admin.create_topics(
+                [NewTopic(t, num_partitions=settings.partitions, replication_factor=1) for t in missing]
+            )
+    finally:
+        await admin.close()

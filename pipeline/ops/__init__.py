@@ -1,0 +1,1 @@
+"""Operator tools: consumer lag, catching up, group status."""

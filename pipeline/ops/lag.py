@@ -1,0 +1,68 @@
+"""Consumer-group lag read from the broker: end offsets against committed offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from pipeline.settings import Settings
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """Position of the group on one partition."""
+
+    topic: str
+    partition: int
+    end: int
+    committed: int
+
+    @property
+    def lag(self) -> int:
+        """Messages not yet committed by the group."""
+        return max(0, self.end - self.committed)
+
+
+async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]:
+    """Lag of ``settings.group_id`` on every partition of ``topics``."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=settings.group_id,
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        tps = []
+        for t in topics:
+            parts = consumer.partitions_for_topic(t)
+            if parts is None:
+                await consumer._client.force_metadata_update()
+                parts = consumer.partitions_for_topic(t) or set()
+            tps.extend(TopicPartition(t, p) for p in sorted(parts))
+        if not tps:
+            return []
+        ends = await consumer.end_offsets(tps)
+        out = []
+        for tp in tps:
+            committed = await consumer.committed(tp)
+            out.append(PartitionLag(tp.topic, tp.partition, ends[tp], committed or 0))
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def wait_caught_up(
+    settings: Settings, topics: list[str], timeout: float = 300.0, poll: float = 0.5
+) -> list[PartitionLag]:
+    """Wait until the group has committed every message now in ``topics``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lags = await group_lag(settings, topics)
+        if lags and all(p.lag == 0 for p in lags):
+            return lags
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"group {settings.group_id} not caught up: {lags}")
+        await asyncio.sleep(poll)

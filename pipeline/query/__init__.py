@@ -1,0 +1,1 @@
+"""Analyst queries over the pre-aggregated documents."""

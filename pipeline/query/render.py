@@ -1,0 +1,66 @@
+"""Output of series for people: table, JSON, CSV, a terminal chart, a PNG plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+BARS = " ▁▂▃▄▅▆▇█"
+
+
+def as_json(series: Sequence[tuple[datetime, int]]) -> str:
+    """JSON array of ``{"t": ISO time (UTC), "hits": n}``."""
+    return json.dumps([{"t": t.isoformat() + "Z", "hits": n} for t, n in series], indent=1)
+
+
+def as_csv(series: Sequence[tuple[datetime, int]]) -> str:
+    """CSV with a header ``t,hits``."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["t", "hits"])
+    for t, n in series:
+        w.writerow([t.isoformat() + "Z", n])
+    return out.getvalue()
+
+
+def as_table(series: Sequence[tuple[datetime, int]]) -> str:
+    """Aligned two-column text."""
+    return "\n".join(f"{t:%Y-%m-%d %H:%M}  {n:>10}" for t, n in series)
+
+
+def sparkline(values: Sequence[int], width: int = 72) -> str:
+    """A one-line terminal chart; long series are summed into ``width`` columns."""
+    if not values:
+        return ""
+    if len(values) > width:
+        step = len(values) / width
+        values = [sum(values[int(i * step) : int((i + 1) * step)]) for i in range(width)]
+    top = max(values) or 1
+    return "".join(BARS[min(len(BARS) - 1, round(v / top * (len(BARS) - 1)))] for v in values)
+
+
+def plot_png(series: Sequence[tuple[datetime, int]], path: Path, title: str) -> Path:
+    """Draw the series as a bar/line chart into a PNG file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4), dpi=100)
+    xs = [t for t, _ in series]
+    ys = [n for _, n in series]
+    ax.plot(xs, ys, drawstyle="steps-post", linewidth=1.2)
+    ax.fill_between(xs, ys, step="post", alpha=0.3)
+    ax.set_title(title)
+    ax.set_ylabel("hits")
+    ax.set_xlabel("time (UTC)")
+    ax.grid(alpha=0.3)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,1 @@
+"""Writers of planned updates to stores (I/O)."""

@@ -1,0 +1,1 @@
+"""The Faust worker: agents that aggregate, a flusher that writes then acks."""
