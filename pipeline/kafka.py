@@ -10,7 +10,8 @@ from pipeline.settings import Settings
 
 def partition_for(key: bytes, partitions: int) -> int:
     """Kafka's default partition of ``key`` (murmur2, as the Java client and aiokafka compute it)."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    h: int = murmur2(key)
+    return (h & 0x7FFFFFFF) % partitions
 
 
 async def ensure_topics(settings: Settings, *topics: str) -> None:

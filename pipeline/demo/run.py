@@ -8,6 +8,9 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.demo.traffic import generate
 from pipeline.ingest.hits import HitDecoder
@@ -69,17 +72,16 @@ async def _demo(
         worker.terminate()
     client = mongo_client(settings.mongo_url or "")
     try:
-        return await _report(settings, client[settings.db], expected, summary.sent, took, chart, now)
+        return await _report(client[settings.db], expected, summary.sent, took, chart, now)
     finally:
         await client.close()
 
 
 async def _report(
-    settings: Settings,
-    db,
+    db: AsyncDatabase[dict[str, Any]],
     expected: int | None,
     sent: int,
-    took: float,  # type: ignore[no-untyped-def]
+    took: float,
     chart: Path,
     now: float,
 ) -> int:

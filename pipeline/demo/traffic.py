@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -71,7 +72,7 @@ def generate(
     zipf = [1 / (r + 1) ** 1.1 for r in range(pages_per_site)]
     site_w = [0.6, 0.3, 0.1]
     start = end - days * 86400
-    times = []
+    times: list[float] = []
     while len(times) < events:  # day/night cycle by rejection sampling
         t = rng.uniform(start, end)
         if rng.random() < 0.55 + 0.45 * math.sin((t % 86400) / 86400 * 2 * math.pi - math.pi / 2):
@@ -96,7 +97,7 @@ def generate(
         if rng.random() < bad_share:
             kind = rng.choice(BAD_KINDS)
             out.bad[kind] += 1
-            out.lines.append((bad_line(kind, rng, end), hit_key(site, page)))
+            out.lines.append((bad_line(kind, rng, max(end, time.time())), hit_key(site, page)))
     # interleave the late events at random later positions
     for _due, line, key in delayed:
         out.lines.insert(rng.randint(len(out.lines) // 2, len(out.lines)), (line, key))

@@ -35,7 +35,7 @@ async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]
     )
     await consumer.start()
     try:
-        tps = []
+        tps: list[TopicPartition] = []
         for t in topics:
             parts = consumer.partitions_for_topic(t)
             if parts is None:

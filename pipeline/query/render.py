@@ -53,8 +53,8 @@ def plot_png(series: Sequence[tuple[datetime, int]], path: Path, title: str) -> 
     fig, ax = plt.subplots(figsize=(10, 4), dpi=100)
     xs = [t for t, _ in series]
     ys = [n for _, n in series]
-    ax.plot(xs, ys, drawstyle="steps-post", linewidth=1.2)
-    ax.fill_between(xs, ys, step="post", alpha=0.3)
+    ax.plot(xs, ys, drawstyle="steps-post", linewidth=1.2)  # type: ignore[arg-type]
+    ax.fill_between(xs, ys, step="post", alpha=0.3)  # type: ignore[arg-type]
     ax.set_title(title)
     ax.set_ylabel("hits")
     ax.set_xlabel("time (UTC)")

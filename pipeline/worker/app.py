@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import faust
-from faust.types import StreamT
+from faust.types import EventT, StreamT
 
 from pipeline.aggregate.hits import HitCounts
 from pipeline.ingest.hits import HitDecoder
@@ -85,7 +85,7 @@ def build_app(settings: Settings) -> faust.App:
             await fut
 
     async def ack(handle: object) -> object:
-        stream, event = handle  # type: ignore[misc]
+        stream, event = cast(tuple[StreamT[bytes], EventT[bytes]], handle)
         return await stream.ack(event)
 
     decoder = HitDecoder(settings.max_event_bytes, settings.future_skew)
@@ -113,7 +113,7 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(hits_topic, name="hits")
     async def hits(stream: StreamT[bytes]) -> None:
-        noack = stream.noack()
+        noack = stream.noack()  # type: ignore[attr-defined]
         async for event in noack.events():
             msg = event.message
             flusher.ingest((msg.topic, msg.partition), msg.offset, event.value, (noack, event))

@@ -1,0 +1,40 @@
+"""Fixtures: one pair of embedded services per test session, fresh topics/db/group per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.services.embedded import EmbeddedServices, Endpoints, for_embedded
+from pipeline.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
+    home = tmp_path_factory.mktemp("services")
+    svc = EmbeddedServices(home)
+    endpoints = svc.start()
+    try:
+        yield endpoints
+    finally:
+        svc.stop()
+
+
+@pytest.fixture
+def settings(services: Endpoints, tmp_path: Path) -> Settings:
+    """Settings on the session's services with names of this test's own."""
+    tag = uuid.uuid4().hex[:8]
+    base = Settings(
+        db=f"t_{tag}",
+        hits_topic=f"hits-{tag}",
+        deadletter_topic=f"dead-{tag}",
+        group_id=f"g-{tag}",
+        partitions=3,
+        home=tmp_path,
+        flush_interval=0.5,
+        session_timeout=6.0,
+    )
+    return for_embedded(base, services)

@@ -1,0 +1,69 @@
+"""Shared steps of integration tests: produce, run a worker until caught up, read back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer
+
+from pipeline.ops.lag import wait_caught_up
+from pipeline.producer import EventProducer
+from pipeline.settings import Settings
+from pipeline.sinks.mongo import mongo_client
+from pipeline.worker.process import WorkerProcess
+
+
+async def produce(settings: Settings, lines: Iterable[tuple[bytes, bytes]], pack: int) -> None:
+    async with EventProducer(settings, settings.hits_topic, pack) as p:
+        for line, key in lines:
+            await p.send_raw(line, key)
+
+
+def run_worker_to_end(settings: Settings, name: str = "worker", timeout: float = 180) -> None:
+    """Start a worker, wait until the group committed everything, SIGTERM it (exit code 0)."""
+    w = WorkerProcess(settings, name).start()
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=timeout))
+    finally:
+        rc = w.terminate()
+    assert rc == 0, w.log_path.read_text()[-3000:]
+
+
+async def read_topic(settings: Settings, topic: str, timeout: float = 10) -> list[bytes]:
+    """Every message value of ``topic`` from the beginning."""
+    c = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=settings.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+    )
+    await c.start()
+    out: list[bytes] = []
+    try:
+        while True:
+            batch = await c.getmany(timeout_ms=int(timeout * 1000) if not out else 1500)
+            if not batch:
+                return out
+            for msgs in batch.values():
+                out.extend(m.value for m in msgs if m.value is not None)
+    finally:
+        await c.stop()
+
+
+def dead_letters(settings: Settings) -> list[dict[str, Any]]:
+    return [orjson.loads(v) for v in asyncio.run(read_topic(settings, settings.deadletter_topic))]
+
+
+def with_db(settings: Settings, fn: Any) -> Any:
+    async def run() -> Any:
+        client = mongo_client(settings.mongo_url or "")
+        try:
+            return await fn(client[settings.db])
+        finally:
+            await client.close()
+
+    return asyncio.run(run())

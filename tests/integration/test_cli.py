@@ -1,0 +1,120 @@
+"""The CLI as a user runs it: produce a combined-format log, run a worker, query as JSON/CSV/PNG."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.settings import Settings
+from pipeline.worker.process import settings_env
+
+from .helpers import run_worker_to_end
+
+pytestmark = pytest.mark.integration
+
+LOG = """\
+1.2.3.4 - - [31/Jan/2020:23:59:10 +0000] "GET /index.html HTTP/1.1" 200 10 "-" "curl/8"
+1.2.3.4 - - [31/Jan/2020:23:59:50 +0000] "GET /index.html HTTP/1.1" 200 10 "-" "curl/8"
+1.2.3.4 - - [01/Feb/2020:01:00:00 +0100] "GET /index.html HTTP/1.1" 200 10 "-" "curl/8"
+46.118.127.106 - - [20/May/2015:12:05:17 +0000] "GET /x.py HTTP/1.1" 200 235 "-" "Mozilla/5.0 (compatible
+1.2.3.4 - - [01/Feb/2020:00:30:00 +0000] "POST /api/v1/items?id=7 HTTP/1.1" 201 10 "-" "curl/8"
+"""
+
+
+def preagg(settings: Settings, *args: str, stdin: str | None = None) -> str:
+    env = {**os.environ, **settings_env(settings)}
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def test_produce_clf_query_json_csv_plot(settings: Settings, tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    log.write_text(LOG)
+    out = preagg(settings, "produce", "hits", str(log), "--format", "clf", "--site", "example.com")
+    assert "sent 4 events" in out
+    assert "rejected 1 lines: clf=1" in out
+    assert f"{log}:4: clf: unbalanced quotes" in out
+    # stdin works too (JSON lines)
+    out = preagg(
+        settings,
+        "produce",
+        "hits",
+        "-",
+        "--site",
+        "example.com",
+        stdin='{"page": "/index.html", "ts": "2020-02-01T00:00:30Z"}\n',
+    )
+    assert "sent 1 events" in out
+    run_worker_to_end(settings)
+
+    series = json.loads(
+        preagg(
+            settings,
+            "query",
+            "hits",
+            "--site",
+            "example.com",
+            "--page",
+            "/index.html",
+            "--from",
+            "2020-01-31T23:58:00Z",
+            "--to",
+            "2020-02-01T00:01:00Z",
+            "--by",
+            "minute",
+            "--json",
+        )
+    )
+    assert [(p["t"], p["hits"]) for p in series] == [
+        ("2020-01-31T23:58:00Z", 0),
+        ("2020-01-31T23:59:00Z", 2),
+        ("2020-02-01T00:00:00Z", 2),
+        ("2020-02-01T00:01:00Z", 0),
+    ]
+    csv = preagg(
+        settings,
+        "query",
+        "hits",
+        "--site",
+        "example.com",
+        "--from",
+        "2020-01-01",
+        "--to",
+        "2020-02-29",
+        "--by",
+        "month",
+        "--csv",
+    )
+    assert csv.splitlines() == ["t,hits", "2020-01-01T00:00:00Z,2", "2020-02-01T00:00:00Z,3"]
+    png = tmp_path / "chart.png"
+    preagg(
+        settings,
+        "query",
+        "hits",
+        "--site",
+        "example.com",
+        "--from",
+        "2020-01-31",
+        "--to",
+        "2020-02-01T23:00:00Z",
+        "--by",
+        "hour",
+        "--plot",
+        str(png),
+    )
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    status = preagg(settings, "status")
+    assert "lag: 0 messages" in status
