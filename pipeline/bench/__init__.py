@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``): they measure and write results; tests assert behaviour."""

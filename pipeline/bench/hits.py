@@ -1,0 +1,265 @@
+"""Hits benchmark, side by side in one run on the embedded services.
+
+1. the seed's naive design (``log_hit``: two single upserts per event) on the same events;
+2. the pipeline, end to end (produce → worker → MongoDB committed), packed messages;
+3. the pipeline with single-event messages;
+4. MongoDB writes per event, and freshness (produced → visible in MongoDB) p50/p99;
+5. replay of the public access log (if ``../shared/data`` is present).
+
+    python -m pipeline.bench.hits --out bench-results/hits.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from datetime import time as dtime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pymongo import MongoClient
+
+from pipeline.ingest.hits import HitDecoder
+from pipeline.ingest.readers import Accepted, hit_key, read_hits
+from pipeline.ops.lag import wait_caught_up
+from pipeline.producer import EventProducer
+from pipeline.services.embedded import EmbeddedServices, Endpoints, for_embedded
+from pipeline.settings import Settings
+from pipeline.worker.opsdocs import OPS_COLLECTION
+from pipeline.worker.process import WorkerProcess
+
+ACCESS_LOG = Path(__file__).resolve().parents[2].parent / "shared/data/access-logs/apache_logs"
+
+
+def realtime_events(n: int, seed: int = 1, span: float = 600.0) -> list[tuple[bytes, bytes]]:
+    """``n`` hits over the last ``span`` seconds: 3 sites, 200 Zipf pages each (a live stream)."""
+    rng = random.Random(seed)
+    now = time.time()
+    sites = ["shop.example", "blog.example", "docs.example"]
+    pages = [f"/page/{i}" for i in range(200)]
+    weights = [1 / (i + 1) ** 1.1 for i in range(200)]
+    chosen = rng.choices(pages, weights, k=n)
+    out = []
+    for i in range(n):
+        site, page = sites[i % 3], chosen[i]
+        ts = round(now - span + span * i / n, 3)
+        out.append((orjson.dumps({"site": site, "page": page, "ts": ts}), hit_key(site, page)))
+    return out
+
+
+def naive_log_hit(mongo_url: str, db: str, events: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """The seed's ``log_hit``: one daily and one monthly upsert per event, synchronously."""
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_url)
+    d = client[db]
+    started = time.perf_counter()
+    for line, _ in events:
+        e = orjson.loads(line)
+        dt = datetime.fromtimestamp(e["ts"], UTC).replace(tzinfo=None)
+        site, page = e["site"], e["page"]
+        day = datetime.combine(dt.date(), dtime.min)
+        d.stats.daily.update_one(
+            {
+                "_id": dt.strftime("%Y%m%d/") + site + page,
+                "metadata": {"date": day, "site": site, "page": page},
+            },
+            {"$inc": {f"hourly.{dt.hour}": 1, f"minute.{dt.hour}.{dt.minute}": 1}},
+            upsert=True,
+        )
+        d.stats.monthly.update_one(
+            {
+                "_id": dt.strftime("%Y%m/") + site + page,
+                "metadata": {"date": day.replace(day=1), "site": site, "page": page},
+            },
+            {"$inc": {f"daily.{dt.day}": 1}},
+            upsert=True,
+        )
+    took = time.perf_counter() - started
+    client.close()
+    return {"events": len(events), "seconds": took, "events_per_s": len(events) / took, "writes_per_event": 2}
+
+
+async def _produce(settings: Settings, events: list[tuple[bytes, bytes]], pack: int) -> float:
+    started = time.perf_counter()
+    async with EventProducer(settings, settings.hits_topic, pack) as p:
+        for line, key in events:
+            await p.send_raw(line, key)
+    return time.perf_counter() - started
+
+
+def _docs_written(settings: Settings) -> int:
+    client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
+    total = sum(
+        w.get("hits", {}).get("docs", 0) for w in client[settings.db][OPS_COLLECTION].find({"kind": "worker"})
+    )
+    client.close()
+    return int(total)
+
+
+def pipeline_run(base: Settings, name: str, events: list[tuple[bytes, bytes]], pack: int) -> dict[str, Any]:
+    """Warm worker on an empty topic, then produce ``events`` and time until all are committed."""
+    settings = base.with_(hits_topic=f"bench-{name}", group_id=f"bench-{name}", db=f"bench_{name}")
+    asyncio.run(_produce(settings, events[:1], 1))  # creates the topic; the worker warms up on it
+    worker = WorkerProcess(settings, f"bench-{name}").start()
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120, poll=0.2))
+        started = time.perf_counter()
+        produce_s = asyncio.run(_produce(settings, events[1:], pack))
+        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=900, poll=0.1))
+        took = time.perf_counter() - started
+    finally:
+        worker.terminate()
+    n = len(events) - 1
+    docs = _docs_written(settings)
+    return {
+        "events": n,
+        "pack": pack,
+        "seconds": took,
+        "events_per_s": n / took,
+        "produce_seconds": produce_s,
+        "produce_events_per_s": n / produce_s,
+        "docs_written": docs,
+        "writes_per_event": docs / len(events),
+    }
+
+
+async def _freshness(settings: Settings, rate: float, seconds: float, probes_per_s: float) -> list[float]:
+    """Send background traffic at ``rate`` events/s plus probe events on unique pages; time their arrival."""
+    sent: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
+    coll = client[settings.db]["hits_daily"]
+
+    def poll() -> None:
+        for d in coll.find({"metadata.site": "probe"}, {"metadata.page": 1}):
+            page = d["metadata"]["page"]
+            seen.setdefault(page, time.time())
+
+    async with EventProducer(settings, settings.hits_topic, pack_size=100) as p:
+        bg = realtime_events(int(rate * seconds), seed=5, span=60)
+        step = 1 / rate
+        t0 = time.time()
+        i = 0
+        next_probe = t0
+        while time.time() - t0 < seconds:
+            now = time.time()
+            while i < len(bg) and t0 + i * step <= now:
+                await p.send_raw(*bg[i])
+                i += 1
+            if now >= next_probe:
+                page = f"/probe/{len(sent)}"
+                await p.send_raw(
+                    orjson.dumps({"site": "probe", "page": page, "ts": now}), hit_key("probe", page)
+                )
+                await p.flush()
+                sent[page] = time.time()
+                next_probe += 1 / probes_per_s
+            await asyncio.to_thread(poll)
+            await asyncio.sleep(0.02)
+        deadline = time.time() + 15
+        while len(seen) < len(sent) and time.time() < deadline:
+            await asyncio.to_thread(poll)
+            await asyncio.sleep(0.02)
+    client.close()
+    return [seen[k] - sent[k] for k in sent if k in seen]
+
+
+def freshness_run(base: Settings, rate: float = 5000, seconds: float = 20) -> dict[str, Any]:
+    """Freshness under steady load with the default 1 s flush interval."""
+    settings = base.with_(
+        hits_topic="bench-fresh", group_id="bench-fresh", db="bench_fresh", flush_interval=1.0
+    )
+    asyncio.run(_produce(settings, realtime_events(1), 1))
+    worker = WorkerProcess(settings, "bench-fresh").start()
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120, poll=0.2))
+        lat = asyncio.run(_freshness(settings, rate, seconds, probes_per_s=5))
+    finally:
+        worker.terminate()
+    lat.sort()
+    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else lat * 100
+    return {
+        "rate": rate,
+        "probes": len(lat),
+        "p50_s": statistics.median(lat),
+        "p99_s": q[98],
+        "max_s": lat[-1],
+        "flush_interval_s": 1.0,
+    }
+
+
+def access_log_run(base: Settings) -> dict[str, Any] | None:
+    """Replay of the public Apache access log (10k lines, 4 days) through the pipeline."""
+    if not ACCESS_LOG.exists():
+        return None
+    dec = HitDecoder(base.max_event_bytes, base.future_skew)
+    recs = list(read_hits([str(ACCESS_LOG)], "clf", dec, "semicomplete.com"))
+    events = [(r.raw, r.key) for r in recs if isinstance(r, Accepted)]
+    res = pipeline_run(base, "accesslog", events, 100)
+    res["lines"] = len(recs)
+    res["refused_lines"] = len(recs) - len(events)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=300_000, help="events of the packed pipeline run")
+    ap.add_argument("--single-events", type=int, default=30_000, help="events of the single-event run")
+    ap.add_argument("--naive-events", type=int, default=3_000, help="events through the naive design")
+    ap.add_argument("--out", default="bench-results/hits.json")
+    args = ap.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="preagg-bench-"))
+    svc = EmbeddedServices(home)
+    endpoints: Endpoints = svc.start()
+    base = for_embedded(Settings(home=home, partitions=4), endpoints)
+    results: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "make bench",
+    }
+    try:
+        events = realtime_events(args.events)
+        print("naive (seed log_hit, 2 upserts per event) ...", flush=True)
+        results["naive"] = naive_log_hit(base.mongo_url or "", "bench_naive", events[: args.naive_events])
+        print(json.dumps(results["naive"]), flush=True)
+        print("pipeline, packed messages (100 events/message) ...", flush=True)
+        results["packed"] = pipeline_run(base, "packed", events, 100)
+        print(json.dumps(results["packed"]), flush=True)
+        print("pipeline, single-event messages ...", flush=True)
+        results["single"] = pipeline_run(base, "single", events[: args.single_events], 1)
+        print(json.dumps(results["single"]), flush=True)
+        results["ratio_packed_vs_naive"] = (
+            results["packed"]["events_per_s"] / results["naive"]["events_per_s"]
+        )
+        results["ratio_single_vs_naive"] = (
+            results["single"]["events_per_s"] / results["naive"]["events_per_s"]
+        )
+        print("freshness under 5k events/s ...", flush=True)
+        results["freshness"] = freshness_run(base)
+        print(json.dumps(results["freshness"]), flush=True)
+        print("access log replay ...", flush=True)
+        results["access_log"] = access_log_run(base)
+        print(json.dumps(results["access_log"]), flush=True)
+    finally:
+        svc.stop()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nratio packed/naive {results['ratio_packed_vs_naive']:.1f}x; results in {out}")
+
+
+if __name__ == "__main__":
+    main()
