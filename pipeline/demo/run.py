@@ -113,6 +113,13 @@ async def _report(
     if top:
         site, page = top
         end = datetime.fromtimestamp(now, UTC)
+        latest = await db[f.daily.collection].find_one(
+            {f"{f.daily.metadata}.{f.daily.site}": site, f"{f.daily.metadata}.{f.daily.page}": page},
+            sort=[(f"{f.daily.metadata}.{f.daily.date}", -1)],
+        )
+        if latest is not None:  # a replayed file may be years old: chart its last days
+            last_day = latest[f.daily.metadata][f.daily.date].replace(tzinfo=UTC)
+            end = min(end, last_day + timedelta(days=1) - timedelta(minutes=1))
         hourly = await hits_series(db, site, page, end - timedelta(days=3), end, "hour")
         last_hour = await hits_series(db, site, page, end - timedelta(minutes=59), end, "minute")
         print(f"\n== busiest page: {site}{page}")
