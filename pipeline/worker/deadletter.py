@@ -47,10 +47,3 @@ class DeadLetter:
         except UnicodeDecodeError:
             rec["raw_b64"] = base64.b64encode(self.rejection.raw).decode("ascii")
         return orjson.dumps(rec)
-
-
-def decode_raw(record: dict[str, object]) -> bytes:
-    """Original bytes of a decoded dead-letter record."""
-    if "raw" in record:
-        return str(record["raw"]).encode("utf-8")
-    return base64.b64decode(str(record["raw_b64"]))

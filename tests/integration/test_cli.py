@@ -40,6 +40,11 @@ def preagg(settings: Settings, *args: str, stdin: str | None = None) -> str:
     return r.stdout
 
 
+def query(settings: Settings, *args: str) -> str:
+    """``preagg query hits --site example.com ARGS...``"""
+    return preagg(settings, "query", "hits", "--site", "example.com", *args)
+
+
 def test_produce_clf_query_json_csv_plot(settings: Settings, tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     log.write_text(LOG)
@@ -61,12 +66,8 @@ def test_produce_clf_query_json_csv_plot(settings: Settings, tmp_path: Path) -> 
     run_worker_to_end(settings)
 
     series = json.loads(
-        preagg(
+        query(
             settings,
-            "query",
-            "hits",
-            "--site",
-            "example.com",
             "--page",
             "/index.html",
             "--from",
@@ -84,12 +85,8 @@ def test_produce_clf_query_json_csv_plot(settings: Settings, tmp_path: Path) -> 
         ("2020-02-01T00:00:00Z", 2),
         ("2020-02-01T00:01:00Z", 0),
     ]
-    csv = preagg(
+    csv = query(
         settings,
-        "query",
-        "hits",
-        "--site",
-        "example.com",
         "--from",
         "2020-01-01",
         "--to",
@@ -100,12 +97,8 @@ def test_produce_clf_query_json_csv_plot(settings: Settings, tmp_path: Path) -> 
     )
     assert csv.splitlines() == ["t,hits", "2020-01-01T00:00:00Z,2", "2020-02-01T00:00:00Z,3"]
     png = tmp_path / "chart.png"
-    preagg(
+    query(
         settings,
-        "query",
-        "hits",
-        "--site",
-        "example.com",
         "--from",
         "2020-01-31",
         "--to",
