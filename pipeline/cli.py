@@ -145,7 +145,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     async def run() -> dict[str, Any]:
         client = mongo_client(s.mongo_url or "")
         try:
-            return await group_status(s, client[s.db])
+            return await group_status(s, client[s.db], args.interval)
         finally:
             await client.close()
 
@@ -200,7 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     qh.add_argument("--plot", metavar="FILE.png")
     qh.set_defaults(func=cmd_query)
 
-    st = sub.add_parser("status", help="lag, workers and dead letters of the group")
+    st = sub.add_parser("status", help="lag, throughput and dead letters of the whole worker group")
+    st.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        help="seconds between the two ledger reads that measure throughput (0: skip)",
+    )
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_status)
 

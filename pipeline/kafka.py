@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import murmur2
 
+from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 
 
@@ -16,7 +17,7 @@ def partition_for(key: bytes, partitions: int) -> int:
 
 async def ensure_topics(settings: Settings, *topics: str) -> None:
     """Create the given topics (with ``settings.partitions``) if they do not exist."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings))
     await admin.start()
     try:
         existing = set(await admin.list_topics())

@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaProducer
 from pipeline.ingest.envelope import pack
 from pipeline.ingest.readers import Accepted, Refused, hit_key
 from pipeline.kafka import ensure_topics, partition_for
+from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 
 
@@ -36,7 +37,7 @@ class EventProducer:
         self.topic = topic
         self.pack_size = max(1, pack_size if pack_size is not None else settings.pack_size)
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap,
+            **kafka_client_kwargs(settings),
             acks="all",
             linger_ms=5,
             max_batch_size=1 << 20,

@@ -9,18 +9,55 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+_INTS = {
+    "partitions",
+    "max_pending_keys",
+    "max_fields_per_update",
+    "max_event_bytes",
+    "pack_size",
+    "web_port",
+}
+_FLOATS = {"flush_interval", "future_skew", "session_timeout", "health_max_flush_age"}
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
+def env_name(field_name: str) -> str:
+    """The environment variable of a setting: ``PREAGG_`` + its upper-case name."""
+    return f"PREAGG_{field_name.upper()}"
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw else default
+def _convert(name: str, raw: str) -> Any:
+    if name in _INTS:
+        return int(raw)
+    if name in _FLOATS:
+        return float(raw)
+    if name == "home":
+        return Path(raw)
+    return raw
+
+
+def redact_url(text: str) -> str:
+    """``scheme://user:secret@host`` → ``scheme://user:***@host`` (any other text unchanged)."""
+    if "@" not in text or "://" not in text:
+        return text
+    parts = []
+    for one in text.split(","):
+        try:
+            u = urlsplit(one)
+        except ValueError:
+            parts.append("***")
+            continue
+        if u.password is None:
+            parts.append(one)
+            continue
+        host = u.netloc.rsplit("@", 1)[1]
+        parts.append(urlunsplit(u._replace(netloc=f"{u.username}:***@{host}")))
+    return ",".join(parts)
 
 
 @dataclass(frozen=True)
@@ -71,35 +108,65 @@ class Settings:
     home: Path = field(default_factory=lambda: Path(".preagg"))
     #: Identity of this worker process (logs and status).
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
-    #: Port of the worker's web server (0: disabled).
+    #: Port of the worker's web server: Prometheus ``/metrics`` and ``/health``
+    #: (0: disabled). Bound to 127.0.0.1 unless ``web_bind`` says otherwise.
     web_port: int = 0
+    #: Address of the worker's web server. ``0.0.0.0`` exposes metrics to a scraper
+    #: on another host (the compose file does so inside its private network).
+    web_bind: str = "127.0.0.1"
+    #: ``exactly_once``: each flush commits its aggregates and its source offsets in one
+    #: MongoDB transaction guarded by offset fences (needs a replica set, a sharded
+    #: cluster or the embedded store). ``at_least_once``: plain bulk writes, for a
+    #: standalone mongod; a crash between write and Kafka commit double counts.
+    commit_mode: str = "exactly_once"
+    #: ``/health`` reports unhealthy when data is pending and the last successful
+    #: flush is older than this many seconds (store down or too slow).
+    health_max_flush_age: float = 30.0
+    #: Kafka security: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL``.
+    kafka_security_protocol: str = "PLAINTEXT"
+    #: SASL mechanism (``PLAIN``, ``SCRAM-SHA-256``, ``SCRAM-SHA-512``) when SASL is on.
+    kafka_sasl_mechanism: str = "PLAIN"
+    #: SASL user name.
+    kafka_sasl_username: str = ""
+    #: SASL password. Never logged, never in metrics, hidden from ``repr``.
+    kafka_sasl_password: str = field(default="", repr=False)
+    #: CA bundle to verify the brokers' TLS certificates (empty: system CAs).
+    kafka_ssl_cafile: str = ""
+    #: Client certificate and key for mutual TLS (empty: none).
+    kafka_ssl_certfile: str = ""
+    kafka_ssl_keyfile: str = ""
+    #: Fault injection for tests and chaos runs only: ``POINT:N`` exits the worker
+    #: with status 137 (as kill -9) the N-th time a flush reaches POINT
+    #: (``before-commit``, ``mid-commit`` or ``after-commit``). Empty in production.
+    fault: str = ""
 
     @classmethod
-    def from_env(cls) -> Settings:
-        """Read settings from ``PREAGG_*`` variables; unset ones keep their defaults."""
-        d = cls()
-        return cls(
-            kafka_url=os.environ.get("PREAGG_KAFKA_URL") or None,
-            mongo_url=os.environ.get("PREAGG_MONGO_URL") or None,
-            db=os.environ.get("PREAGG_DB") or d.db,
-            hits_topic=os.environ.get("PREAGG_HITS_TOPIC") or d.hits_topic,
-            deadletter_topic=os.environ.get("PREAGG_DEADLETTER_TOPIC") or d.deadletter_topic,
-            partitions=_env_int("PREAGG_PARTITIONS", d.partitions),
-            group_id=os.environ.get("PREAGG_GROUP_ID") or d.group_id,
-            flush_interval=_env_float("PREAGG_FLUSH_INTERVAL", d.flush_interval),
-            max_pending_keys=_env_int("PREAGG_MAX_PENDING_KEYS", d.max_pending_keys),
-            future_skew=_env_float("PREAGG_FUTURE_SKEW", d.future_skew),
-            max_fields_per_update=(
-                int(os.environ["PREAGG_MAX_FIELDS_PER_UPDATE"])
-                if os.environ.get("PREAGG_MAX_FIELDS_PER_UPDATE")
-                else None
-            ),
-            max_event_bytes=_env_int("PREAGG_MAX_EVENT_BYTES", d.max_event_bytes),
-            pack_size=_env_int("PREAGG_PACK_SIZE", d.pack_size),
-            session_timeout=_env_float("PREAGG_SESSION_TIMEOUT", d.session_timeout),
-            home=Path(os.environ.get("PREAGG_HOME") or d.home),
-            web_port=_env_int("PREAGG_WEB_PORT", d.web_port),
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from ``PREAGG_<FIELD>`` variables; unset or empty ones keep their defaults."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(env_name(f.name))
+            if raw:
+                values[f.name] = _convert(f.name, raw)
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """``PREAGG_*`` variables that reproduce these settings in a child process."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and f.name != "worker_id":
+                out[env_name(f.name)] = str(value)
+        return out
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f.name}={redact_url(v) if isinstance(v := getattr(self, f.name), str) else v!r}"
+            for f in fields(self)
+            if f.repr
         )
+        return f"Settings({shown})"
 
     def with_(self, **changes: object) -> Settings:
         """A copy with some settings changed."""

@@ -34,7 +34,7 @@ from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
 from pipeline.services.embedded import EmbeddedServices, Endpoints, for_embedded
 from pipeline.settings import Settings
-from pipeline.worker.opsdocs import OPS_COLLECTION
+from pipeline.sinks.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
 
 ACCESS_LOG = Path(__file__).resolve().parents[2].parent / "shared/data/access-logs/apache_logs"
@@ -97,9 +97,8 @@ async def _produce(settings: Settings, events: list[tuple[bytes, bytes]], pack: 
 
 def _docs_written(settings: Settings) -> int:
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
-    total = sum(
-        w.get("hits", {}).get("docs", 0) for w in client[settings.db][OPS_COLLECTION].find({"kind": "worker"})
-    )
+    ledger = client[settings.db][OFFSETS_COLLECTION].find({"group": settings.group_id})
+    total = sum(d.get("docs", 0) for d in ledger)
     client.close()
     return int(total)
 

@@ -16,6 +16,7 @@ from pipeline.demo.traffic import generate
 from pipeline.ingest.hits import HitDecoder
 from pipeline.ingest.readers import Accepted, read_hits
 from pipeline.ops.lag import wait_caught_up
+from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.producer import produce_records
 from pipeline.query.hits import busiest_page, hits_series
 from pipeline.query.render import plot_png, sparkline
@@ -23,7 +24,6 @@ from pipeline.schemas import hits_fields
 from pipeline.services.embedded import EmbeddedServices, for_embedded
 from pipeline.settings import Settings
 from pipeline.sinks.mongo import mongo_client
-from pipeline.worker.opsdocs import DEADLETTER_DOC, OPS_COLLECTION
 from pipeline.worker.process import WorkerProcess
 
 
@@ -72,13 +72,14 @@ async def _demo(
         worker.terminate()
     client = mongo_client(settings.mongo_url or "")
     try:
-        return await _report(client[settings.db], expected, summary.sent, took, chart, now)
+        return await _report(client[settings.db], settings.group_id, expected, summary.sent, took, chart, now)
     finally:
         await client.close()
 
 
 async def _report(
     db: AsyncDatabase[dict[str, Any]],
+    group: str,
     expected: int | None,
     sent: int,
     took: float,
@@ -91,8 +92,7 @@ async def _report(
         counted += d[f.monthly.total]
     daily_docs = await db[f.daily.collection].count_documents({})
     monthly_docs = await db[f.monthly.collection].count_documents({})
-    dead = await db[OPS_COLLECTION].find_one({"_id": DEADLETTER_DOC}) or {}
-    rejected = dead.get("hits", {})
+    rejected = ledger_totals(await read_ledger(db, group)).rejected
     print("\n== summary")
     print(f"events sent           {sent}")
     print(

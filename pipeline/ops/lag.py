@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 
 
@@ -29,7 +30,7 @@ class PartitionLag:
 async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]:
     """Lag of ``settings.group_id`` on every partition of ``topics``."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **kafka_client_kwargs(settings),
         group_id=settings.group_id,
         enable_auto_commit=False,
     )

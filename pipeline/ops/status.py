@@ -1,62 +1,92 @@
-"""``preagg status``: lag, throughput and dead letters of the whole worker group."""
+"""``preagg status``: lag, throughput and dead letters of the whole worker group.
+
+Read from the two places that hold the truth, not from any one worker: the broker
+(end offsets, Kafka-committed offsets) and MongoDB's partition ledgers (positions
+committed with the aggregates, exact event and refusal counts). Throughput is the
+ledger's event count sampled twice, ``interval`` seconds apart.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.ops.lag import group_lag
+from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
-from pipeline.worker.opsdocs import DEADLETTER_DOC, OPS_COLLECTION
 
 
-async def group_status(settings: Settings, db: AsyncDatabase[dict[str, Any]]) -> dict[str, Any]:
-    """Lag per partition, per-worker totals, dead letters by reason, as one dict."""
-    lags = await group_lag(settings, [settings.hits_topic])
+async def group_status(
+    settings: Settings, db: AsyncDatabase[dict[str, Any]], interval: float = 0.0
+) -> dict[str, Any]:
+    """Lag per partition, throughput, per-partition ledgers, dead letters by reason, as one dict."""
+    topics = [settings.hits_topic]
+    before = ledger_totals(await read_ledger(db, settings.group_id, topics)).events if interval > 0 else 0
+    if interval > 0:
+        await asyncio.sleep(interval)
+    ledger = await read_ledger(db, settings.group_id, topics)
+    totals = ledger_totals(ledger)
+    lags = await group_lag(settings, topics)
     dead_end = sum(p.end for p in await group_lag(settings, [settings.deadletter_topic]))
-    workers = [d async for d in db[OPS_COLLECTION].find({"kind": "worker"})]
-    dead = await db[OPS_COLLECTION].find_one({"_id": DEADLETTER_DOC}) or {}
-    return {
-        "partitions": [
-            {"topic": p.topic, "partition": p.partition, "end": p.end, "committed": p.committed, "lag": p.lag}
-            for p in lags
-        ],
-        "lag": sum(p.lag for p in lags),
-        "workers": [
+    stored = {(d["topic"], d["partition"]): d for d in ledger}
+    partitions = []
+    for p in lags:
+        doc = stored.get((p.topic, p.partition), {})
+        position = max(p.committed, doc.get("next", 0))
+        partitions.append(
             {
-                "worker": w["_id"].removeprefix("worker/"),
-                **{k: v for k, v in w.items() if k not in ("_id", "kind")},
+                "topic": p.topic,
+                "partition": p.partition,
+                "end": p.end,
+                "kafka_committed": p.committed,
+                "mongo_position": doc.get("next"),
+                "lag": max(0, p.end - position),
+                "events": doc.get("events", 0),
+                "worker": doc.get("worker"),
+                "last_flush": doc.get("at"),
             }
-            for w in workers
-        ],
-        "deadletters": {k: v for k, v in dead.items() if k not in ("_id", "kind")},
+        )
+    workers: dict[str, list[int]] = {}
+    for d in ledger:
+        workers.setdefault(d.get("worker", "?"), []).append(d["partition"])
+    return {
+        "lag": sum(p["lag"] for p in partitions),
+        "events_per_second": (totals.events - before) / interval if interval > 0 else None,
+        "events": totals.events,
+        "flushes": totals.flushes,
+        "docs": totals.docs,
+        "last_flush": totals.last_flush_at or None,
+        "partitions": partitions,
+        "last_writers": {w: sorted(ps) for w, ps in sorted(workers.items())},
+        "deadletters": dict(sorted(totals.rejected.items())),
         "deadletter_topic_messages": dead_end,
     }
 
 
-def status_text(st: dict[str, Any]) -> str:
+def status_text(st: dict[str, Any], now: float | None = None) -> str:
     """Human rendering of :func:`group_status`."""
-    out = [f"lag: {st['lag']} messages"]
+    now = time.time() if now is None else now
+    rate = st["events_per_second"]
+    age = f"{now - st['last_flush']:.0f}s ago" if st["last_flush"] else "never"
+    out = [
+        f"lag: {st['lag']} messages"
+        + (f"   throughput: {rate:,.0f} events/s" if rate is not None else "")
+        + f"   last flush: {age}",
+        f"counted: {st['events']} events in {st['flushes']} flushes, {st['docs']} document writes",
+        "partitions:",
+    ]
     for p in st["partitions"]:
+        flushed = f"{now - p['last_flush']:.0f}s ago" if p["last_flush"] else "never"
         out.append(
-            f"  {p['topic']}[{p['partition']}] end={p['end']} committed={p['committed']} lag={p['lag']}"
-        )
-    out.append(f"workers ({len(st['workers'])} seen):")
-    now = time.time()
-    for w in st["workers"]:
-        h = w.get("hits", {})
-        age = now - w.get("last_flush", 0)
-        out.append(
-            f"  {w['worker']}: events={h.get('events', 0)} rejected={h.get('rejected', 0)} "
-            f"docs={h.get('docs', 0)} flushes={h.get('flushes', 0)} last flush {age:.0f}s ago"
+            f"  {p['topic']}[{p['partition']}] end={p['end']} mongo={p['mongo_position']} "
+            f"kafka={p['kafka_committed']} lag={p['lag']} events={p['events']} "
+            f"last writer={p['worker']} ({flushed})"
         )
     dl = st["deadletters"]
-    total = sum(sum(v.values()) for v in dl.values() if isinstance(v, dict))
-    out.append(f"dead letters: {total} counted, {st['deadletter_topic_messages']} on the topic")
-    for stream, reasons in dl.items():
-        if isinstance(reasons, dict):
-            for reason, n in sorted(reasons.items()):
-                out.append(f"  {stream}/{reason}: {n}")
+    out.append(f"dead letters: {sum(dl.values())} counted, {st['deadletter_topic_messages']} on the topic")
+    for reason, n in dl.items():
+        out.append(f"  {reason}: {n}")
     return "\n".join(out)

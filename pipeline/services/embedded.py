@@ -50,11 +50,8 @@ def tansu_binary() -> str:
 
 
 def secantus_command() -> list[str]:
-    """Command line prefix that runs SecantusDB from this interpreter's environment."""
-    exe = Path(sys.executable).with_name("secantusd-py")
-    if exe.exists():
-        return [str(exe)]
-    return [sys.executable, "-m", "secantusdb"]
+    """Command line prefix that runs SecantusDB (with our transaction lifetime) from this environment."""
+    return [sys.executable, "-m", "pipeline.services.secantus"]
 
 
 def _alive(pid: int) -> bool:
@@ -162,21 +159,7 @@ class EmbeddedServices:
                 ],
             )
             mport = free_port()
-            storage = str(self.home / "mongo-data") if self.persistent else ":memory:"
-            mproc, mlog = self._spawn(
-                "secantusdb",
-                [
-                    *secantus_command(),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(mport),
-                    "--storage-path",
-                    storage,
-                    "--log-level",
-                    "WARNING",
-                ],
-            )
+            mproc, mlog = self._spawn_store(mport)
             _wait_port(kport, kproc, "tansu", klog, timeout)
             _wait_port(mport, mproc, "secantusdb", mlog, timeout)
             self.endpoints = Endpoints(f"127.0.0.1:{kport}", f"mongodb://127.0.0.1:{mport}/")
@@ -186,6 +169,38 @@ class EmbeddedServices:
             self.stop()
             raise
         return self.endpoints
+
+    def _spawn_store(self, port: int) -> tuple[subprocess.Popen[bytes], Path]:
+        storage = str(self.home / "mongo-data") if self.persistent else ":memory:"
+        return self._spawn(
+            "secantusdb",
+            [
+                *secantus_command(),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--storage-path",
+                storage,
+                "--log-level",
+                "WARNING",
+            ],
+        )
+
+    def stop_store(self) -> None:
+        """Stop the store only (outage drills); its data survives when ``persistent``."""
+        proc = self._procs.pop("secantusdb")
+        stop_pids([proc.pid])
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+    def start_store(self, timeout: float = 60.0) -> None:
+        """Start the store again on its old port, after :meth:`stop_store`."""
+        assert self.endpoints is not None
+        port = int(self.endpoints.mongo_url.rsplit(":", 1)[1].strip("/"))
+        proc, log = self._spawn_store(port)
+        _wait_port(port, proc, "secantusdb", log, timeout)
+        _mongo_ready(self.endpoints.mongo_url, timeout)
 
     def write_state(self) -> Path:
         """Record pids and URLs so that other commands (and ``services down``) find them."""

@@ -1,22 +1,37 @@
-"""MongoDB sink: writes a flush's :class:`DocUpdate` list as unordered bulk upserts.
+"""MongoDB sink: commits a flush's :class:`DocUpdate` list with its source offsets.
 
-One ``bulk_write`` per collection per flush, one ``UpdateOne`` per document. The
-collections are written concurrently; the flush counts as done only when every
-write is acknowledged, and only then are the source offsets acked.
+One unordered ``bulk_write`` per collection per flush, one ``UpdateOne`` per
+document. Two commit modes (``Settings.commit_mode``, docs/exactly-once.md):
+
+* ``exactly_once`` (default): one transaction holds the offset fences check, every
+  aggregate write and the new offsets; a replayed or zombie flush changes nothing.
+  Needs a replica set, a sharded cluster or the embedded SecantusDB.
+* ``at_least_once``: plain bulk writes, offsets recorded after them for status; a
+  crash between the write and the Kafka commit counts a range twice. For
+  standalone servers only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from pymongo import ASCENDING, AsyncMongoClient, UpdateOne
+from pymongo import ASCENDING, AsyncMongoClient, UpdateOne, WriteConcern
+from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
 
 from pipeline.aggregate.updates import DocUpdate
 from pipeline.schemas import HitsFields
+from pipeline.sinks.offsets import OFFSETS_COLLECTION, TP, Fence, check_fences, offset_doc_update, offset_id
+
+#: Values of ``Settings.commit_mode``.
+EXACTLY_ONCE = "exactly_once"
+AT_LEAST_ONCE = "at_least_once"
 
 
 def mongo_client(url: str, **kwargs: Any) -> AsyncMongoClient[dict[str, Any]]:
@@ -50,18 +65,119 @@ def to_operation(u: DocUpdate) -> UpdateOne:
     return UpdateOne({"_id": u.id}, update, upsert=True)
 
 
+def group_operations(updates: Sequence[DocUpdate]) -> dict[str, list[UpdateOne]]:
+    """Upserts grouped by collection, in plan order."""
+    by_collection: dict[str, list[UpdateOne]] = defaultdict(list)
+    for u in updates:
+        by_collection[u.collection].append(to_operation(u))
+    return by_collection
+
+
+async def supports_transactions(client: AsyncMongoClient[dict[str, Any]], db: str) -> bool:
+    """True when the server runs multi-document transactions (not a standalone mongod)."""
+    try:
+        async with client.start_session() as s, await s.start_transaction():
+            await client[db][OFFSETS_COLLECTION].find_one({"_id": "probe"}, session=s)
+    except OperationFailure as exc:
+        if exc.code in (20, 263):  # IllegalOperation: standalone; OperationNotSupportedInTransaction
+            return False
+        raise
+    return True
+
+
 class MongoSink:
-    """Applies planned updates to one database."""
+    """Commits flushes to one database, with their offsets, in the chosen mode."""
 
-    def __init__(self, db: AsyncDatabase[dict[str, Any]]) -> None:
-        self.db = db
+    def __init__(
+        self,
+        client: AsyncMongoClient[dict[str, Any]],
+        db: str,
+        group: str,
+        worker: str,
+        mode: str = EXACTLY_ONCE,
+        statement_ops: int = 2000,
+        fault: Callable[[str], None] | None = None,
+    ) -> None:
+        if mode not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+            raise ValueError(f"unknown commit mode {mode!r} (use {EXACTLY_ONCE} or {AT_LEAST_ONCE})")
+        self.client = client
+        self.db = client[db]
+        self.group = group
+        self.worker = worker
+        self.mode = mode
+        self.statement_ops = statement_ops
+        self._fault = fault or (lambda point: None)
 
-    async def write(self, updates: Sequence[DocUpdate]) -> int:
-        """Write all updates; return the number of documents touched."""
-        by_collection: dict[str, list[UpdateOne]] = defaultdict(list)
-        for u in updates:
-            by_collection[u.collection].append(to_operation(u))
-        await asyncio.gather(
-            *(self.db[name].bulk_write(ops, ordered=False) for name, ops in by_collection.items())
-        )
-        return len(updates)
+    @property
+    def exactly_once(self) -> bool:
+        """True when flushes are committed in a transaction with their offset fences."""
+        return self.mode == EXACTLY_ONCE
+
+    async def load_positions(self, tps: Sequence[TP]) -> dict[TP, int | None]:
+        """Stored next offset of each partition for this group (``None``: none stored)."""
+        ids = {offset_id(self.group, t, p): (t, p) for t, p in tps}
+        out: dict[TP, int | None] = dict.fromkeys(tps)
+        async for d in self.db[OFFSETS_COLLECTION].find({"_id": {"$in": list(ids)}}):
+            out[ids[d["_id"]]] = d.get("next")
+        return out
+
+    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> bool:
+        """Write one flush. Returns ``True`` if it had already committed (a retried commit).
+
+        Raises :class:`~pipeline.sinks.offsets.FenceConflict` in exactly-once mode
+        when another worker moved a partition's stored offset under this batch.
+        """
+        ops = group_operations(updates)
+        if not self.exactly_once:
+            await asyncio.gather(*(self.db[n].bulk_write(o, ordered=False) for n, o in ops.items()))
+            await self._record_offsets(fences, flush_id)
+            return False
+        already = False
+
+        async def body(session: AsyncClientSession) -> None:
+            nonlocal already
+            offsets = self.db[OFFSETS_COLLECTION]
+            ids = [offset_id(self.group, f.topic, f.partition) for f in fences]
+            stored = {
+                (d["topic"], d["partition"]): d
+                async for d in offsets.find({"_id": {"$in": ids}}, session=session)
+            }
+            already = check_fences(fences, stored, flush_id)
+            if already:
+                return
+            for name, collection_ops in ops.items():
+                # Bounded statements: each one renews the transaction's idle clock, so a
+                # large flush never outlives a short transactionLifetimeLimitSeconds.
+                for i in range(0, len(collection_ops), self.statement_ops):
+                    chunk = collection_ops[i : i + self.statement_ops]
+                    await self.db[name].bulk_write(chunk, ordered=False, session=session)
+            self._fault("mid-commit")
+            now = time.time()
+            await offsets.bulk_write(
+                [
+                    UpdateOne(*offset_doc_update(self.group, f, flush_id, now, self.worker), upsert=True)
+                    for f in fences
+                ],
+                ordered=False,
+                session=session,
+            )
+
+        async with self.client.start_session() as session:
+            await session.with_transaction(
+                body,
+                read_concern=ReadConcern("snapshot"),
+                write_concern=WriteConcern("majority"),
+            )
+        return already
+
+    async def _record_offsets(self, fences: Sequence[Fence], flush_id: str) -> None:
+        """At-least-once mode: remember positions for status (not a fence)."""
+        if not fences:
+            return
+        now = time.time()
+        ops = []
+        for f in fences:
+            flt, upd = offset_doc_update(self.group, f, flush_id, now, self.worker)
+            nxt = upd["$set"].pop("next")
+            ops.append(UpdateOne(flt, {**upd, "$max": {"next": nxt}}, upsert=True))
+        await self.db[OFFSETS_COLLECTION].bulk_write(ops, ordered=False)

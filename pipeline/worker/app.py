@@ -2,15 +2,18 @@
 
 Agents read raw bytes (``value_serializer="raw"``) so that a bad event reaches the
 dead-letter topic exactly as it was sent, and use ``noack()`` streams: a message is
-acked only by the flusher, after MongoDB acknowledged the write holding its events.
-Faust commits acked offsets, and on shutdown and rebalance it waits for every
-delivered message to be acked (``stream_wait_empty``) while the flush timer keeps
-running, so SIGTERM flushes before exit.
+acked only by the flusher, after MongoDB committed the transaction holding its events
+and offsets. Faust commits acked offsets, and on shutdown and rebalance it waits for
+every delivered message to be acked (``stream_wait_empty``) while the flush timer
+keeps running, so SIGTERM and rebalances flush before partitions move.
+
+The web server (``web_port``) serves Prometheus ``/metrics`` and ``/health``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -21,10 +24,19 @@ from faust.types import EventT, StreamT
 from pipeline.aggregate.hits import HitCounts
 from pipeline.ingest.hits import HitDecoder
 from pipeline.schemas import hits_fields
-from pipeline.settings import Settings
-from pipeline.sinks.mongo import MongoSink, ensure_hits_indexes, mongo_client
+from pipeline.security import faust_credentials
+from pipeline.settings import Settings, redact_url
+from pipeline.sinks.mongo import (
+    EXACTLY_ONCE,
+    MongoSink,
+    ensure_hits_indexes,
+    mongo_client,
+    supports_transactions,
+)
 from pipeline.worker.deadletter import DeadLetter
+from pipeline.worker.faults import fault_hook
 from pipeline.worker.flusher import Flusher
+from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
 
 log = logging.getLogger("preagg.worker")
 
@@ -44,9 +56,10 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         "broker_commit_interval": min(1.0, settings.flush_interval),
         "stream_wait_empty": True,
+        "broker_credentials": faust_credentials(settings),
         "web_enabled": settings.web_port > 0,
         "web_port": settings.web_port or 6066,
-        "web_bind": "127.0.0.1",
+        "web_bind": settings.web_bind,
         "web_host": "127.0.0.1",
         "datadir": str(settings.home / "faust-data" / settings.worker_id),
         "autodiscover": False,
@@ -74,8 +87,12 @@ def build_app(settings: Settings) -> faust.App:
     )
     client = mongo_client(settings.mongo_url or "")
     db = client[settings.db]
-    sink = MongoSink(db)
+    fault = fault_hook(settings.fault)
+    sink = MongoSink(
+        client, settings.db, settings.group_id, settings.worker_id, settings.commit_mode, fault=fault
+    )
     fields = hits_fields()
+    started = time.time()
 
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
         futures = [
@@ -92,23 +109,64 @@ def build_app(settings: Settings) -> faust.App:
     flusher: Flusher[HitCounts] = Flusher(
         "hits",
         lambda: HitCounts(decoder, fields),
-        sink.write,
+        sink,
         send_dead,
         ack,
-        settings.worker_id,
         settings.max_pending_keys,
         settings.fields_per_update,
+        fault=fault,
     )
-    app.preagg_flushers = [flusher]  # type: ignore[attr-defined]
+    flushers = [flusher]
+    app.preagg_flushers = flushers  # type: ignore[attr-defined]
+
+    def consumer_lag() -> dict[tuple[str, int], int]:
+        out = {}
+        consumer = app.consumer
+        for tp in consumer.assignment():
+            hw = consumer.highwater(tp)
+            key = (tp.topic, tp.partition)
+            if hw is not None and flusher.positions.known(key):
+                out[key] = max(0, hw - (flusher.consumed.get(key) or flusher.positions.get(key) or 0))
+        return out
+
+    collector = WorkerCollector(flushers, consumer_lag, started)
+
+    @app.page("/metrics")
+    async def metrics(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+        return self.bytes(exposition(collector), content_type=CONTENT_TYPE)
+
+    @app.page("/health")
+    async def healthcheck(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+        verdict = health(flushers, settings.health_max_flush_age, started)
+        verdict["worker"] = settings.worker_id
+        verdict["assigned"] = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
+        return self.json(verdict, status=200 if verdict["ok"] else 503)
+
+    async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        # Positions may have moved while another worker held a partition: reload lazily.
+        for f in flushers:
+            f.forget_positions(f.positions.assigned())
+
+    app.on_partitions_assigned.connect(cast(Any, on_assigned))
 
     @app.task
     async def prepare() -> None:
+        if settings.commit_mode == EXACTLY_ONCE and not await supports_transactions(client, settings.db):
+            log.error(
+                "MongoDB at %s runs no transactions (standalone server?): exactly-once needs a replica "
+                "set or a sharded cluster. Convert it to a single-node replica set, or set "
+                "PREAGG_COMMIT_MODE=at_least_once and accept double counts after crashes.",
+                redact_url(settings.mongo_url or ""),
+            )
+            raise SystemExit(2)
         await ensure_hits_indexes(db, fields)
         log.info(
-            "worker %s ready: hits from %r, MongoDB db %r",
+            "worker %s ready: hits from %r, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,
             settings.hits_topic,
             settings.db,
+            settings.commit_mode,
+            settings.web_port or "off",
         )
 
     @app.agent(hits_topic, name="hits")
@@ -116,9 +174,7 @@ def build_app(settings: Settings) -> faust.App:
         noack = stream.noack()  # type: ignore[attr-defined]
         async for event in noack.events():
             msg = event.message
-            flusher.ingest((msg.topic, msg.partition), msg.offset, event.value, (noack, event))
-            if flusher.should_flush():
-                await flusher.flush()
+            await flusher.receive((msg.topic, msg.partition), msg.offset, event.value, (noack, event))
 
     @app.timer(settings.flush_interval)
     async def periodic_flush() -> None:

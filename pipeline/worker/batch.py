@@ -1,7 +1,8 @@
 """What one flush carries: the aggregate, the refused events, and the source positions.
 
-Offsets are kept per source partition as ``[first, last]`` so that a flush can be
-recorded with the exact range it covers (needed for exactly-once commits).
+Per source partition a batch keeps the offsets it covers (``[first, last]``) and
+the stored position it started from (``start``): together they are the fence its
+commit checks and moves (see :mod:`pipeline.sinks.offsets`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Generic, Protocol, TypeVar
 
 from pipeline.aggregate.updates import DocUpdate
 from pipeline.ingest.validate import Rejection
+from pipeline.sinks.offsets import Fence
 from pipeline.worker.deadletter import DeadLetter
 
 
@@ -36,27 +38,66 @@ class PendingBatch(Generic[A]):
     aggregate: A
     dead: list[DeadLetter] = field(default_factory=list)
     offsets: dict[TP, tuple[int, int]] = field(default_factory=dict)
+    start: dict[TP, int | None] = field(default_factory=dict)
     acks: list[object] = field(default_factory=list)
     events: int = 0
+    events_by_tp: dict[TP, int] = field(default_factory=dict)
+    skipped: int = 0
 
-    def ingest_message(self, tp: TP, offset: int, lines: list[bytes], ack: object) -> None:
-        """Aggregate one Kafka message's events; remember its position and its ack handle."""
+    def ingest_message(
+        self, tp: TP, offset: int, lines: list[bytes], ack: object, start: int | None = None
+    ) -> None:
+        """Aggregate one Kafka message's events; remember its position and its ack handle.
+
+        ``start`` is the partition's stored position before this batch (kept from
+        the first message of each partition).
+        """
+        self.start.setdefault(tp, start)
         for i, raw in enumerate(lines):
             rejection = self.aggregate.ingest(raw)
             if rejection is not None:
                 self.dead.append(DeadLetter(rejection, tp[0], tp[1], offset, i))
         self.events += len(lines)
+        self.events_by_tp[tp] = self.events_by_tp.get(tp, 0) + len(lines)
         first, _ = self.offsets.get(tp, (offset, offset))
         self.offsets[tp] = (first, offset)
         self.acks.append(ack)
+
+    def skip(self, ack: object) -> None:
+        """A replayed message already counted in MongoDB: ack it with the batch, count nothing."""
+        self.acks.append(ack)
+        self.skipped += 1
+
+    def fences(self, docs: int) -> list[Fence]:
+        """Per partition: the position MongoDB must hold, where this batch moves it, its figures."""
+        rejected: dict[TP, dict[str, int]] = {}
+        for d in self.dead:
+            r = rejected.setdefault((d.topic, d.partition), {})
+            r[d.rejection.reason] = r.get(d.rejection.reason, 0) + 1
+        out = []
+        for i, ((t, p), (_, last)) in enumerate(self.offsets.items()):
+            first = i == 0
+            out.append(
+                Fence(
+                    t,
+                    p,
+                    self.start.get((t, p)),
+                    last + 1,
+                    events=self.events_by_tp.get((t, p), 0),
+                    rejected=rejected.get((t, p), {}),
+                    docs=docs if first else 0,
+                    flushes=1 if first else 0,
+                )
+            )
+        return out
 
     def empty(self) -> bool:
         """True when no message was ingested."""
         return not self.acks
 
     def pending_keys(self) -> int:
-        """Distinct aggregate keys held in memory."""
-        return len(self.aggregate)
+        """Items held in memory: distinct aggregate keys plus dead letters."""
+        return len(self.aggregate) + len(self.dead)
 
     def rejected_by_reason(self) -> dict[str, int]:
         """Count of refused events per reason code."""

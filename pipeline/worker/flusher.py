@@ -1,140 +1,284 @@
-"""The flush loop shared by every stream kind: write, then ack.
+"""The flush loop shared by every stream kind: fence, write, then ack.
 
-Order of a flush (the commit order of quix-streams): swap out the pending batch,
-send its dead letters and wait for the broker's acknowledgement, write its planned
-upserts and wait for MongoDB's, and only then ack its Kafka messages, so that
-Faust commits their offsets. A failed write is retried with backoff, forever, while
-the batch stays unacked: nothing is lost, and the agent, which waits for the flush
-once its pending keys pass the bound, stops consuming (backpressure).
+Order of a flush (the commit order of quix-streams, made exactly-once): swap out the
+pending batch; send its dead letters and wait for the broker's acknowledgement;
+commit its planned upserts *and its source offsets* in one MongoDB transaction that
+first checks the stored offsets still equal the batch's starting positions (the
+fence); only then ack its Kafka messages so that Faust commits their offsets.
+
+* A crash before the transaction commits loses nothing: nothing was written, the
+  messages were not committed, they are delivered again.
+* A crash after it and before Kafka's commit re-delivers counted messages: their
+  offsets are below MongoDB's stored position, so :class:`Positions` skips them.
+* A worker that lost its partitions without noticing (a zombie) fails the fence:
+  its batch is dropped, unacked, and the process exits with :data:`EXIT_FENCED`.
+* A failed write is retried with backoff, forever, while the batch stays unacked;
+  the agent stops consuming once pending items reach the bound (backpressure).
+
+See docs/exactly-once.md for the argument in full.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic
+from typing import Generic, Protocol
 
 from pipeline.aggregate.updates import DocUpdate, split_wide
 from pipeline.ingest.envelope import unpack
+from pipeline.sinks.offsets import Fence, FenceConflict
 from pipeline.worker.batch import TP, A, PendingBatch, new_batch
 from pipeline.worker.deadletter import DeadLetter
-from pipeline.worker.opsdocs import ops_updates
+from pipeline.worker.positions import Positions
 
 log = logging.getLogger("preagg.flush")
 
-Write = Callable[[Sequence[DocUpdate]], Awaitable[int]]
+#: Exit status of a worker whose flush failed its offset fence: another worker
+#: counted the range. A supervisor restarts it; it resumes from MongoDB's offsets.
+EXIT_FENCED = 75
+
 SendDead = Callable[[Sequence[DeadLetter]], Awaitable[None]]
 Ack = Callable[[object], Awaitable[object]]
+Fault = Callable[[str], None]
+
+
+class Sink(Protocol):
+    """Where flushes are committed (MongoDB; a fake in unit tests)."""
+
+    @property
+    def exactly_once(self) -> bool: ...
+
+    async def load_positions(self, tps: Sequence[TP]) -> dict[TP, int | None]: ...
+
+    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> bool: ...
+
+
+#: Upper bounds (seconds) of the flush latency histogram.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 @dataclass
 class FlushStats:
-    """Running totals of one flusher, for logs and metrics."""
+    """Running totals of one flusher, for logs, the ops documents and metrics."""
 
     events: int = 0
+    skipped: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     flushes: int = 0
+    replayed_commits: int = 0
     docs: int = 0
+    retries: int = 0
     last_flush_seconds: float = 0.0
     last_flush_at: float = 0.0
-    retries: int = 0
+    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    latency_sum: float = 0.0
+    backpressure_pauses: int = 0
+    backpressure_seconds: float = 0.0
+    paused_since: float | None = None
+
+    def observe(self, seconds: float) -> None:
+        """Record one flush's latency in the histogram."""
+        i = next((i for i, b in enumerate(LATENCY_BUCKETS) if seconds <= b), len(LATENCY_BUCKETS))
+        self.latency_counts[i] += 1
+        self.latency_sum += seconds
 
 
 class Flusher(Generic[A]):
-    """Holds the pending batch of one stream kind and flushes it."""
+    """Holds the pending batch of one stream kind, feeds it, and flushes it."""
 
     def __init__(
         self,
         stream: str,
         factory: Callable[[], A],
-        write: Write,
+        sink: Sink,
         send_dead: SendDead,
         ack: Ack,
-        worker: str,
         max_pending_keys: int,
         max_fields_per_update: int = 0,
         max_backoff: float = 30.0,
+        fault: Fault | None = None,
+        on_fenced: Callable[[FenceConflict], None] | None = None,
     ) -> None:
         self.stream = stream
         self._factory = factory
-        self._write = write
+        self.sink = sink
         self._send_dead = send_dead
         self._ack = ack
-        self.worker = worker
         self.max_pending_keys = max_pending_keys
         self.max_fields_per_update = max_fields_per_update
         self.max_backoff = max_backoff
+        self._fault = fault or (lambda point: None)
+        self._on_fenced = on_fenced or exit_fenced
         self.batch: PendingBatch[A] = new_batch(factory)
+        self.in_flight_keys = 0
+        self.positions = Positions()
+        #: Next offset to consume per partition (what the worker has read, counted or not).
+        self.consumed: dict[TP, int] = {}
         self.stats = FlushStats()
         self._lock = asyncio.Lock()
 
+    # -- feeding ----------------------------------------------------------------
+
+    async def receive(self, tp: TP, offset: int, value: bytes | None, ack: object) -> None:
+        """Take one Kafka message: load its partition's position, respect the bound, ingest."""
+        if self.sink.exactly_once and not self.positions.known(tp):
+            await self.load_positions([tp])
+        if self.pending_keys() >= self.max_pending_keys:
+            await self._backpressure()
+        self.ingest(tp, offset, value, ack)
+
+    async def load_positions(self, tps: Sequence[TP]) -> None:
+        """Read stored positions (retried like a write: the store may be down)."""
+        stored: dict[TP, int | None] = {}
+
+        async def load() -> None:
+            stored.update(await self.sink.load_positions(tps))
+
+        await self._retry("offsets read", load, 0)
+        self.positions.load(stored)
+        log.info(
+            "%s positions from MongoDB: %s", self.stream, {f"{t}[{p}]": n for (t, p), n in stored.items()}
+        )
+
     def ingest(self, tp: TP, offset: int, value: bytes | None, ack: object) -> None:
-        """Aggregate one Kafka message (single or packed events)."""
+        """Aggregate one message (single or packed events), or skip it if already counted."""
+        self.consumed[tp] = offset + 1
+        if self.sink.exactly_once:
+            start = self.positions.get(tp)
+            if not self.positions.accept(tp, offset):
+                self.batch.skip(ack)
+                return
+        else:
+            start = None
         lines = list(unpack(value)) if value else []
-        self.batch.ingest_message(tp, offset, lines, ack)
+        self.batch.ingest_message(tp, offset, lines, ack, start)
+
+    def pending_keys(self) -> int:
+        """Items in memory: the batch being filled plus the one being written."""
+        return self.batch.pending_keys() + self.in_flight_keys
 
     def should_flush(self) -> bool:
-        """True when pending keys reached the memory bound."""
-        return self.batch.pending_keys() >= self.max_pending_keys
+        """True when pending items reached the memory bound."""
+        return self.pending_keys() >= self.max_pending_keys
+
+    def forget_positions(self, tps: Sequence[TP]) -> None:
+        """After a rebalance: drop cached positions of partitions with nothing pending."""
+        pending = set(self.batch.offsets)
+        self.positions.forget(tp for tp in tps if tp not in pending)
+
+    async def _backpressure(self) -> None:
+        s = self.stats
+        began = time.monotonic()
+        s.backpressure_pauses += 1
+        s.paused_since = time.time()
+        log.warning(
+            "backpressure: %d %s items pending >= bound %d; consumption paused until a flush succeeds",
+            self.pending_keys(),
+            self.stream,
+            self.max_pending_keys,
+        )
+        try:
+            await self.flush()
+        finally:
+            took = time.monotonic() - began
+            s.backpressure_seconds += took
+            s.paused_since = None
+            log.warning("backpressure: %s consumption resumed after %.1fs", self.stream, took)
+
+    # -- flushing ---------------------------------------------------------------
 
     async def flush(self) -> None:
-        """Write the pending batch, then ack its messages. Serialised by a lock."""
+        """Commit the pending batch with its offsets, then ack its messages. Serialised."""
         async with self._lock:
             batch, self.batch = self.batch, new_batch(self._factory)
             if batch.empty():
                 return
-            started = time.monotonic()
-            rejected = batch.rejected_by_reason()
-            plan = batch.aggregate.plan()
-            docs = len(plan)
-            plan.extend(ops_updates(self.worker, self.stream, batch.events, rejected, docs))
-            plan = split_wide(plan, self.max_fields_per_update)
-            if batch.dead:
-                await self._retry("dead-letter send", lambda: self._send_dead(batch.dead), batch)
-                for d in batch.dead[:5]:
-                    log.warning(
-                        "rejected %s event at %s[%d]@%d line %d: %s",
-                        self.stream,
-                        d.topic,
-                        d.partition,
-                        d.offset,
-                        d.line,
-                        d.rejection.detail,
-                    )
-            await self._retry("MongoDB write", lambda: self._write(plan), batch)
-            for a in batch.acks:
-                await self._ack(a)
-            self._account(batch, rejected, docs, time.monotonic() - started)
+            self.in_flight_keys = batch.pending_keys()
+            try:
+                await self._flush(batch)
+            finally:
+                self.in_flight_keys = 0
+
+    async def _flush(self, batch: PendingBatch[A]) -> None:
+        started = time.monotonic()
+        rejected = batch.rejected_by_reason()
+        plan = batch.aggregate.plan()
+        docs = len(plan)
+        fences = batch.fences(docs)
+        plan = split_wide(plan, self.max_fields_per_update)
+        if batch.dead:
+            await self._retry("dead-letter send", lambda: self._send_dead(batch.dead), batch.events)
+            self._log_dead(batch.dead)
+        if fences:
+            flush_id = uuid.uuid4().hex
+            already = False
+
+            async def commit() -> None:
+                nonlocal already
+                self._fault("before-commit")
+                already = await self.sink.commit(plan, fences, flush_id)
+
+            try:
+                await self._retry("MongoDB commit", commit, batch.events)
+            except FenceConflict as conflict:
+                self._on_fenced(conflict)
+                return
+            if already:
+                self.stats.replayed_commits += 1
+                log.warning(
+                    "flush %s had committed before its acknowledgement was lost; not rewritten", flush_id
+                )
+            self._fault("after-commit")
+        for a in batch.acks:
+            await self._ack(a)
+        self._account(batch, rejected, docs, time.monotonic() - started)
+
+    def _log_dead(self, dead: list[DeadLetter]) -> None:
+        for d in dead[:5]:
+            log.warning(
+                "rejected %s event at %s[%d]@%d line %d: %s",
+                self.stream,
+                d.topic,
+                d.partition,
+                d.offset,
+                d.line,
+                d.rejection.detail,
+            )
 
     def _account(self, batch: PendingBatch[A], rejected: dict[str, int], docs: int, took: float) -> None:
         s = self.stats
         s.events += batch.events
+        s.skipped += batch.skipped
         for reason, n in rejected.items():
             s.rejected[reason] = s.rejected.get(reason, 0) + n
         s.flushes += 1
         s.docs += docs
         s.last_flush_seconds = took
         s.last_flush_at = time.time()
+        s.observe(took)
         log.info(
-            "flushed %s: %d events, %d rejected, %d docs in %.3fs (offsets %s)",
+            "flushed %s: %d events, %d rejected, %d replayed skipped, %d docs in %.3fs (offsets %s)",
             self.stream,
             batch.events,
             sum(rejected.values()),
+            batch.skipped,
             docs,
             took,
             {f"{t}[{p}]": r for (t, p), r in batch.offsets.items()},
         )
 
-    async def _retry(self, what: str, op: Callable[[], Awaitable[object]], batch: PendingBatch[A]) -> None:
-        delay = 0.5
+    async def _retry(self, what: str, op: Callable[[], Awaitable[object]], events: int) -> None:
+        delay = min(0.5, self.max_backoff)
         while True:
             try:
                 await op()
                 return
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, FenceConflict):
                 raise
             except Exception as exc:  # any store/broker failure: keep the batch, back off
                 self.stats.retries += 1
@@ -143,8 +287,21 @@ class Flusher(Generic[A]):
                     what,
                     type(exc).__name__,
                     str(exc)[:200],
-                    batch.events,
+                    events,
                     delay,
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
+
+
+def exit_fenced(conflict: FenceConflict) -> None:
+    """Default reaction to a failed fence: log, then end the process at once.
+
+    ``os._exit`` skips Faust's shutdown on purpose: a clean stop would ack and commit
+    the dropped batch's offsets. The supervisor (compose ``restart``, systemd, the
+    chaos driver) restarts the worker; it rejoins the group and resumes from
+    MongoDB's offsets.
+    """
+    log.error("%s; another worker owns these partitions now. Dropping the batch and exiting.", conflict)
+    logging.shutdown()
+    os._exit(EXIT_FENCED)

@@ -16,26 +16,7 @@ from pipeline.settings import Settings
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """``PREAGG_*`` variables that reproduce ``settings`` in a child process."""
-    env = {
-        "PREAGG_KAFKA_URL": settings.kafka_url or "",
-        "PREAGG_MONGO_URL": settings.mongo_url or "",
-        "PREAGG_DB": settings.db,
-        "PREAGG_HITS_TOPIC": settings.hits_topic,
-        "PREAGG_DEADLETTER_TOPIC": settings.deadletter_topic,
-        "PREAGG_PARTITIONS": str(settings.partitions),
-        "PREAGG_GROUP_ID": settings.group_id,
-        "PREAGG_FLUSH_INTERVAL": str(settings.flush_interval),
-        "PREAGG_MAX_PENDING_KEYS": str(settings.max_pending_keys),
-        "PREAGG_FUTURE_SKEW": str(settings.future_skew),
-        "PREAGG_MAX_EVENT_BYTES": str(settings.max_event_bytes),
-        "PREAGG_PACK_SIZE": str(settings.pack_size),
-        "PREAGG_SESSION_TIMEOUT": str(settings.session_timeout),
-        "PREAGG_HOME": str(settings.home),
-        "PREAGG_WEB_PORT": str(settings.web_port),
-    }
-    if settings.max_fields_per_update is not None:
-        env["PREAGG_MAX_FIELDS_PER_UPDATE"] = str(settings.max_fields_per_update)
-    return env
+    return settings.to_env()
 
 
 class WorkerProcess:
@@ -52,7 +33,7 @@ class WorkerProcess:
         """Spawn the worker; it logs to ``<home>/logs/<name>.log``."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        env = {**os.environ, **settings_env(self.settings)}
+        env = {**os.environ, **settings_env(self.settings), "PREAGG_WORKER_ID": self.name}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline", "worker"],
             env=env,

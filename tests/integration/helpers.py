@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaConsumer
 
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
+from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 from pipeline.sinks.mongo import mongo_client
 from pipeline.worker.process import WorkerProcess
@@ -36,7 +37,7 @@ async def read_topic(settings: Settings, topic: str, timeout: float = 10) -> lis
     """Every message value of ``topic`` from the beginning."""
     c = AIOKafkaConsumer(
         topic,
-        bootstrap_servers=settings.kafka_bootstrap,
+        **kafka_client_kwargs(settings),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,

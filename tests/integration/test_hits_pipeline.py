@@ -12,10 +12,10 @@ import pytest
 from pipeline.demo.traffic import generate
 from pipeline.ingest.readers import hit_key
 from pipeline.ingest.timeparse import minute_of
+from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.query.hits import hits_series
 from pipeline.query.series import floor
 from pipeline.settings import Settings
-from pipeline.worker.opsdocs import DEADLETTER_DOC, OPS_COLLECTION
 
 from .helpers import dead_letters, produce, run_worker_to_end, with_db
 
@@ -91,8 +91,7 @@ def test_exact_counts_by_minute_hour_day_month_and_dead_letters(settings: Settin
         site_total = sum(n for (s, _, _), n in truth.items() if s == "shop")
         got = await hits_series(db, "shop", None, datetime(2020, 1, 1), datetime(2020, 3, 31), "month")
         assert sum(n for _, n in got) == site_total
-        dead = await db[OPS_COLLECTION].find_one({"_id": DEADLETTER_DOC})
-        return dead["hits"]
+        return ledger_totals(await read_ledger(db, settings.group_id)).rejected
 
     counted_dead = with_db(settings, check)
     assert counted_dead == dict(expected_dead)

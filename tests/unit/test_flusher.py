@@ -1,27 +1,77 @@
-"""Flush ordering without servers: dead letters, then the write, then acks; failures keep the batch."""
+"""Flush protocol without servers: order, retries, backpressure bound, replay skipping, fences.
+
+The store is an in-memory model of MongoDB's side of the protocol (counters plus
+offsets documents, all-or-nothing commits); the real store is exercised by the
+integration and chaos tests.
+"""
 
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
+from typing import Any
+
+import pytest
 
 from pipeline.aggregate.hits import HitCounts
 from pipeline.aggregate.updates import DocUpdate
 from pipeline.ingest.hits import HitDecoder
 from pipeline.schemas import hits_fields
+from pipeline.sinks.offsets import Fence, FenceConflict, check_fences
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
 
+TP0 = ("hits", 0)
 
-def make(fail_writes: int = 0) -> tuple[Flusher[HitCounts], list[str]]:
-    log: list[str] = []
-    failures = [fail_writes]
 
-    async def write(plan: Sequence[DocUpdate]) -> int:
-        if failures[0] > 0:
-            failures[0] -= 1
-            log.append("write-failed")
+class ModelStore:
+    """Counters and offsets documents with atomic commits, like one MongoDB transaction."""
+
+    exactly_once = True
+
+    def __init__(self, log: list[str], fail_commits: int = 0) -> None:
+        self.log = log
+        self.fail_commits = fail_commits
+        self.counters: dict[str, Counter[str]] = {}
+        self.offsets: dict[tuple[str, int], dict[str, Any]] = {}
+        self.lose_ack_once = False
+
+    async def load_positions(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        return {tp: self.offsets.get(tp, {}).get("next") for tp in tps}
+
+    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> bool:
+        if self.fail_commits > 0:
+            self.fail_commits -= 1
+            self.log.append("commit-failed")
             raise ConnectionError("store down")
-        log.append(f"write:{len(plan)}")
-        return len(plan)
+        if check_fences(fences, self.offsets, flush_id):
+            self.log.append("already")
+            return True
+        for u in updates:
+            self.counters.setdefault(u.id, Counter()).update(u.inc)
+        for f in fences:
+            self.offsets[(f.topic, f.partition)] = {"next": f.next, "flush": flush_id}
+        self.log.append(f"commit:{sum(1 for u in updates if u.collection != 'preagg_ops')}")
+        if self.lose_ack_once:
+            self.lose_ack_once = False
+            raise ConnectionError("commit acknowledgement lost")
+        return False
+
+    def total(self) -> int:
+        return sum(
+            c["total"] for k, c in self.counters.items() if k.count("/") >= 2 and len(k.split("/")[0]) == 8
+        )
+
+
+def hit(ts: int = 1, page: str = "/") -> bytes:
+    return b'{"site":"s","page":"%s","ts":%d}' % (page.encode(), ts)
+
+
+def make(
+    store: ModelStore | None = None, bound: int = 1000, own_log: bool = False
+) -> tuple[Flusher[HitCounts], list[str], ModelStore]:
+    """A flusher on ``store``; its log is the store's unless ``own_log``."""
+    log: list[str] = [] if own_log or store is None else store.log
+    store = store or ModelStore(log)
 
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
         log.append(f"dead:{len(letters)}")
@@ -29,45 +79,123 @@ def make(fail_writes: int = 0) -> tuple[Flusher[HitCounts], list[str]]:
     async def ack(handle: object) -> None:
         log.append(f"ack:{handle}")
 
+    def fenced(conflict: FenceConflict) -> None:
+        log.append("fenced")
+
     dec = HitDecoder(1000, 300, clock=lambda: 2e9)
     f: Flusher[HitCounts] = Flusher(
         "hits",
         lambda: HitCounts(dec, hits_fields()),
-        write,
+        store,
         send_dead,
         ack,
-        "w1",
-        max_pending_keys=2,
+        max_pending_keys=bound,
         max_backoff=0.01,
+        on_fenced=fenced,
     )
-    return f, log
+    return f, log, store
 
 
-def test_order_is_deadletters_write_then_ack() -> None:
-    f, log = make()
-    f.ingest(("hits", 0), 10, b'{"site":"s","page":"/","ts":1}\nbad', "m10")
-    f.ingest(("hits", 0), 11, b'{"site":"s","page":"/","ts":2}', "m11")
-    assert f.batch.offsets == {("hits", 0): (10, 11)}
-    asyncio.run(f.flush())
-    assert log[0] == "dead:1"
-    assert log[1].startswith("write:")
-    assert log[2:] == ["ack:m10", "ack:m11"]
+async def feed(f: Flusher[HitCounts], offsets: range, tp: tuple[str, int] = TP0) -> None:
+    for o in offsets:
+        await f.receive(tp, o, hit(ts=60 * o), f"m{o}")
+
+
+def test_order_is_deadletters_commit_then_ack() -> None:
+    f, log, store = make()
+
+    async def go() -> None:
+        await f.receive(TP0, 10, hit() + b"\nbad", "m10")
+        await f.receive(TP0, 11, hit(2), "m11")
+        assert f.batch.offsets == {TP0: (10, 11)}
+        await f.flush()
+        await f.flush()  # nothing pending: nothing written
+
+    asyncio.run(go())
+    assert log == ["dead:1", "commit:2", "ack:m10", "ack:m11"]
+    assert store.offsets[TP0]["next"] == 12
     assert f.stats.events == 3 and f.stats.rejected == {"invalid_json": 1}
-    asyncio.run(f.flush())  # nothing pending: no write
-    assert len(log) == 4
 
 
-def test_failed_write_is_retried_and_nothing_acked_before_success() -> None:
-    f, log = make(fail_writes=2)
-    f.ingest(("hits", 1), 5, b'{"site":"s","page":"/","ts":1}', "m5")
-    asyncio.run(f.flush())
-    assert log == ["write-failed", "write-failed", "write:3", "ack:m5"]
+def test_failed_commit_is_retried_and_nothing_acked_before_success() -> None:
+    f, log, _ = make(ModelStore([], fail_commits=2))
+
+    async def go() -> None:
+        await f.receive(("hits", 1), 5, hit(), "m5")
+        await f.flush()
+
+    asyncio.run(go())
+    assert log == ["commit-failed", "commit-failed", "commit:2", "ack:m5"]
     assert f.stats.retries == 2
 
 
-def test_should_flush_at_key_bound() -> None:
-    f, _ = make()
-    f.ingest(("hits", 0), 1, b'{"site":"s","page":"/a","ts":1}', "a")
-    assert not f.should_flush()
-    f.ingest(("hits", 0), 2, b'{"site":"s","page":"/b","ts":1}', "b")
-    assert f.should_flush()
+def test_replayed_messages_below_the_stored_position_are_skipped() -> None:
+    """A crash after MongoDB's commit and before Kafka's: the new worker skips what is counted."""
+    store = ModelStore([])
+    first, _, _ = make(store)
+
+    async def go() -> None:
+        await feed(first, range(0, 5))
+        await first.flush()
+        # Kafka's committed offset is lost with the crash: everything is delivered again.
+        second, _, _ = make(store)
+        await feed(second, range(0, 8))
+        assert second.batch.skipped == 5 and second.batch.events == 3
+        await second.flush()
+
+    asyncio.run(go())
+    assert store.total() == 8
+    assert store.offsets[TP0]["next"] == 8
+
+
+def test_zombie_batch_fails_its_fence_and_changes_nothing() -> None:
+    store = ModelStore([])
+    zombie, zlog, _ = make(store, own_log=True)
+    owner, _, _ = make(store, own_log=True)
+
+    async def go() -> None:
+        await feed(zombie, range(0, 4))
+        await feed(owner, range(0, 6))  # the partition moved; the new owner counts first
+        await owner.flush()
+        await zombie.flush()
+
+    asyncio.run(go())
+    assert "fenced" in zlog and not any(e.startswith("ack") for e in zlog)
+    assert store.total() == 6
+
+
+def test_lost_commit_acknowledgement_is_not_applied_twice() -> None:
+    f, log, store = make()
+    store.lose_ack_once = True
+
+    async def go() -> None:
+        await feed(f, range(0, 3))
+        await f.flush()
+
+    asyncio.run(go())
+    assert log[:2] == ["commit:2", "already"]
+    assert store.total() == 3 and f.stats.replayed_commits == 1
+
+
+def test_backpressure_flushes_before_passing_the_bound() -> None:
+    f, log, _ = make(bound=2)
+
+    async def go() -> None:
+        for i, page in enumerate(["/a", "/b", "/c", "/d", "/e"]):
+            await f.receive(TP0, i, hit(page=page), f"m{i}")
+            assert f.pending_keys() <= 2
+
+    asyncio.run(go())
+    assert f.stats.backpressure_pauses == 2
+    assert log.count("ack:m0") == 1
+
+
+def test_fence_checks() -> None:
+    fences = [Fence("t", 0, 10, 20)]
+    assert check_fences(fences, {("t", 0): {"next": 10}}, "f1") is False
+    assert check_fences(fences, {("t", 0): {"next": 20, "flush": "f1"}}, "f1") is True
+    with pytest.raises(FenceConflict, match=r"t\[0\] expected 10 found 20"):
+        check_fences(fences, {("t", 0): {"next": 20, "flush": "other"}}, "f1")
+    assert check_fences([Fence("t", 1, None, 5)], {}, "f1") is False
+    with pytest.raises(FenceConflict):
+        check_fences([Fence("t", 1, None, 5)], {("t", 1): {"next": 3}}, "f1")

@@ -1,0 +1,203 @@
+"""Chaos drill: kill -9 and restart workers at random moments of an ingest, then audit.
+
+A seeded driver (reproducible schedule) plays the supervisor of 2–3 ``preagg worker``
+processes while a known stream is produced at a steady pace:
+
+* ``kill -9`` a random worker, restart it after a random pause;
+* restart some with fault injection (``after-commit:N``): they die right after a
+  MongoDB commit and before the Kafka commit, the window random kills rarely hit;
+* add a third replica and later stop it gracefully (clean rebalances);
+* restart any worker that exits on its own (fenced: 75; injected fault: 137).
+
+When production ends, the last faults are cleared, the group catches up, and every
+counter is audited against the truth (:mod:`pipeline.ops.audit`), together with the
+per-worker event totals and dead-letter counts of the ops documents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.demo.traffic import generate
+from pipeline.ops.audit import audit_hits
+from pipeline.ops.lag import group_lag
+from pipeline.ops.ledger import ledger_totals, read_ledger
+from pipeline.producer import EventProducer
+from pipeline.schemas import hits_fields
+from pipeline.settings import Settings
+from pipeline.sinks.mongo import mongo_client
+from pipeline.worker.flusher import EXIT_FENCED
+from pipeline.worker.process import WorkerProcess
+
+
+@dataclass
+class ChaosReport:
+    """What one drill did and whether the aggregates came out exact."""
+
+    seed: int
+    events: int
+    valid: int
+    bad: int
+    kills: int = 0
+    fault_exits: int = 0
+    fenced_exits: int = 0
+    other_exits: int = 0
+    scale_ups: int = 0
+    scale_downs: int = 0
+    seconds: float = 0.0
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def faults(self) -> int:
+        """Crashes survived: kills, injected faults and fenced exits."""
+        return self.kills + self.fault_exits + self.fenced_exits + self.other_exits
+
+    @property
+    def ok(self) -> bool:
+        """True when every counter matched the truth."""
+        return not self.mismatches
+
+
+def _produce_paced(settings: Settings, lines: list[tuple[bytes, bytes]], duration: float, pack: int) -> None:
+    async def run() -> None:
+        chunks = 40
+        step = max(1, len(lines) // chunks)
+        began = time.monotonic()
+        async with EventProducer(settings, settings.hits_topic, pack) as p:
+            for i in range(0, len(lines), step):
+                for line, key in lines[i : i + step]:
+                    await p.send_raw(line, key)
+                await p.flush()
+                ahead = began + duration * (i + step) / len(lines) - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+
+    asyncio.run(run())
+
+
+class _Crew:
+    """The supervised worker processes of a drill."""
+
+    def __init__(self, settings: Settings, report: ChaosReport, say: Callable[[str], None]) -> None:
+        self.settings = settings
+        self.report = report
+        self.say = say
+        self.workers: dict[str, WorkerProcess] = {}
+
+    def start(self, name: str, fault: str = "") -> None:
+        self.workers[name] = WorkerProcess(self.settings.with_(fault=fault), name).start()
+        self.say(f"start {name}{' with fault ' + fault if fault else ''}")
+
+    def reap(self, restart: bool = True) -> None:
+        """Count workers that exited on their own and restart them (the supervisor's job)."""
+        for name, w in list(self.workers.items()):
+            if w.alive():
+                continue
+            rc = w.terminate()
+            if rc == EXIT_FENCED:
+                self.report.fenced_exits += 1
+            elif rc == 137:
+                self.report.fault_exits += 1
+            else:
+                self.report.other_exits += 1
+            self.say(f"{name} exited with {rc}")
+            del self.workers[name]
+            if restart:
+                self.start(name)
+
+    def stop_all(self) -> None:
+        for w in self.workers.values():
+            w.terminate()
+
+
+def run_chaos(
+    settings: Settings,
+    seed: int,
+    events: int = 20_000,
+    duration: float = 30.0,
+    pack: int = 20,
+    say: Callable[[str], None] = lambda s: None,
+    catch_up_timeout: float = 240.0,
+) -> ChaosReport:
+    """One drill on ``settings`` (fresh topic, group and database expected)."""
+    rng = random.Random(seed)
+    traffic = generate(events, end=time.time(), days=2, seed=seed, late_share=0.1, bad_share=0.01)
+    report = ChaosReport(seed, len(traffic.lines), traffic.valid, sum(traffic.bad.values()))
+    began = time.monotonic()
+    crew = _Crew(settings, report, say)
+    producer = threading.Thread(
+        target=_produce_paced, args=(settings, traffic.lines, duration, pack), daemon=True
+    )
+    try:
+        for name in ("w0", "w1"):
+            crew.start(name)
+        producer.start()
+        while producer.is_alive():
+            time.sleep(rng.uniform(2.0, 7.0))
+            crew.reap()
+            action = rng.random()
+            # A worker armed with a fault is left to die by it.
+            targets = sorted(n for n, w in crew.workers.items() if not w.settings.fault)
+            if action < 0.6 and targets:
+                name = rng.choice(targets)
+                crew.workers.pop(name).kill()
+                report.kills += 1
+                say(f"kill -9 {name}")
+                time.sleep(rng.uniform(0.0, 2.0))
+                point = rng.choice(("after-commit", "mid-commit"))
+                fault = f"{point}:{rng.randint(1, 3)}" if rng.random() < 0.4 else ""
+                crew.start(name, fault)
+            elif action < 0.8 and "w2" not in crew.workers:
+                crew.start("w2")
+                report.scale_ups += 1
+            elif "w2" in crew.workers:
+                crew.workers.pop("w2").terminate()
+                report.scale_downs += 1
+                say("stop w2 (scale down)")
+        producer.join()
+        _catch_up(settings, crew, catch_up_timeout)
+        crew.stop_all()
+        report.seconds = time.monotonic() - began
+        report.mismatches = asyncio.run(_audit(settings, traffic.per_minute, report, dict(traffic.bad)))
+    finally:
+        crew.stop_all()
+    return report
+
+
+def _catch_up(settings: Settings, crew: _Crew, timeout: float) -> None:
+    """Replace faulty workers by clean ones and wait until the group committed everything."""
+    for name, w in list(crew.workers.items()):
+        if w.settings.fault:
+            crew.workers.pop(name).kill()
+            crew.start(name)
+    deadline = time.monotonic() + timeout
+    while True:
+        crew.reap()
+        lags = asyncio.run(group_lag(settings, [settings.hits_topic]))
+        if lags and all(p.lag == 0 for p in lags):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"group not caught up after chaos: {lags}")
+        time.sleep(1.0)
+
+
+async def _audit(settings: Settings, truth: Any, report: ChaosReport, bad: dict[str, int]) -> list[str]:
+    client = mongo_client(settings.mongo_url or "")
+    try:
+        db = client[settings.db]
+        problems = await audit_hits(db, truth, hits_fields())
+        totals = ledger_totals(await read_ledger(db, settings.group_id))
+        if totals.events != report.events:
+            problems.append(f"ledger counts {totals.events} events, {report.events} were produced")
+        dead = totals.rejected
+        if dead != bad:
+            problems.append(f"dead letters counted {dead}, produced {bad}")
+        return problems
+    finally:
+        await client.close()

@@ -1,0 +1,56 @@
+"""Read the partition ledgers (``preagg_offsets``): exact per-partition progress of a group.
+
+Each flush adds its figures to the ledger documents of its partitions in the same
+transaction as its aggregates (:mod:`pipeline.sinks.offsets`), so these totals are
+exactly what MongoDB holds: status, the chaos audit and the demo read them here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from pipeline.sinks.offsets import OFFSETS_COLLECTION
+
+
+@dataclass
+class LedgerTotals:
+    """Sums over ledger documents."""
+
+    events: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    docs: int = 0
+    flushes: int = 0
+    last_flush_at: float = 0.0
+
+    @property
+    def rejected_total(self) -> int:
+        """Refused events over all reasons."""
+        return sum(self.rejected.values())
+
+
+async def read_ledger(
+    db: AsyncDatabase[dict[str, Any]], group: str, topics: Iterable[str] | None = None
+) -> list[dict[str, Any]]:
+    """Ledger documents of ``group`` (optionally only some topics), by topic and partition."""
+    query: dict[str, Any] = {"group": group}
+    if topics is not None:
+        query["topic"] = {"$in": list(topics)}
+    docs = [d async for d in db[OFFSETS_COLLECTION].find(query)]
+    return sorted(docs, key=lambda d: (d["topic"], d["partition"]))
+
+
+def ledger_totals(docs: Iterable[Mapping[str, Any]]) -> LedgerTotals:
+    """Events, refusals by reason, documents and flushes summed over ledger documents."""
+    t = LedgerTotals()
+    for d in docs:
+        t.events += d.get("events", 0)
+        t.docs += d.get("docs", 0)
+        t.flushes += d.get("flushes", 0)
+        t.last_flush_at = max(t.last_flush_at, d.get("at", 0.0))
+        for reason, n in (d.get("rejected") or {}).items():
+            t.rejected[reason] = t.rejected.get(reason, 0) + n
+    return t

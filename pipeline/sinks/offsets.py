@@ -1,0 +1,106 @@
+"""Source offsets stored in MongoDB next to the aggregates: the fences of exactly-once.
+
+One document per (consumer group, topic, partition) in ``preagg_offsets``, the
+partition's ledger::
+
+    {_id: "<group>|<topic>|<partition>", group, topic, partition,
+     next: <first offset not counted>, flush: <id of the flush that set it>,
+     at: <unix time>, worker: <last writer>,
+     events: <n>, rejected: {<reason>: <n>}, docs: <n>, flushes: <n>}
+
+A flush's transaction reads these documents, checks each still holds the position
+the batch started from (:func:`check_fences`), writes the aggregates, moves
+``next`` past the batch and adds the batch's figures, all or nothing: the ledger's
+counts are exact too. Only the partition's owner writes its ledger, so workers never
+contend on a shared operations document. See docs/exactly-once.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+OFFSETS_COLLECTION = "preagg_offsets"
+
+TP = tuple[str, int]
+
+
+def offset_id(group: str, topic: str, partition: int) -> str:
+    """``_id`` of the offsets document of one partition for one group."""
+    return f"{group}|{topic}|{partition}"
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A batch's claim on one partition: MongoDB holds ``expected``; the flush moves it to ``next``."""
+
+    topic: str
+    partition: int
+    expected: int | None
+    next: int
+    #: Events of this partition in the batch, and refused ones by reason.
+    events: int = 0
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    #: Documents written and flushes: attributed to a flush's first partition only,
+    #: so that sums over the ledger are exact.
+    docs: int = 0
+    flushes: int = 0
+
+
+class FenceConflict(Exception):
+    """MongoDB's position differs from the batch's: another worker counted this range.
+
+    The batch must be dropped unwritten and unacked; the worker is a zombie of an
+    older group generation and stops (see :data:`pipeline.worker.flusher.EXIT_FENCED`).
+    """
+
+    def __init__(self, conflicts: list[tuple[Fence, int | None]]) -> None:
+        self.conflicts = conflicts
+        detail = ", ".join(
+            f"{f.topic}[{f.partition}] expected {f.expected} found {found}" for f, found in conflicts
+        )
+        super().__init__(f"offset fence conflict: {detail}")
+
+
+def check_fences(fences: Iterable[Fence], stored: Mapping[TP, Mapping[str, Any]], flush_id: str) -> bool:
+    """Decide a flush against the stored offsets documents.
+
+    Returns ``True`` when this very flush already committed (a retry after a lost
+    commit acknowledgement), ``False`` when it may be applied; raises
+    :class:`FenceConflict` when any partition moved under it.
+    """
+    fences = list(fences)
+    if fences and all(stored.get((f.topic, f.partition), {}).get("flush") == flush_id for f in fences):
+        return True
+    conflicts = []
+    for f in fences:
+        found = stored.get((f.topic, f.partition), {}).get("next")
+        if found != f.expected:
+            conflicts.append((f, found))
+    if conflicts:
+        raise FenceConflict(conflicts)
+    return False
+
+
+def offset_doc_update(
+    group: str, fence: Fence, flush_id: str, now: float, worker: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Filter and update that move one partition's stored position past a flush and add its figures."""
+    inc: dict[str, int] = {"events": fence.events, "docs": fence.docs, "flushes": fence.flushes}
+    inc.update({f"rejected.{reason}": n for reason, n in fence.rejected.items()})
+    return (
+        {"_id": offset_id(group, fence.topic, fence.partition)},
+        {
+            "$set": {
+                "group": group,
+                "topic": fence.topic,
+                "partition": fence.partition,
+                "next": fence.next,
+                "flush": flush_id,
+                "at": now,
+                "worker": worker,
+            },
+            "$inc": inc,
+        },
+    )

@@ -1,0 +1,130 @@
+"""Prometheus metrics and the health verdict of one worker, read from its flushers on scrape.
+
+A pull collector: nothing is updated on the hot path; every scrape reads the
+flushers' :class:`~pipeline.worker.flusher.FlushStats` and the consumer's positions.
+No URL, credential or event content is ever a label (security: metrics are often
+readable by more people than logs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pipeline.worker.flusher import LATENCY_BUCKETS, Flusher
+
+#: ``(topic, partition) -> messages behind the partition's end`` for assigned partitions.
+LagSource = Callable[[], dict[tuple[str, int], int]]
+
+CONTENT_TYPE = "text/plain; version=0.0.4"
+
+
+class WorkerCollector(Collector):
+    """Exposes the figures of a worker's flushers and its consumer lag."""
+
+    def __init__(
+        self, flushers: Sequence[Flusher[Any]], lag: LagSource, started: float | None = None
+    ) -> None:
+        self.flushers = flushers
+        self.lag = lag
+        self.started = started if started is not None else time.time()
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.time()
+        labels = ["stream"]
+        events = CounterMetricFamily("preagg_events", "Events taken into flushed batches", labels=labels)
+        skipped = CounterMetricFamily(
+            "preagg_replayed_messages_skipped",
+            "Re-delivered Kafka messages skipped because MongoDB already counted them",
+            labels=labels,
+        )
+        rejected = CounterMetricFamily(
+            "preagg_rejected", "Events sent to the dead-letter topic", labels=["stream", "reason"]
+        )
+        flushes = CounterMetricFamily("preagg_flushes", "Successful flushes", labels=labels)
+        retries = CounterMetricFamily(
+            "preagg_flush_retries", "Failed store or broker calls retried", labels=labels
+        )
+        docs = CounterMetricFamily("preagg_documents_written", "Documents upserted by flushes", labels=labels)
+        latency = HistogramMetricFamily(
+            "preagg_flush_seconds", "Duration of successful flushes", labels=labels
+        )
+        pending = GaugeMetricFamily(
+            "preagg_pending_keys", "Aggregate keys and dead letters in memory", labels=labels
+        )
+        bound = GaugeMetricFamily(
+            "preagg_pending_keys_bound", "Pending items that pause consumption", labels=labels
+        )
+        paused = GaugeMetricFamily(
+            "preagg_backpressure_paused", "1 while consumption waits for a flush", labels=labels
+        )
+        paused_s = CounterMetricFamily(
+            "preagg_backpressure_seconds", "Time consumption spent paused for backpressure", labels=labels
+        )
+        since = GaugeMetricFamily(
+            "preagg_seconds_since_last_flush",
+            "Seconds since the last successful flush (since start if none yet)",
+            labels=labels,
+        )
+        for f in self.flushers:
+            s, name = f.stats, [f.stream]
+            events.add_metric(name, s.events)
+            skipped.add_metric(name, s.skipped)
+            for reason, n in sorted(s.rejected.items()):
+                rejected.add_metric([f.stream, reason], n)
+            flushes.add_metric(name, s.flushes)
+            retries.add_metric(name, s.retries)
+            docs.add_metric(name, s.docs)
+            cumulative, buckets = 0, []
+            for upper, n in zip((*map(str, LATENCY_BUCKETS), "+Inf"), s.latency_counts, strict=True):
+                cumulative += n
+                buckets.append((upper, cumulative))
+            latency.add_metric(name, buckets, s.latency_sum)
+            pending.add_metric(name, f.pending_keys())
+            bound.add_metric(name, f.max_pending_keys)
+            paused.add_metric(name, 1 if s.paused_since is not None else 0)
+            paused_s.add_metric(name, s.backpressure_seconds)
+            since.add_metric(name, now - (s.last_flush_at or self.started))
+        lag = GaugeMetricFamily(
+            "preagg_consumer_lag",
+            "Messages behind the end of each assigned partition",
+            labels=["topic", "partition"],
+        )
+        for (topic, partition), n in sorted(self.lag().items()):
+            lag.add_metric([topic, str(partition)], n)
+        yield from (events, skipped, rejected, flushes, retries, docs, latency, pending, bound, paused)
+        yield from (paused_s, since, lag)
+
+
+def exposition(collector: WorkerCollector) -> bytes:
+    """The Prometheus text format of one scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    out: bytes = generate_latest(registry)
+    return out
+
+
+def health(
+    flushers: Iterable[Flusher[Any]], max_flush_age: float, started: float, now: float | None = None
+) -> dict[str, Any]:
+    """``{"ok": bool, ...}``: unhealthy when data waits and no flush succeeded for ``max_flush_age`` s."""
+    now = time.time() if now is None else now
+    streams = {}
+    ok = True
+    for f in flushers:
+        s = f.stats
+        age = now - (s.last_flush_at or started)
+        stale = f.pending_keys() > 0 and age > max_flush_age
+        ok = ok and not stale
+        streams[f.stream] = {
+            "pending": f.pending_keys(),
+            "seconds_since_flush": round(age, 3),
+            "paused": s.paused_since is not None,
+            "stale": stale,
+        }
+    return {"ok": ok, "streams": streams}
