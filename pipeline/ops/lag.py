@@ -1,4 +1,11 @@
-"""Consumer-group lag read from the broker: end offsets against committed offsets."""
+"""Consumer-group lag read from the broker: end offsets against committed offsets.
+
+End offsets come from a fetch's high watermark, not from ListOffsets alone: the
+embedded Tansu answers ListOffsets(latest) with the base offset of the last record
+batch plus one, which under-reports the end whenever that batch holds several
+records. Reading the last batch costs one small fetch per partition and gives the
+same answer as ListOffsets on Apache Kafka.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +52,7 @@ async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]
             tps.extend(TopicPartition(t, p) for p in sorted(parts))
         if not tps:
             return []
-        ends = await consumer.end_offsets(tps)
+        ends = await end_offsets(consumer, tps)
         out = []
         for tp in tps:
             committed = await consumer.committed(tp)
@@ -53,6 +60,22 @@ async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]
         return out
     finally:
         await consumer.stop()
+
+
+async def end_offsets(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """True end offset per partition: ListOffsets, corrected by the high watermark of a fetch."""
+    reported: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+    probe = [tp for tp in tps if reported[tp] > 0]
+    if not probe:
+        return reported
+    consumer.assign(probe)
+    for tp in probe:
+        consumer.seek(tp, reported[tp] - 1)
+    for _ in range(5):
+        await consumer.getmany(*probe, timeout_ms=500)
+        if all(consumer.highwater(tp) is not None for tp in probe):
+            break
+    return {tp: max(reported[tp], consumer.highwater(tp) or 0) if tp in probe else 0 for tp in tps}
 
 
 async def wait_caught_up(

@@ -162,12 +162,15 @@ class MongoSink:
                 session=session,
             )
 
-        async with self.client.start_session() as session:
-            await session.with_transaction(
-                body,
-                read_concern=ReadConcern("snapshot"),
-                write_concern=WriteConcern("majority"),
-            )
+        # One attempt; the flusher's retry loop (which logs and backs off) does the rest.
+        # ``with_transaction`` would retry silently for up to two minutes instead.
+        async with (
+            self.client.start_session() as session,
+            await session.start_transaction(
+                read_concern=ReadConcern("snapshot"), write_concern=WriteConcern("majority")
+            ),
+        ):
+            await body(session)
         return already
 
     async def _record_offsets(self, fences: Sequence[Fence], flush_id: str) -> None:

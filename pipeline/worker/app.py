@@ -12,6 +12,7 @@ The web server (``web_port``) serves Prometheus ``/metrics`` and ``/health``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -176,9 +177,20 @@ def build_app(settings: Settings) -> faust.App:
             msg = event.message
             await flusher.receive((msg.topic, msg.partition), msg.offset, event.value, (noack, event))
 
-    @app.timer(settings.flush_interval)
-    async def periodic_flush() -> None:
-        await flusher.flush()
+    async def flush_forever() -> None:
+        while True:
+            await asyncio.sleep(settings.flush_interval)
+            for f in flushers:
+                await f.flush()
+
+    # Not a Faust timer: Faust cancels its timers when it stops, before it waits for
+    # every delivered message to be acked; this loop outlives that wait and flushes
+    # the last batch, so SIGTERM and rebalances end with everything committed.
+    flush_loop: list[asyncio.Task[None]] = []
+
+    @app.task
+    async def start_flush_loop() -> None:
+        flush_loop.append(asyncio.get_running_loop().create_task(flush_forever()))
 
     return app
 

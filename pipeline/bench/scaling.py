@@ -1,0 +1,154 @@
+"""Scaling benchmark: the same packed stream through 1 and then 2 worker replicas, side by side.
+
+Each run gets its own topic (4 partitions), group and database on one pair of
+embedded services. The workers are started and must all hold partitions (their
+``/health`` lists them) before the clock starts, so no rebalance falls inside the
+measurement. CPU seconds of every process (workers, broker, store, producer) are
+read from ``/proc`` to show what the 2 shared cores are spent on.
+
+    python -m pipeline.bench.scaling --out bench-results/scaling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline.bench.hits import realtime_events
+from pipeline.ops.audit import audit_hits
+from pipeline.ops.lag import wait_caught_up
+from pipeline.producer import EventProducer
+from pipeline.schemas import hits_fields
+from pipeline.services.embedded import EmbeddedServices, for_embedded, free_port
+from pipeline.settings import Settings
+from pipeline.sinks.mongo import mongo_client
+from pipeline.worker.process import WorkerProcess
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process (its children not included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine."""
+    parts = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = parts[3] + parts[4]
+    return sum(parts) - idle, sum(parts)
+
+
+def _assigned(port: int) -> int:
+    try:
+        body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read())
+    except OSError:
+        return 0
+    return len(body.get("assigned", []))
+
+
+def run(
+    base: Settings, svc: EmbeddedServices, workers: int, events: list[tuple[bytes, bytes]]
+) -> dict[str, Any]:
+    """Time ``events`` through ``workers`` replicas, from first send to all committed."""
+    name = f"scale{workers}"
+    settings = base.with_(hits_topic=f"bench-{name}", group_id=f"bench-{name}", db=f"bench_{name}")
+    asyncio.run(_produce(settings, events[:1]))  # creates the topic
+    ports = [free_port() for _ in range(workers)]
+    procs = [WorkerProcess(settings.with_(web_port=p), f"{name}-{i}").start() for i, p in enumerate(ports)]
+    try:
+        deadline = time.monotonic() + 120
+        while not all(_assigned(p) for p in ports) or sum(_assigned(p) for p in ports) < settings.partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError("workers did not share the partitions")
+            time.sleep(0.5)
+        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120, poll=0.2))
+        others = {n: p.pid for n, p in svc._procs.items()}
+        cpu0 = {w.name: cpu_seconds(w.pid) for w in procs} | {n: cpu_seconds(p) for n, p in others.items()}
+        me0 = time.process_time()
+        busy0, total0 = machine_busy()
+        started = time.perf_counter()
+        asyncio.run(_produce(settings, events[1:]))
+        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=900, poll=0.1))
+        took = time.perf_counter() - started
+        busy1, total1 = machine_busy()
+        cpu1 = {w.name: cpu_seconds(w.pid) for w in procs} | {n: cpu_seconds(p) for n, p in others.items()}
+        cpu = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu0}
+        cpu["producer (this process)"] = round(time.process_time() - me0, 2)
+    finally:
+        for w in procs:
+            w.terminate()
+    problems = asyncio.run(_audit(settings, events))
+    return {
+        "workers": workers,
+        "events": len(events) - 1,
+        "seconds": round(took, 2),
+        "events_per_s": round((len(events) - 1) / took),
+        "cpu_seconds": cpu,
+        "machine_cpu_busy_share": round((busy1 - busy0) / max(1, total1 - total0), 3),
+        "exact": not problems,
+    }
+
+
+async def _produce(settings: Settings, events: list[tuple[bytes, bytes]]) -> None:
+    async with EventProducer(settings, settings.hits_topic, 100) as p:
+        for line, key in events:
+            await p.send_raw(line, key)
+
+
+async def _audit(settings: Settings, events: list[tuple[bytes, bytes]]) -> list[str]:
+    from collections import Counter
+
+    import orjson
+
+    truth: Counter[tuple[str, str, int]] = Counter()
+    for line, _ in events:
+        e = orjson.loads(line)
+        truth[(e["site"], e["page"], int(e["ts"] // 60))] += 1
+    client = mongo_client(settings.mongo_url or "")
+    try:
+        return await audit_hits(client[settings.db], truth, hits_fields())
+    finally:
+        await client.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--out", default="bench-results/scaling.json")
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="preagg-scaling-"))
+    svc = EmbeddedServices(home)
+    base = for_embedded(Settings(home=home, partitions=4), svc.start())
+    results: dict[str, Any] = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        events = realtime_events(args.events, seed=3)
+        for n in (1, 2):
+            print(f"{n} worker(s) ...", flush=True)
+            results[f"workers_{n}"] = run(base, svc, n, events)
+            print(json.dumps(results[f"workers_{n}"]), flush=True)
+        results["speedup_2_vs_1"] = round(
+            results["workers_2"]["events_per_s"] / results["workers_1"]["events_per_s"], 2
+        )
+    finally:
+        svc.stop()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"2 workers vs 1: {results['speedup_2_vs_1']}x; results in {out}")
+
+
+if __name__ == "__main__":
+    main()

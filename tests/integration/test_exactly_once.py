@@ -1,0 +1,133 @@
+"""Exactly-once on the real services: crashes inside and right after a flush's commit, then a chaos drill.
+
+Every test ends with an audit of every stored counter against the truth
+(:func:`pipeline.ops.audit.audit_hits`) and of the partition ledgers' event totals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+
+import pytest
+
+from pipeline.demo.traffic import Traffic, generate
+from pipeline.ops.audit import audit_hits
+from pipeline.ops.chaos import run_chaos
+from pipeline.ops.ledger import ledger_totals, read_ledger
+from pipeline.schemas import hits_fields
+from pipeline.services.embedded import free_port
+from pipeline.settings import Settings
+from pipeline.worker.process import WorkerProcess
+
+from .helpers import produce, run_worker_to_end, with_db
+
+pytestmark = pytest.mark.integration
+
+
+def audit(settings: Settings, traffic: Traffic) -> tuple[list[str], int]:
+    async def check(db):  # type: ignore[no-untyped-def]
+        problems = await audit_hits(db, traffic.per_minute, hits_fields())
+        return problems, ledger_totals(await read_ledger(db, settings.group_id)).events
+
+    result: tuple[list[str], int] = with_db(settings, check)
+    return result
+
+
+def crash_at(settings: Settings, fault: str) -> str:
+    """Run a worker armed with ``fault`` until it dies of it; return its log."""
+    w = WorkerProcess(settings.with_(fault=fault), f"crash-{fault.replace(':', '-')}").start()
+    deadline = time.monotonic() + 120
+    while w.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    rc = w.terminate()
+    log = w.log_path.read_text()
+    assert rc == 137, f"worker should have died at {fault} (rc {rc}):\n{log[-3000:]}"
+    return log
+
+
+@pytest.mark.parametrize("fault", ["after-commit:2", "mid-commit:2"])
+def test_crash_around_commit_counts_every_event_once(settings: Settings, fault: str) -> None:
+    """after-commit: MongoDB has the batch, Kafka's commit never came (the classic double count).
+    mid-commit: the transaction was left open on the server and must not count at all."""
+    settings = settings.with_(max_pending_keys=300)  # several flushes
+    traffic = generate(6_000, end=time.time(), days=1, seed=11, bad_share=0.01)
+    asyncio.run(produce(settings, traffic.lines, pack=20))
+
+    log = crash_at(settings, fault)
+    assert "fault injection: dying at" in log
+    problems, events = audit(settings, traffic)
+    assert events < len(traffic.lines), "the crash should leave work for the successor"
+
+    web = free_port()
+    w = WorkerProcess(settings.with_(web_port=web), "successor").start()
+    try:
+        from pipeline.ops.lag import wait_caught_up
+
+        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=180))
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10).read().decode()
+    finally:
+        assert w.terminate() == 0, w.log_path.read_text()[-3000:]
+    problems, events = audit(settings, traffic)
+    assert problems == []
+    assert events == len(traffic.lines)
+    if fault.startswith("after-commit"):
+        skipped = [
+            ln for ln in metrics.splitlines() if ln.startswith("preagg_replayed_messages_skipped_total")
+        ]
+        assert skipped and float(skipped[0].split()[-1]) > 0, "replayed messages should have been skipped"
+
+
+def test_chaos_two_workers_random_kills_exact(settings: Settings) -> None:
+    """Seeded kill -9 / restart / scale schedule during ingest; every counter exact afterwards."""
+    settings = settings.with_(partitions=4, max_pending_keys=2_000)
+    lines: list[str] = []
+    report = run_chaos(settings, seed=7, events=12_000, duration=25.0, say=lines.append)
+    assert report.faults >= 2, lines
+    assert report.ok, (report.mismatches, lines)
+
+
+def test_metrics_and_health_endpoints(settings: Settings) -> None:
+    traffic = generate(2_000, end=time.time(), days=1, seed=5, bad_share=0.02)
+    asyncio.run(produce(settings, traffic.lines, pack=50))
+    web = free_port()
+    w = WorkerProcess(settings.with_(web_port=web), "scraped").start()
+    try:
+        from pipeline.ops.lag import wait_caught_up
+
+        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120))
+        time.sleep(1.0)
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10) as r:
+            content_type = r.headers["Content-Type"]
+            body = r.read().decode()
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/health", timeout=10) as r:
+            status, health = r.status, r.read().decode()
+    finally:
+        assert w.terminate() == 0
+    assert content_type.startswith("text/plain")
+    for series in (
+        'preagg_events_total{stream="hits"}',
+        "preagg_rejected_total{",
+        'preagg_flushes_total{stream="hits"}',
+        'preagg_flush_seconds_bucket{le="0.1",stream="hits"}',
+        "preagg_flush_seconds_count",
+        'preagg_documents_written_total{stream="hits"}',
+        'preagg_pending_keys{stream="hits"}',
+        'preagg_seconds_since_last_flush{stream="hits"}',
+        'preagg_consumer_lag{partition="0",topic=',
+        "preagg_backpressure_paused",
+    ):
+        assert series in body, f"{series} missing from:\n{body}"
+    events = next(ln for ln in body.splitlines() if ln.startswith('preagg_events_total{stream="hits"}'))
+    assert float(events.split()[-1]) == len(traffic.lines)
+    assert status == 200 and '"ok": true' in health.replace('"ok":true', '"ok": true')
+
+
+def test_run_worker_to_end_still_exact(settings: Settings) -> None:
+    """The plain path (no faults) through the shared helper: exact, and the ledger agrees."""
+    traffic = generate(3_000, end=time.time(), days=1, seed=2, bad_share=0.01)
+    asyncio.run(produce(settings, traffic.lines, pack=20))
+    run_worker_to_end(settings)
+    problems, events = audit(settings, traffic)
+    assert problems == [] and events == len(traffic.lines)
