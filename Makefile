@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-unit lint bench clean
+.PHONY: install demo test test-unit lint bench bench-hits bench-scaling chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests
 	$(VENV)/bin/mypy
 
-bench: $(STAMP)  ## measures and writes bench-results/*.json and docs/benchmarks.md figures
+bench: bench-hits bench-scaling chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
+
+bench-hits: $(STAMP)  ## naive vs packed vs single, freshness, access-log replay
 	$(PY) -m pipeline.bench.hits --out bench-results/hits.json
+
+bench-scaling: $(STAMP)  ## events/s with 1 and 2 worker replicas, CPU per process
+	$(PY) -m pipeline.bench.scaling --out bench-results/scaling.json
+
+chaos: $(STAMP)  ## kill -9 / injected crashes / scaling during ingest, 5 seeds; mismatches must be 0
+	$(PY) -m pipeline.bench.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json
 
 clean:
 	rm -rf $(VENV) .preagg bench-results .pytest_cache .mypy_cache .ruff_cache

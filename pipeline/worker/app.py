@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import faust
-from faust.types import EventT, StreamT
+from faust.types import TP, EventT, StreamT
 
 from pipeline.aggregate.hits import HitCounts
 from pipeline.ingest.hits import HitDecoder
@@ -36,7 +36,7 @@ from pipeline.sinks.mongo import (
 )
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.faults import fault_hook
-from pipeline.worker.flusher import Flusher
+from pipeline.worker.flusher import Flusher, exit_to_resume
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
 
 log = logging.getLogger("preagg.worker")
@@ -106,6 +106,37 @@ def build_app(settings: Settings) -> faust.App:
         stream, event = cast(tuple[StreamT[bytes], EventT[bytes]], handle)
         return await stream.ack(event)
 
+    async def on_gap(tp: tuple[str, int], stored: int, offset: int) -> None:
+        ftp = TP(*tp)
+        earliest = (await app.consumer.earliest_offsets(ftp)).get(ftp, 0)
+        if max(stored, earliest) >= offset:
+            log.error(
+                "%s[%d]: offsets %d..%d were never counted and Kafka no longer has them "
+                "(retention); counting resumes at %d",
+                *tp,
+                stored,
+                offset - 1,
+                offset,
+            )
+            return
+        # Kafka's committed offset is ahead of MongoDB's (a message Faust skipped and
+        # acked during a rebalance, or a store restored from a backup). Point Kafka at
+        # MongoDB's position for every assigned partition (always safe: everything below
+        # it is counted), then restart so that consumption resumes there.
+        assigned = sorted(app.consumer.assignment())
+        stored_all = await sink.load_positions([(t.topic, t.partition) for t in assigned])
+        lows = await app.consumer.earliest_offsets(*assigned)
+        targets = {
+            t: max(pos, lows.get(t, 0))
+            for t in assigned
+            if (pos := stored_all.get((t.topic, t.partition))) is not None
+        }
+        await app.consumer._commit(targets)  # type: ignore[attr-defined]
+        exit_to_resume(
+            f"{tp[0]}[{tp[1]}]: Kafka delivered offset {offset} but MongoDB has counted only up to "
+            f"{stored}; Kafka's committed offsets now follow MongoDB's positions"
+        )
+
     decoder = HitDecoder(settings.max_event_bytes, settings.future_skew)
     flusher: Flusher[HitCounts] = Flusher(
         "hits",
@@ -116,6 +147,7 @@ def build_app(settings: Settings) -> faust.App:
         settings.max_pending_keys,
         settings.fields_per_update,
         fault=fault,
+        on_gap=on_gap,
     )
     flushers = [flusher]
     app.preagg_flushers = flushers  # type: ignore[attr-defined]

@@ -38,10 +38,16 @@ from pipeline.worker.positions import Positions
 
 log = logging.getLogger("preagg.flush")
 
-#: Exit status of a worker whose flush failed its offset fence: another worker
-#: counted the range. A supervisor restarts it; it resumes from MongoDB's offsets.
+#: Exit status of a worker that must restart to resume from MongoDB's positions:
+#: its flush failed its offset fence (another worker counted the range), or Kafka's
+#: committed offset was ahead of MongoDB's. A supervisor restarts it.
 EXIT_FENCED = 75
 
+#: Called when a partition's first message lies beyond MongoDB's stored position
+#: (Kafka's committed offset is ahead): ``(tp, stored position, offset delivered)``.
+#: The worker's handler re-points Kafka at the stored position and restarts, or
+#: returns when the range is gone from Kafka (retention) and counting must go on.
+OnGap = Callable[[TP, int, int], Awaitable[None]]
 SendDead = Callable[[Sequence[DeadLetter]], Awaitable[None]]
 Ack = Callable[[object], Awaitable[object]]
 Fault = Callable[[str], None]
@@ -103,6 +109,7 @@ class Flusher(Generic[A]):
         max_backoff: float = 30.0,
         fault: Fault | None = None,
         on_fenced: Callable[[FenceConflict], None] | None = None,
+        on_gap: OnGap | None = None,
     ) -> None:
         self.stream = stream
         self._factory = factory
@@ -114,9 +121,12 @@ class Flusher(Generic[A]):
         self.max_backoff = max_backoff
         self._fault = fault or (lambda point: None)
         self._on_fenced = on_fenced or exit_fenced
+        self._on_gap = on_gap
         self.batch: PendingBatch[A] = new_batch(factory)
         self.in_flight_keys = 0
         self.positions = Positions()
+        #: Partitions whose position was just loaded and whose first message is awaited.
+        self._fresh: set[TP] = set()
         #: Next offset to consume per partition (what the worker has read, counted or not).
         self.consumed: dict[TP, int] = {}
         self.stats = FlushStats()
@@ -126,8 +136,14 @@ class Flusher(Generic[A]):
 
     async def receive(self, tp: TP, offset: int, value: bytes | None, ack: object) -> None:
         """Take one Kafka message: load its partition's position, respect the bound, ingest."""
-        if self.sink.exactly_once and not self.positions.known(tp):
-            await self.load_positions([tp])
+        if self.sink.exactly_once:
+            if not self.positions.known(tp):
+                await self.load_positions([tp])
+            if tp in self._fresh:
+                self._fresh.discard(tp)
+                stored = self.positions.get(tp)
+                if stored is not None and offset > stored and self._on_gap is not None:
+                    await self._on_gap(tp, stored, offset)
         if self.pending_keys() >= self.max_pending_keys:
             await self._backpressure()
         self.ingest(tp, offset, value, ack)
@@ -141,6 +157,7 @@ class Flusher(Generic[A]):
 
         await self._retry("offsets read", load, 0)
         self.positions.load(stored)
+        self._fresh.update(stored)
         log.info(
             "%s positions from MongoDB: %s", self.stream, {f"{t}[{p}]": n for (t, p), n in stored.items()}
         )
@@ -169,7 +186,9 @@ class Flusher(Generic[A]):
     def forget_positions(self, tps: Sequence[TP]) -> None:
         """After a rebalance: drop cached positions of partitions with nothing pending."""
         pending = set(self.batch.offsets)
-        self.positions.forget(tp for tp in tps if tp not in pending)
+        dropped = [tp for tp in tps if tp not in pending]
+        self.positions.forget(dropped)
+        self._fresh.difference_update(dropped)
 
     async def _backpressure(self) -> None:
         s = self.stats
@@ -292,6 +311,13 @@ class Flusher(Generic[A]):
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
+
+
+def exit_to_resume(reason: str) -> None:
+    """End the process at once so that its restart resumes from MongoDB's positions."""
+    log.error("%s; exiting (status %d) to resume from MongoDB's positions.", reason, EXIT_FENCED)
+    logging.shutdown()
+    os._exit(EXIT_FENCED)
 
 
 def exit_fenced(conflict: FenceConflict) -> None:

@@ -131,3 +131,41 @@ def test_run_worker_to_end_still_exact(settings: Settings) -> None:
     run_worker_to_end(settings)
     problems, events = audit(settings, traffic)
     assert problems == [] and events == len(traffic.lines)
+
+
+def test_store_restored_from_backup_resumes_from_its_positions(settings: Settings) -> None:
+    """MongoDB restored to an older backup: Kafka's committed offsets are now ahead of the
+    restored positions; the worker points Kafka back, restarts, and recounts the rest once."""
+    from pipeline.worker.flusher import EXIT_FENCED
+
+    traffic = generate(4_000, end=time.time(), days=1, seed=13, bad_share=0)
+    half, third = len(traffic.lines) // 2, len(traffic.lines) - 600
+    asyncio.run(produce(settings, traffic.lines[:half], pack=20))
+    run_worker_to_end(settings, "first")
+    collections = ["hits_daily", "hits_monthly", "preagg_offsets"]
+
+    async def backup(db):  # type: ignore[no-untyped-def]
+        return {c: [d async for d in db[c].find()] for c in collections}
+
+    saved = with_db(settings, backup)
+    asyncio.run(produce(settings, traffic.lines[half:third], pack=20))
+    run_worker_to_end(settings, "second")
+
+    async def restore(db):  # type: ignore[no-untyped-def]
+        for c in collections:
+            await db[c].delete_many({})
+            await db[c].insert_many(saved[c])
+
+    with_db(settings, restore)
+    # Traffic goes on; the gap shows on each partition's first message after assignment.
+    asyncio.run(produce(settings, traffic.lines[third:], pack=20))
+    w = WorkerProcess(settings, "sees-the-gap").start()
+    deadline = time.monotonic() + 120
+    while w.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    rc = w.terminate()
+    log = w.log_path.read_text()
+    assert rc == EXIT_FENCED and "but MongoDB has counted only up to" in log, log[-3000:]
+    run_worker_to_end(settings, "resumes")
+    problems, events = audit(settings, traffic)
+    assert problems == [] and events == len(traffic.lines)

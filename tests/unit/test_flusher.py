@@ -199,3 +199,25 @@ def test_fence_checks() -> None:
     assert check_fences([Fence("t", 1, None, 5)], {}, "f1") is False
     with pytest.raises(FenceConflict):
         check_fences([Fence("t", 1, None, 5)], {("t", 1): {"next": 3}}, "f1")
+
+
+def test_first_message_beyond_the_stored_position_reports_a_gap() -> None:
+    """Kafka's committed offset ahead of MongoDB's: the worker must not count from there."""
+    store = ModelStore([])
+    store.offsets[TP0] = {"next": 5, "flush": "x"}
+    gaps: list[tuple[tuple[str, int], int, int]] = []
+
+    async def on_gap(tp: tuple[str, int], stored: int, offset: int) -> None:
+        gaps.append((tp, stored, offset))
+
+    f, _, _ = make(store)
+    f._on_gap = on_gap
+
+    async def go() -> None:
+        await f.receive(TP0, 9, hit(), "m9")
+        await f.receive(TP0, 10, hit(), "m10")  # only the first message after a load is checked
+        f.forget_positions([TP0])
+        await f.receive(TP0, 5, hit(), "m5")  # at the stored position: no gap
+
+    asyncio.run(go())
+    assert gaps == [(TP0, 5, 9)]
