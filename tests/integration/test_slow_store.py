@@ -110,11 +110,17 @@ def test_store_down_20s_pauses_at_bound_then_resumes_exactly(tmp_path: Path) -> 
     log = worker.log_path.read_text()
     assert rc == 0, log[-3000:]
 
+    rss_growth_mib = (max(r for _, _, r in samples) - rss_before) / 1024
+    paused_share = sum(1 for _, paused, _ in samples if paused) / len(samples)
+    print(
+        f"\noutage drill: max pending {max(p for p, _, _ in samples):.0f} (bound {BOUND}), "
+        f"paused in {paused_share:.0%} of samples, RSS growth {rss_growth_mib:.1f} MiB, "
+        f"health {sorted(statuses)}"
+    )
     # Bound: the batch being written plus the one being filled, one message over at most.
     assert max(p for p, _, _ in samples) <= BOUND + PACK, samples
     assert any(paused for _, paused, _ in samples), "consumption should have paused at the bound"
     assert 503 in statuses, "health should report the stalled flush"
-    rss_growth_mib = (max(r for _, _, r in samples) - rss_before) / 1024
     assert rss_growth_mib < 64, f"worker memory grew {rss_growth_mib:.0f} MiB while the store was down"
     assert "backpressure: " in log and "retrying in" in log
 
