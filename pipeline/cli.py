@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -74,16 +75,28 @@ def cmd_services(args: argparse.Namespace) -> int:
 
 def cmd_produce(args: argparse.Namespace) -> int:
     from pipeline.ingest.hits import HitDecoder
-    from pipeline.ingest.readers import read_hits
+    from pipeline.ingest.impressions import ImpressionDecoder, RelationDecoder
+    from pipeline.ingest.readers import Record, read_hits, read_jsonl, read_movielens
     from pipeline.producer import produce_records, with_progress
 
     s = _settings()
-    if args.kind != "hits":
-        print(f"unknown stream {args.kind!r}", file=sys.stderr)
+    formats = {"hits": ("jsonl", "clf"), "impressions": ("jsonl",), "relations": ("jsonl", "movielens")}
+    fmt = args.format or "jsonl"
+    if fmt not in formats[args.kind]:
+        print(f"{args.kind} read {' or '.join(formats[args.kind])}, not {fmt}", file=sys.stderr)
         return 2
-    decoder = HitDecoder(s.max_event_bytes, s.future_skew)
-    records = with_progress(read_hits(args.files, args.format, decoder, args.site))
-    summary = asyncio.run(produce_records(s, s.hits_topic, records, args.pack))
+    records: Iterator[Record]
+    if args.kind == "hits":
+        decoder = HitDecoder(s.max_event_bytes, s.future_skew)
+        records, topic = read_hits(args.files, fmt, decoder, args.site), s.hits_topic
+    elif args.kind == "impressions":
+        imp = ImpressionDecoder(s.max_event_bytes, s.future_skew)
+        records, topic = read_jsonl(args.files, imp.decode), s.impressions_topic
+    elif fmt == "movielens":
+        records, topic = read_movielens(args.files), s.relations_topic
+    else:
+        records, topic = read_jsonl(args.files, RelationDecoder(s.max_event_bytes).decode), s.relations_topic
+    summary = asyncio.run(produce_records(s, topic, with_progress(records), args.pack))
     print(summary.text())
     return 0
 
@@ -133,6 +146,72 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_id(text: str) -> int | str:
+    """A user or item id from the command line: digits are an integer id, anything else a string."""
+    return int(text) if text.isdigit() and len(text) < 10 else text
+
+
+def _print_rows(rows: list[tuple[Any, Any]], as_json: bool, header: tuple[str, str]) -> None:
+    if as_json:
+        print(json.dumps([{header[0]: a, header[1]: b} for a, b in rows]))
+        return
+    print(f"{header[0]:>20}  {header[1]}")
+    for a, b in rows:
+        print(f"{a!s:>20}  {b}")
+
+
+def cmd_query_impressions(args: argparse.Namespace) -> int:
+    from pipeline.query.impressions import items_of_user, top_items, users_of_item
+    from pipeline.sinks.mongo import mongo_client
+
+    s = _settings()
+
+    async def run() -> tuple[list[tuple[Any, int]], tuple[str, str]]:
+        client = mongo_client(s.mongo_url or "")
+        db = client[s.db]
+        try:
+            if args.user is not None:
+                return await items_of_user(db, parse_id(args.user), args.limit), ("item", "count")
+            if args.item is not None:
+                return await users_of_item(db, parse_id(args.item), args.limit), ("user", "count")
+            return await top_items(db, args.top, args.day), ("item", "count")
+        finally:
+            await client.close()
+
+    rows, header = asyncio.run(run())
+    _print_rows(rows, args.json, header)
+    return 0
+
+
+def cmd_query_related(args: argparse.Namespace) -> int:
+    from pipeline.aggregate.relations import relation_sides
+    from pipeline.query.relations import related_items, related_users
+    from pipeline.sinks.mongo import mongo_client
+
+    s = _settings()
+    sides = relation_sides(s.relation_user_capacity, s.relation_item_capacity, s.relation_fpr)
+
+    async def run() -> list[Any]:
+        client = mongo_client(s.mongo_url or "")
+        try:
+            if args.user is not None:
+                return await related_items(client[s.db], parse_id(args.user), sides)
+            return await related_users(client[s.db], parse_id(args.item), sides)
+        finally:
+            await client.close()
+
+    found = asyncio.run(run())
+    if args.json:
+        print(json.dumps(found))
+    else:
+        print("\n".join(str(x) for x in found))
+        print(
+            f"{len(found)} found (Bloom filters: false positives possible, false negatives never)",
+            file=sys.stderr,
+        )
+    return 0
+
+
 # -- status -------------------------------------------------------------------
 
 
@@ -175,9 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_services)
 
     pp = sub.add_parser("produce", help="send events from files (or - for stdin) to Kafka")
-    pp.add_argument("kind", choices=["hits"])
+    pp.add_argument("kind", choices=["hits", "impressions", "relations"])
     pp.add_argument("files", nargs="+")
-    pp.add_argument("--format", choices=["jsonl", "clf"], default="jsonl")
+    pp.add_argument(
+        "--format",
+        choices=["jsonl", "clf", "movielens"],
+        help="jsonl (default); clf for hits (access logs); movielens u.data for relations (rating >= 4)",
+    )
     pp.add_argument("--site", help="site of clf lines (default: file name); fills missing sites")
     pp.add_argument("--pack", type=int, help="events per Kafka message (default PREAGG_PACK_SIZE=100)")
     pp.set_defaults(func=cmd_produce)
@@ -199,6 +282,21 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--csv", action="store_true")
     qh.add_argument("--plot", metavar="FILE.png")
     qh.set_defaults(func=cmd_query)
+    qi = qsub.add_parser("impressions", help="impression counts by user, by item, or the top items")
+    who = qi.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", help="items this user has seen, with counts")
+    who.add_argument("--item", help="users who saw this item, with counts")
+    who.add_argument("--top", type=int, metavar="N", help="the N most viewed items")
+    qi.add_argument("--day", help="with --top: that UTC day (YYYY-MM-DD)")
+    qi.add_argument("--limit", type=int, default=0, help="at most this many rows (0: all)")
+    qi.add_argument("--json", action="store_true")
+    qi.set_defaults(func=cmd_query_impressions)
+    qr = qsub.add_parser("related", help="relations through the Bloom filters (server side)")
+    side = qr.add_mutually_exclusive_group(required=True)
+    side.add_argument("--user", help="items whose filter contains this user")
+    side.add_argument("--item", help="users whose filter contains this item")
+    qr.add_argument("--json", action="store_true")
+    qr.set_defaults(func=cmd_query_related)
 
     st = sub.add_parser("status", help="lag, throughput and dead letters of the whole worker group")
     st.add_argument(

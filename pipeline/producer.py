@@ -23,7 +23,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from pipeline.ingest.envelope import pack
-from pipeline.ingest.readers import Accepted, Refused, hit_key
+from pipeline.ingest.readers import Record, Refused, Skipped, hit_key
 from pipeline.kafka import ensure_topics, partition_for
 from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
@@ -123,6 +123,7 @@ class ProduceSummary:
     sent: int = 0
     messages: int = 0
     refused: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -144,18 +145,25 @@ class ProduceSummary:
             + (": " + ", ".join(f"{k}={v}" for k, v in sorted(self.refused.items())) if total else "")
         )
         lines.extend(f"  {e}" for e in self.examples)
+        if self.skipped:
+            lines.append(
+                "skipped (valid, not events by definition): "
+                + ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items()))
+            )
         return "\n".join(lines)
 
 
 async def produce_records(
-    settings: Settings, topic: str, records: Iterable[Accepted | Refused], pack_size: int | None = None
+    settings: Settings, topic: str, records: Iterable[Record], pack_size: int | None = None
 ) -> ProduceSummary:
     """Send accepted records packed, count refused ones."""
     summary = ProduceSummary()
     started = time.monotonic()
     async with EventProducer(settings, topic, pack_size) as p:
         for rec in records:
-            if isinstance(rec, Refused):
+            if isinstance(rec, Skipped):
+                summary.skipped[rec.reason] = summary.skipped.get(rec.reason, 0) + 1
+            elif isinstance(rec, Refused):
                 summary.refuse(rec)
             else:
                 await p.send_raw(rec.raw, rec.key)
@@ -164,7 +172,7 @@ async def produce_records(
     return summary
 
 
-def with_progress(records: Iterable[Accepted | Refused]) -> Iterator[Accepted | Refused]:
+def with_progress(records: Iterable[Record]) -> Iterator[Record]:
     """Progress bar (on a terminal) counted in lines of the input files."""
     from tqdm import tqdm
 

@@ -22,8 +22,10 @@ _INTS = {
     "max_event_bytes",
     "pack_size",
     "web_port",
+    "relation_user_capacity",
+    "relation_item_capacity",
 }
-_FLOATS = {"flush_interval", "future_skew", "session_timeout", "health_max_flush_age"}
+_FLOATS = {"flush_interval", "future_skew", "session_timeout", "health_max_flush_age", "relation_fpr"}
 
 
 def env_name(field_name: str) -> str:
@@ -74,6 +76,17 @@ class Settings:
     db: str = "preagg"
     #: Topic of raw web hits.
     hits_topic: str = "hits"
+    #: Topic of impressions (user was shown item).
+    impressions_topic: str = "impressions"
+    #: Topic of user–item relations (likes, ratings of 4 or more).
+    relations_topic: str = "relations"
+    #: Target false-positive rate of the relation Bloom filters. Lower: bigger filters.
+    relation_fpr: float = 0.005
+    #: Items a user's filter is sized for (its false-positive rate passes ``relation_fpr``
+    #: once the user has more relations). Size it near the 99th percentile.
+    relation_user_capacity: int = 300
+    #: Users an item's filter is sized for.
+    relation_item_capacity: int = 300
     #: Topic receiving rejected input with its reason and original bytes.
     deadletter_topic: str = "preagg-deadletter"
     #: Partitions of topics the project creates. More partitions allow more worker

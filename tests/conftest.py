@@ -30,6 +30,8 @@ def settings(services: Endpoints, tmp_path: Path) -> Settings:
     base = Settings(
         db=f"t_{tag}",
         hits_topic=f"hits-{tag}",
+        impressions_topic=f"imp-{tag}",
+        relations_topic=f"rel-{tag}",
         deadletter_topic=f"dead-{tag}",
         group_id=f"g-{tag}",
         partitions=3,

@@ -8,13 +8,15 @@ from typing import Any
 
 @dataclass(slots=True)
 class DocUpdate:
-    """Upsert of ``id`` in ``collection``: ``$inc`` counters, ``$set`` / ``$setOnInsert`` the rest."""
+    """Upsert of ``id`` in ``collection``: ``$inc``, ``$bit or``, ``$set`` and ``$setOnInsert`` parts."""
 
     collection: str
-    id: str
+    id: int | str
     set_on_insert: dict[str, Any]
     inc: dict[str, int] = field(default_factory=dict)
     set: dict[str, Any] = field(default_factory=dict)
+    #: Dotted path → signed int64 mask to OR in (Bloom filter words).
+    bit_or: dict[str, int] = field(default_factory=dict)
 
     def add(self, path: str, n: int) -> None:
         """Add ``n`` to counter ``path`` (dotted) of this update."""
@@ -45,6 +47,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                     u.set_on_insert if first else {},
                     dict(items[i : i + max_fields]),
                     u.set if first else {},
+                    u.bit_or if first else {},
                 )
             )
     return out

@@ -8,14 +8,15 @@ is dropped silently: the caller reports refused lines in its summary.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
+from pipeline.aggregate.keys import id_bytes
 from pipeline.ingest.clf import ClfError, parse_line
 from pipeline.ingest.hits import HitDecoder
 from pipeline.ingest.validate import Rejection
@@ -46,6 +47,16 @@ def _open(path: str) -> Iterator[IO[bytes]]:
     else:
         with open(path, "rb") as f:
             yield f
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A valid line that is not an event by definition (a MovieLens rating below 4)."""
+
+    reason: str
+
+
+Record = Accepted | Refused | Skipped
 
 
 def hit_key(site: str, page: str) -> bytes:
@@ -92,3 +103,46 @@ def _from_clf(name: str, no: int, line: bytes, site: str) -> Accepted | Refused:
         return Refused(name, no, "clf", str(exc))
     event = {"site": site, "page": rec.path, "ts": rec.ts}
     return Accepted(orjson.dumps(event), hit_key(site, rec.path))
+
+
+Decode = Callable[[bytes], tuple[Any, ...] | Rejection]
+
+
+def read_jsonl(paths: Iterable[str], decode: Decode) -> Iterator[Record]:
+    """Events of any kind from JSON-lines files, keyed by their first field (user)."""
+    for path in paths:
+        name = "<stdin>" if path == "-" else path
+        with _open(path) as f:
+            for no, line in enumerate(f, 1):
+                line = line.rstrip(b"\r\n")
+                if not line.strip():
+                    continue
+                event = decode(line)
+                if isinstance(event, Rejection):
+                    yield Refused(name, no, event.reason, event.detail)
+                else:
+                    yield Accepted(line, id_bytes(event[0]))
+
+
+def read_movielens(paths: Iterable[str], min_rating: int = 4) -> Iterator[Record]:
+    """Relations from MovieLens ``u.data`` (user, item, rating, time; tab-separated).
+
+    A rating of ``min_rating`` or more is a relation, as in the seed; lower ratings
+    are skipped and counted, malformed lines refused with their number.
+    """
+    for path in paths:
+        name = "<stdin>" if path == "-" else path
+        with _open(path) as f:
+            for no, line in enumerate(f, 1):
+                parts = line.split()
+                if not parts:
+                    continue
+                try:
+                    user, item, rating, ts = (int(x) for x in parts)
+                except ValueError:
+                    yield Refused(name, no, "movielens", f"want 4 integers, got {line[:80]!r}")
+                    continue
+                if rating < min_rating:
+                    yield Skipped(f"rating_below_{min_rating}")
+                    continue
+                yield Accepted(orjson.dumps({"user": user, "item": item, "ts": ts}), id_bytes(user))

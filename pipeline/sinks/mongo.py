@@ -19,7 +19,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pymongo import ASCENDING, AsyncMongoClient, UpdateOne, WriteConcern
+from bson import Int64
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, UpdateOne, WriteConcern
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure
@@ -55,9 +56,27 @@ async def ensure_hits_indexes(db: AsyncDatabase[dict[str, Any]], fields: HitsFie
         )
 
 
+async def ensure_impression_indexes(db: AsyncDatabase[dict[str, Any]]) -> None:
+    """Pairs by user and by item; items and item-days by count (top N without a scan)."""
+    from pipeline.aggregate.impressions import impression_fields
+
+    f = impression_fields()
+    pairs = db[f.pairs["collection"]]
+    await pairs.create_index([(f.pairs["user"], ASCENDING)], name="user")
+    await pairs.create_index([(f.pairs["item"], ASCENDING)], name="item")
+    await db[f.items["collection"]].create_index([(f.items["count"], DESCENDING)], name="count")
+    await db[f.daily["collection"]].create_index(
+        [(f.daily["day"], ASCENDING), (f.daily["count"], DESCENDING)], name="day_count"
+    )
+
+
 def to_operation(u: DocUpdate) -> UpdateOne:
     """The upsert for one planned document update."""
-    update: dict[str, Any] = {"$inc": u.inc}
+    update: dict[str, Any] = {}
+    if u.inc:
+        update["$inc"] = u.inc
+    if u.bit_or:
+        update["$bit"] = {path: {"or": Int64(mask)} for path, mask in u.bit_or.items()}
     if u.set_on_insert:
         update["$setOnInsert"] = u.set_on_insert
     if u.set:

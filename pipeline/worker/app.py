@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +23,10 @@ import faust
 from faust.types import TP, EventT, StreamT
 
 from pipeline.aggregate.hits import HitCounts
+from pipeline.aggregate.impressions import ImpressionCounts, impression_fields
+from pipeline.aggregate.relations import RelationFilters, relation_sides
 from pipeline.ingest.hits import HitDecoder
+from pipeline.ingest.impressions import ImpressionDecoder, RelationDecoder
 from pipeline.schemas import hits_fields
 from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
@@ -31,9 +34,11 @@ from pipeline.sinks.mongo import (
     EXACTLY_ONCE,
     MongoSink,
     ensure_hits_indexes,
+    ensure_impression_indexes,
     mongo_client,
     supports_transactions,
 )
+from pipeline.worker.batch import Aggregator
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.faults import fault_hook
 from pipeline.worker.flusher import Flusher, exit_to_resume
@@ -74,12 +79,6 @@ def build_app(settings: Settings) -> faust.App:
     conf = faust_settings(settings)
     Path(conf["datadir"]).parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(settings.group_id, **conf)
-    hits_topic = app.topic(
-        settings.hits_topic,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=settings.partitions,
-    )
     dead_topic = app.topic(
         settings.deadletter_topic,
         key_serializer="raw",
@@ -137,19 +136,33 @@ def build_app(settings: Settings) -> faust.App:
             f"{stored}; Kafka's committed offsets now follow MongoDB's positions"
         )
 
-    decoder = HitDecoder(settings.max_event_bytes, settings.future_skew)
-    flusher: Flusher[HitCounts] = Flusher(
-        "hits",
-        lambda: HitCounts(decoder, fields),
-        sink,
-        send_dead,
-        ack,
-        settings.max_pending_keys,
-        settings.fields_per_update,
-        fault=fault,
-        on_gap=on_gap,
+    hit_decoder = HitDecoder(settings.max_event_bytes, settings.future_skew)
+    imp_decoder = ImpressionDecoder(settings.max_event_bytes, settings.future_skew)
+    rel_decoder = RelationDecoder(settings.max_event_bytes)
+    imp_fields = impression_fields()
+    sides = relation_sides(
+        settings.relation_user_capacity, settings.relation_item_capacity, settings.relation_fpr
     )
-    flushers = [flusher]
+    streams: list[tuple[str, str, Callable[[], Aggregator]]] = [
+        ("hits", settings.hits_topic, lambda: HitCounts(hit_decoder, fields)),
+        ("impressions", settings.impressions_topic, lambda: ImpressionCounts(imp_decoder, imp_fields)),
+        ("relations", settings.relations_topic, lambda: RelationFilters(rel_decoder, sides)),
+    ]
+    flushers: list[Flusher[Any]] = []
+    for name, topic_name, factory in streams:
+        flusher: Flusher[Any] = Flusher(
+            name,
+            factory,
+            sink,
+            send_dead,
+            ack,
+            settings.max_pending_keys,
+            settings.fields_per_update,
+            fault=fault,
+            on_gap=on_gap,
+        )
+        flushers.append(flusher)
+        _add_agent(app, name, topic_name, settings.partitions, flusher)
     app.preagg_flushers = flushers  # type: ignore[attr-defined]
 
     def consumer_lag() -> dict[tuple[str, int], int]:
@@ -158,8 +171,9 @@ def build_app(settings: Settings) -> faust.App:
         for tp in consumer.assignment():
             hw = consumer.highwater(tp)
             key = (tp.topic, tp.partition)
-            if hw is not None and flusher.positions.known(key):
-                out[key] = max(0, hw - (flusher.consumed.get(key) or flusher.positions.get(key) or 0))
+            for f in flushers:
+                if hw is not None and f.positions.known(key):
+                    out[key] = max(0, hw - (f.consumed.get(key) or f.positions.get(key) or 0))
         return out
 
     collector = WorkerCollector(flushers, consumer_lag, started)
@@ -193,21 +207,15 @@ def build_app(settings: Settings) -> faust.App:
             )
             raise SystemExit(2)
         await ensure_hits_indexes(db, fields)
+        await ensure_impression_indexes(db)
         log.info(
-            "worker %s ready: hits from %r, MongoDB db %r, commit mode %s, web port %s",
+            "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,
-            settings.hits_topic,
+            ", ".join(t for _, t, _ in streams),
             settings.db,
             settings.commit_mode,
             settings.web_port or "off",
         )
-
-    @app.agent(hits_topic, name="hits")
-    async def hits(stream: StreamT[bytes]) -> None:
-        noack = stream.noack()  # type: ignore[attr-defined]
-        async for event in noack.events():
-            msg = event.message
-            await flusher.receive((msg.topic, msg.partition), msg.offset, event.value, (noack, event))
 
     async def flush_forever() -> None:
         while True:
@@ -225,6 +233,19 @@ def build_app(settings: Settings) -> faust.App:
         flush_loop.append(asyncio.get_running_loop().create_task(flush_forever()))
 
     return app
+
+
+def _add_agent(app: faust.App, name: str, topic_name: str, partitions: int, flusher: Flusher[Any]) -> None:
+    """One noack agent feeding ``flusher`` from ``topic_name``."""
+    topic = app.topic(topic_name, key_serializer="raw", value_serializer="raw", partitions=partitions)
+
+    async def agent(stream: StreamT[bytes]) -> None:
+        noack = stream.noack()  # type: ignore[attr-defined]
+        async for event in noack.events():
+            msg = event.message
+            await flusher.receive((msg.topic, msg.partition), msg.offset, event.value, (noack, event))
+
+    app.agent(topic, name=name)(agent)
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:

@@ -23,11 +23,13 @@ async def produce(settings: Settings, lines: Iterable[tuple[bytes, bytes]], pack
             await p.send_raw(line, key)
 
 
-def run_worker_to_end(settings: Settings, name: str = "worker", timeout: float = 180) -> None:
+def run_worker_to_end(
+    settings: Settings, name: str = "worker", timeout: float = 180, topics: list[str] | None = None
+) -> None:
     """Start a worker, wait until the group committed everything, SIGTERM it (exit code 0)."""
     w = WorkerProcess(settings, name).start()
     try:
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=timeout))
+        asyncio.run(wait_caught_up(settings, topics or [settings.hits_topic], timeout=timeout))
     finally:
         rc = w.terminate()
     assert rc == 0, w.log_path.read_text()[-3000:]

@@ -1,0 +1,232 @@
+"""Impressions and Bloom-filter relations benchmark (``make bench-relations``).
+
+1. Impressions: a Zipf stream of (user, item) impressions through one worker with
+   packed messages: events/s end to end, BSON bytes per pair document, and the
+   store's own collection and index sizes scaled per million pairs.
+2. Relations on MovieLens 100k (``u.data``, rating >= 4 is a relation): after one
+   worker built both sides' filters, the false-positive rate of each side against
+   the exact relation, bytes per user and per item document against an exact
+   junction collection in the same store, and the latency of "related items of a
+   user" through the filters (server-side ``$bitsAllSet`` scan) against the
+   junction collection with an index on ``u``.
+
+    python -m pipeline.bench.relations --out bench-results/relations.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import bson
+import orjson
+from pymongo import ASCENDING, InsertOne, MongoClient
+
+from pipeline.aggregate.bloom import contains
+from pipeline.aggregate.keys import id_bytes
+from pipeline.aggregate.relations import relation_sides
+from pipeline.ingest.readers import Accepted, read_movielens
+from pipeline.ops.lag import wait_caught_up
+from pipeline.producer import EventProducer
+from pipeline.query.relations import related_items
+from pipeline.services.embedded import EmbeddedServices, for_embedded
+from pipeline.settings import Settings
+from pipeline.sinks.mongo import mongo_client
+from pipeline.worker.process import WorkerProcess
+
+MOVIELENS = Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k/u.data"
+
+
+async def _send(settings: Settings, topic: str, events: list[tuple[bytes, bytes]]) -> None:
+    async with EventProducer(settings, topic, 100) as p:
+        for line, key in events:
+            await p.send_raw(line, key)
+
+
+def _run_worker(settings: Settings, topic: str, events: list[tuple[bytes, bytes]], name: str) -> float:
+    """Warm a worker, then time ``events`` from first send to all committed."""
+    asyncio.run(_send(settings, topic, events[:1]))
+    w = WorkerProcess(settings, name).start()
+    try:
+        asyncio.run(wait_caught_up(settings, [topic], timeout=120, poll=0.2))
+        began = time.perf_counter()
+        asyncio.run(_send(settings, topic, events[1:]))
+        asyncio.run(wait_caught_up(settings, [topic], timeout=900, poll=0.1))
+        return time.perf_counter() - began
+    finally:
+        w.terminate()
+
+
+def _stats(db: Any, name: str) -> dict[str, Any]:
+    try:
+        st = db.command("collStats", name)
+        return {k: st.get(k) for k in ("count", "size", "storageSize", "totalIndexSize", "avgObjSize")}
+    except Exception as exc:  # a store without collStats: say so in the results
+        return {"error": str(exc)[:200]}
+
+
+def impressions(base: Settings, n: int) -> dict[str, Any]:
+    """Throughput and sizes of impression counting."""
+    settings = base.with_(impressions_topic="bench-imp", group_id="bench-imp", db="bench_imp")
+    rng = random.Random(1)
+    now = time.time()
+    items = [rng.paretovariate(1.2) for _ in range(2_000)]
+    events = []
+    for _ in range(n):
+        user, item = rng.randrange(20_000), rng.choices(range(2_000), items)[0]
+        events.append(
+            (orjson.dumps({"user": user, "item": item, "ts": now - rng.random() * 3600}), id_bytes(user))
+        )
+    took = _run_worker(settings, settings.impressions_topic, events, "bench-imp")
+    client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
+    db = client[settings.db]
+    sample = list(db.imp_pairs.aggregate([{"$sample": {"size": 1000}}]))
+    pairs = db.imp_pairs.count_documents({})
+    stats = _stats(db, "imp_pairs")
+    client.close()
+    per_million = {}
+    if "size" in stats and pairs:
+        per_million = {
+            k: round(stats[k] * 1_000_000 / pairs / 2**20, 1)
+            for k in ("size", "storageSize", "totalIndexSize")
+            if stats.get(k) is not None
+        }
+    return {
+        "events": n - 1,
+        "seconds": round(took, 2),
+        "events_per_s": round((n - 1) / took),
+        "pairs": pairs,
+        "bson_bytes_per_pair_mean": round(statistics.mean(len(bson.encode(d)) for d in sample), 1),
+        "bson_bytes_per_pair_max": max(len(bson.encode(d)) for d in sample),
+        "collection_stats": stats,
+        "mib_per_million_pairs": per_million,
+    }
+
+
+def relations(base: Settings, queries: int) -> dict[str, Any] | None:
+    """False-positive rates, sizes and query latency on MovieLens 100k."""
+    if not MOVIELENS.exists():
+        return None
+    settings = base.with_(relations_topic="bench-rel", group_id="bench-rel", db="bench_rel")
+    recs = [r for r in read_movielens([str(MOVIELENS)]) if isinstance(r, Accepted)]
+    pairs = {(e["user"], e["item"]) for e in (orjson.loads(r.raw) for r in recs)}
+    took = _run_worker(settings, settings.relations_topic, [(r.raw, r.key) for r in recs], "bench-rel")
+    sides = relation_sides(
+        settings.relation_user_capacity, settings.relation_item_capacity, settings.relation_fpr
+    )
+    client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
+    db = client[settings.db]
+    users = {d["_id"]: d for d in db.rel_users.find()}
+    items = {d["_id"]: d for d in db.rel_items.find()}
+    by_user: dict[int, set[int]] = defaultdict(set)
+    by_item: dict[int, set[int]] = defaultdict(set)
+    for u, i in pairs:
+        by_user[u].add(i)
+        by_item[i].add(u)
+    result: dict[str, Any] = {"relations": len(pairs), "ingest_seconds": round(took, 2)}
+    for side, docs, truth, others, spec in (
+        ("user", users, by_user, sorted(by_item), sides.user_spec),
+        ("item", items, by_item, sorted(by_user), sides.item_spec),
+    ):
+        rates, fp_total, probes = [], 0, 0
+        for key, doc in docs.items():
+            words = doc.get("b", {})
+            negatives = [x for x in others if x not in truth[key]]
+            fp = sum(contains(words, spec, x) for x in negatives)
+            fp_total += fp
+            probes += len(negatives)
+            rates.append(fp / len(negatives))
+            assert all(contains(words, spec, x) for x in truth[key]), "false negative"
+        result[f"{side}_side"] = {
+            "filters": len(docs),
+            "capacity": spec.n,
+            "bits": spec.m,
+            "k": spec.k,
+            "fpr_overall": round(fp_total / probes, 5),
+            "fpr_mean_per_filter": round(statistics.mean(rates), 5),
+            "fpr_max_per_filter": round(max(rates), 5),
+            "filters_above_target": sum(r > settings.relation_fpr for r in rates),
+            "bson_bytes_per_doc_mean": round(statistics.mean(len(bson.encode(d)) for d in docs.values()), 1),
+        }
+    # exact junction collection in the same store, indexed both ways
+    db.rel_junction.drop()
+    db.rel_junction.bulk_write([InsertOne({"u": u, "i": i}) for u, i in sorted(pairs)], ordered=False)
+    db.rel_junction.create_index([("u", ASCENDING), ("i", ASCENDING)])
+    db.rel_junction.create_index([("i", ASCENDING)])
+    sample = list(db.rel_junction.find().limit(1000))
+    per_row = statistics.mean(len(bson.encode(d)) for d in sample)
+    result["junction"] = {
+        "rows": len(pairs),
+        "bson_bytes_per_row_mean": round(per_row, 1),
+        "bson_bytes_per_user_mean": round(per_row * len(pairs) / len(by_user), 1),
+        "bson_bytes_per_item_mean": round(per_row * len(pairs) / len(by_item), 1),
+        "collection_stats": _stats(db, "rel_junction"),
+    }
+    result["filters_stats"] = {"rel_users": _stats(db, "rel_users"), "rel_items": _stats(db, "rel_items")}
+    client.close()
+    result["query_related_items_of_user"] = asyncio.run(_latencies(settings, sorted(by_user), sides, queries))
+    return result
+
+
+async def _latencies(settings: Settings, users: list[int], sides: Any, n: int) -> dict[str, Any]:
+    client = mongo_client(settings.mongo_url or "")
+    db = client[settings.db]
+    rng = random.Random(2)
+    chosen = [rng.choice(users) for _ in range(n)]
+    out: dict[str, Any] = {}
+    try:
+        for name in ("bloom_filters", "indexed_junction", "bloom_filters", "indexed_junction"):
+            times = []
+            for u in chosen:
+                t = time.perf_counter()
+                if name == "bloom_filters":
+                    await related_items(db, u, sides)
+                else:
+                    [d["i"] async for d in db.rel_junction.find({"u": u}, {"i": 1, "_id": 0})]
+                times.append((time.perf_counter() - t) * 1000)
+            times.sort()
+            out[name] = {  # the second (warm) pass of each overwrites the first
+                "p50_ms": round(statistics.median(times), 2),
+                "p99_ms": round(times[int(len(times) * 0.99) - 1], 2),
+            }
+    finally:
+        await client.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--impressions", type=int, default=200_000)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--out", default="bench-results/relations.json")
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="preagg-rel-"))
+    svc = EmbeddedServices(home)
+    base = for_embedded(Settings(home=home, partitions=4), svc.start())
+    results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds")}
+    try:
+        print("impressions ...", flush=True)
+        results["impressions"] = impressions(base, args.impressions)
+        print(json.dumps(results["impressions"]), flush=True)
+        print("relations (MovieLens 100k) ...", flush=True)
+        results["relations"] = relations(base, args.queries)
+        print(json.dumps(results["relations"]), flush=True)
+    finally:
+        svc.stop()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"results in {out}")
+
+
+if __name__ == "__main__":
+    main()
