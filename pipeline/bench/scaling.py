@@ -63,26 +63,43 @@ def _assigned(port: int) -> int:
     return len(body.get("assigned", []))
 
 
+def _settings_for(base: Settings, name: str) -> Settings:
+    return base.with_(
+        hits_topic=f"bench-{name}", group_id=f"bench-{name}", db=f"bench_{name}".replace("-", "_")
+    )
+
+
+def _start_sharing(settings: Settings, workers: int, name: str, poll: float) -> list[WorkerProcess]:
+    """Start ``workers`` replicas and wait until together they hold every partition."""
+    ports = [free_port() for _ in range(workers)]
+    procs = [WorkerProcess(settings.with_(web_port=p), f"{name}-{i}").start() for i, p in enumerate(ports)]
+    deadline = time.monotonic() + 120
+    while not all(_assigned(p) for p in ports) or sum(_assigned(p) for p in ports) < settings.partitions:
+        if time.monotonic() > deadline:
+            for w in procs:
+                w.terminate()
+            raise TimeoutError("workers did not share the partitions")
+        time.sleep(poll)
+    return procs
+
+
+def _cpu(procs: list[WorkerProcess], svc: EmbeddedServices) -> dict[str, float]:
+    return {w.name: cpu_seconds(w.pid) for w in procs} | {
+        n: cpu_seconds(p.pid) for n, p in svc._procs.items()
+    }
+
+
 def run(
     base: Settings, svc: EmbeddedServices, workers: int, events: list[tuple[bytes, bytes]]
 ) -> dict[str, Any]:
     """Time ``events`` through ``workers`` replicas, from first send to all committed."""
     name = f"{base.db}-scale{workers}"
-    settings = base.with_(
-        hits_topic=f"bench-{name}", group_id=f"bench-{name}", db=f"bench_{name}".replace("-", "_")
-    )
+    settings = _settings_for(base, name)
     asyncio.run(_produce(settings, events[:1]))  # creates the topic
-    ports = [free_port() for _ in range(workers)]
-    procs = [WorkerProcess(settings.with_(web_port=p), f"{name}-{i}").start() for i, p in enumerate(ports)]
+    procs = _start_sharing(settings, workers, name, 0.5)
     try:
-        deadline = time.monotonic() + 120
-        while not all(_assigned(p) for p in ports) or sum(_assigned(p) for p in ports) < settings.partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError("workers did not share the partitions")
-            time.sleep(0.5)
         asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120, poll=0.2))
-        others = {n: p.pid for n, p in svc._procs.items()}
-        cpu0 = {w.name: cpu_seconds(w.pid) for w in procs} | {n: cpu_seconds(p) for n, p in others.items()}
+        cpu0 = _cpu(procs, svc)
         me0 = time.process_time()
         busy0, total0 = machine_busy()
         started = time.perf_counter()
@@ -90,7 +107,7 @@ def run(
         asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=900, poll=0.1))
         took = time.perf_counter() - started
         busy1, total1 = machine_busy()
-        cpu1 = {w.name: cpu_seconds(w.pid) for w in procs} | {n: cpu_seconds(p) for n, p in others.items()}
+        cpu1 = _cpu(procs, svc)
         cpu = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu0}
         cpu["producer (this process)"] = round(time.process_time() - me0, 2)
     finally:
@@ -113,27 +130,18 @@ def drain(
 ) -> dict[str, Any]:
     """Drain mode: a produced backlog consumed by ``workers`` replicas; ledger events per second."""
     name = f"{base.db}-drain{workers}"
-    settings = base.with_(
-        hits_topic=f"bench-{name}", group_id=f"bench-{name}", db=f"bench_{name}".replace("-", "_")
-    )
+    settings = _settings_for(base, name)
     asyncio.run(_produce(settings, events))
-    ports = [free_port() for _ in range(workers)]
-    procs = [WorkerProcess(settings.with_(web_port=p), f"{name}-{i}").start() for i, p in enumerate(ports)]
+    procs = _start_sharing(settings, workers, name, 0.05)
     try:
-        deadline = time.monotonic() + 120
-        while not all(_assigned(p) for p in ports) or sum(_assigned(p) for p in ports) < settings.partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError("workers did not share the partitions")
-            time.sleep(0.05)
-        others = {n: p.pid for n, p in svc._procs.items()}
-        cpu0 = {w.name: cpu_seconds(w.pid) for w in procs} | {n: cpu_seconds(p) for n, p in others.items()}
+        cpu0 = _cpu(procs, svc)
         counted0 = asyncio.run(_ledger_events(settings))
         busy0, total0 = machine_busy()
         started = time.perf_counter()
         asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=900, poll=0.1))
         took = time.perf_counter() - started
         busy1, total1 = machine_busy()
-        cpu1 = {w.name: cpu_seconds(w.pid) for w in procs} | {n: cpu_seconds(p) for n, p in others.items()}
+        cpu1 = _cpu(procs, svc)
     finally:
         for w in procs:
             w.terminate()

@@ -59,6 +59,17 @@ class Skipped:
 Record = Accepted | Refused | Skipped
 
 
+def _lines(paths: Iterable[str]) -> Iterator[tuple[str, int, bytes]]:
+    """(file name, line number, line without its end) of every non-blank line."""
+    for path in paths:
+        name = "<stdin>" if path == "-" else path
+        with _open(path) as f:
+            for no, line in enumerate(f, 1):
+                line = line.rstrip(b"\r\n")
+                if line.strip():
+                    yield name, no, line
+
+
 def hit_key(site: str, page: str) -> bytes:
     """Partitioning key of a hit: one site/page always maps to one partition."""
     return site.encode() + b"\x00" + page.encode()
@@ -68,17 +79,11 @@ def read_hits(
     paths: Iterable[str], fmt: str, decoder: HitDecoder, site: str | None = None
 ) -> Iterator[Accepted | Refused]:
     """Hits from files (``-`` is stdin) in ``jsonl`` or ``clf`` format."""
-    for path in paths:
-        name = "<stdin>" if path == "-" else path
-        with _open(path) as f:
-            for no, line in enumerate(f, 1):
-                line = line.rstrip(b"\r\n")
-                if not line.strip():
-                    continue
-                if fmt == "clf":
-                    yield _from_clf(name, no, line, site or Path(name).stem)
-                else:
-                    yield _from_jsonl(name, no, line, decoder, site)
+    for name, no, line in _lines(paths):
+        if fmt == "clf":
+            yield _from_clf(name, no, line, site or Path(name).stem)
+        else:
+            yield _from_jsonl(name, no, line, decoder, site)
 
 
 def _from_jsonl(name: str, no: int, line: bytes, decoder: HitDecoder, site: str | None) -> Accepted | Refused:
@@ -110,18 +115,12 @@ Decode = Callable[[bytes], tuple[Any, ...] | Rejection]
 
 def read_jsonl(paths: Iterable[str], decode: Decode) -> Iterator[Record]:
     """Events of any kind from JSON-lines files, keyed by their first field (user)."""
-    for path in paths:
-        name = "<stdin>" if path == "-" else path
-        with _open(path) as f:
-            for no, line in enumerate(f, 1):
-                line = line.rstrip(b"\r\n")
-                if not line.strip():
-                    continue
-                event = decode(line)
-                if isinstance(event, Rejection):
-                    yield Refused(name, no, event.reason, event.detail)
-                else:
-                    yield Accepted(line, id_bytes(event[0]))
+    for name, no, line in _lines(paths):
+        event = decode(line)
+        if isinstance(event, Rejection):
+            yield Refused(name, no, event.reason, event.detail)
+        else:
+            yield Accepted(line, id_bytes(event[0]))
 
 
 def read_movielens(paths: Iterable[str], min_rating: int = 4) -> Iterator[Record]:
@@ -130,19 +129,13 @@ def read_movielens(paths: Iterable[str], min_rating: int = 4) -> Iterator[Record
     A rating of ``min_rating`` or more is a relation, as in the seed; lower ratings
     are skipped and counted, malformed lines refused with their number.
     """
-    for path in paths:
-        name = "<stdin>" if path == "-" else path
-        with _open(path) as f:
-            for no, line in enumerate(f, 1):
-                parts = line.split()
-                if not parts:
-                    continue
-                try:
-                    user, item, rating, ts = (int(x) for x in parts)
-                except ValueError:
-                    yield Refused(name, no, "movielens", f"want 4 integers, got {line[:80]!r}")
-                    continue
-                if rating < min_rating:
-                    yield Skipped(f"rating_below_{min_rating}")
-                    continue
-                yield Accepted(orjson.dumps({"user": user, "item": item, "ts": ts}), id_bytes(user))
+    for name, no, line in _lines(paths):
+        try:
+            user, item, rating, ts = (int(x) for x in line.split())
+        except ValueError:
+            yield Refused(name, no, "movielens", f"want 4 integers, got {line[:80]!r}")
+            continue
+        if rating < min_rating:
+            yield Skipped(f"rating_below_{min_rating}")
+            continue
+        yield Accepted(orjson.dumps({"user": user, "item": item, "ts": ts}), id_bytes(user))

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from typing import Any
+
+from pipeline.ingest.validate import Rejection
 
 MIN_EPOCH = 0.0
 #: Year 3000: anything later is a unit error (ms or us sent as seconds).
@@ -59,3 +62,14 @@ def day_start(dt: datetime) -> datetime:
 def month_start(dt: datetime) -> datetime:
     """First day of the month holding ``dt``, naive UTC."""
     return datetime(dt.year, dt.month, 1)
+
+
+def event_time(value: Any, raw: bytes, now: float, future_skew: float) -> float | Rejection:
+    """An event's ``ts`` field as epoch seconds, or why it is refused (bad_time, future)."""
+    try:
+        ts = parse_ts(value)
+    except TimeError as exc:
+        return Rejection("bad_time", str(exc), raw)
+    if ts > now + future_skew:
+        return Rejection("future", f"ts {ts:.0f} is more than {future_skew:.0f}s in the future", raw)
+    return ts

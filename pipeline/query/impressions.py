@@ -17,22 +17,23 @@ from pipeline.aggregate.keys import Id
 Counts = list[tuple[Id, int]]
 
 
-async def items_of_user(db: AsyncDatabase[dict[str, Any]], user: Id, limit: int = 0) -> Counts:
-    """Every item ``user`` has seen, with counts, most seen first."""
+async def _pairs(db: AsyncDatabase[dict[str, Any]], by: str, value: Id, other: str, limit: int) -> Counts:
+    """Pairs whose ``by`` field is ``value``: (``other`` id, count), most first."""
     f = impression_fields().pairs
-    cur = db[f["collection"]].find({f["user"]: user}, {f["item"]: 1, f["count"]: 1, "_id": 0})
-    rows = [(d[f["item"]], d[f["count"]]) async for d in cur]
+    cur = db[f["collection"]].find({f[by]: value}, {f[other]: 1, f["count"]: 1, "_id": 0})
+    rows = [(d[f[other]], d[f["count"]]) async for d in cur]
     rows.sort(key=lambda r: -r[1])
     return rows[:limit] if limit else rows
+
+
+async def items_of_user(db: AsyncDatabase[dict[str, Any]], user: Id, limit: int = 0) -> Counts:
+    """Every item ``user`` has seen, with counts, most seen first."""
+    return await _pairs(db, "user", user, "item", limit)
 
 
 async def users_of_item(db: AsyncDatabase[dict[str, Any]], item: Id, limit: int = 0) -> Counts:
     """Every user who saw ``item``, with counts, most first."""
-    f = impression_fields().pairs
-    cur = db[f["collection"]].find({f["item"]: item}, {f["user"]: 1, f["count"]: 1, "_id": 0})
-    rows = [(d[f["user"]], d[f["count"]]) async for d in cur]
-    rows.sort(key=lambda r: -r[1])
-    return rows[:limit] if limit else rows
+    return await _pairs(db, "item", item, "user", limit)
 
 
 async def top_items(db: AsyncDatabase[dict[str, Any]], n: int, day: str | None = None) -> Counts:
