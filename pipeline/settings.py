@@ -181,6 +181,17 @@ class Settings:
         )
         return f"Settings({shown})"
 
+    def named(self, tag: str) -> Settings:
+        """A copy whose database, topics and group carry ``tag``: runs that share servers stay apart."""
+        return self.with_(
+            db=f"preagg_{tag}".replace("-", "_"),
+            hits_topic=f"hits-{tag}",
+            impressions_topic=f"impressions-{tag}",
+            relations_topic=f"relations-{tag}",
+            deadletter_topic=f"deadletter-{tag}",
+            group_id=f"preagg-{tag}",
+        )
+
     def with_(self, **changes: object) -> Settings:
         """A copy with some settings changed."""
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -27,16 +27,5 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
 def settings(services: Endpoints, tmp_path: Path) -> Settings:
     """Settings on the session's services with names of this test's own."""
     tag = uuid.uuid4().hex[:8]
-    base = Settings(
-        db=f"t_{tag}",
-        hits_topic=f"hits-{tag}",
-        impressions_topic=f"imp-{tag}",
-        relations_topic=f"rel-{tag}",
-        deadletter_topic=f"dead-{tag}",
-        group_id=f"g-{tag}",
-        partitions=3,
-        home=tmp_path,
-        flush_interval=0.5,
-        session_timeout=6.0,
-    )
+    base = Settings(partitions=3, home=tmp_path, flush_interval=0.5, session_timeout=6.0).named(tag)
     return for_embedded(base, services)

@@ -39,16 +39,12 @@ def main() -> None:
         for seed in args.seeds:
             settings = for_embedded(
                 Settings(
-                    db=f"chaos_{seed}",
-                    hits_topic=f"chaos-{seed}",
-                    deadletter_topic=f"chaos-dead-{seed}",
-                    group_id=f"chaos-{seed}",
                     partitions=4,
                     home=home / f"seed-{seed}",
                     flush_interval=0.5,
                     session_timeout=6.0,
                     max_pending_keys=2_000,
-                ),
+                ).named(f"chaos-{seed}"),
                 endpoints,
             )
             began = time.strftime("%X")

@@ -111,3 +111,31 @@ def test_produce_clf_query_json_csv_plot(settings: Settings, tmp_path: Path) -> 
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     status = preagg(settings, "status")
     assert "lag: 0 messages" in status
+
+
+def test_produce_and_query_impressions_and_relations(settings: Settings, tmp_path: Path) -> None:
+    ratings = tmp_path / "u.data"
+    ratings.write_text("1\t10\t5\t881250949\n1\t11\t3\t881250950\n2\t10\t4\t881250951\nnot a row\n")
+    out = preagg(settings, "produce", "relations", str(ratings), "--format", "movielens")
+    assert "sent 2 events" in out and "rejected 1 lines: movielens=1" in out
+    assert "rating_below_4=1" in out
+    imps = tmp_path / "imps.jsonl"
+    imps.write_text(
+        '{"user": 1, "item": 10, "ts": 1700000000}\n{"user": 1, "item": 10, "ts": 1700000100}\n'
+        '{"user": "ann", "item": 10, "ts": 1700000200}\n{"user": 1, "item": 10}\n'
+    )
+    out = preagg(settings, "produce", "impressions", str(imps))
+    assert "sent 3 events" in out and "rejected 1 lines: schema=1" in out
+    run_worker_to_end(settings, topics=[settings.impressions_topic, settings.relations_topic])
+
+    assert json.loads(preagg(settings, "query", "impressions", "--user", "1", "--json")) == [
+        {"item": 10, "count": 2}
+    ]
+    assert json.loads(preagg(settings, "query", "impressions", "--item", "10", "--json")) == [
+        {"user": 1, "count": 2},
+        {"user": "ann", "count": 1},
+    ]
+    top = json.loads(preagg(settings, "query", "impressions", "--top", "1", "--day", "2023-11-14", "--json"))
+    assert top == [{"item": 10, "count": 3}]
+    assert 10 in json.loads(preagg(settings, "query", "related", "--user", "2", "--json"))
+    assert {1, 2} <= set(json.loads(preagg(settings, "query", "related", "--item", "10", "--json")))

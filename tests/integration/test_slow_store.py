@@ -67,10 +67,6 @@ def test_store_down_20s_pauses_at_bound_then_resumes_exactly(tmp_path: Path) -> 
     web = free_port()
     settings = for_embedded(
         Settings(
-            db=f"s_{tag}",
-            hits_topic=f"hits-{tag}",
-            deadletter_topic=f"dead-{tag}",
-            group_id=f"g-{tag}",
             partitions=3,
             home=tmp_path,
             flush_interval=0.5,
@@ -78,7 +74,7 @@ def test_store_down_20s_pauses_at_bound_then_resumes_exactly(tmp_path: Path) -> 
             max_pending_keys=BOUND,
             web_port=web,
             health_max_flush_age=5.0,
-        ),
+        ).named(tag),
         endpoints,
     )
     traffic = generate(30_000, end=time.time(), days=1, seed=21, bad_share=0.005)
