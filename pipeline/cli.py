@@ -75,12 +75,17 @@ def cmd_services(args: argparse.Namespace) -> int:
 
 def cmd_produce(args: argparse.Namespace) -> int:
     from pipeline.ingest.hits import HitDecoder
-    from pipeline.ingest.impressions import ImpressionDecoder, RelationDecoder
-    from pipeline.ingest.readers import Record, read_hits, read_jsonl, read_movielens
+    from pipeline.ingest.impressions import ImpressionDecoder, ListenDecoder, RelationDecoder
+    from pipeline.ingest.readers import Record, read_hits, read_jsonl, read_lastfm, read_movielens
     from pipeline.producer import produce_records, with_progress
 
     s = _settings()
-    formats = {"hits": ("jsonl", "clf"), "impressions": ("jsonl",), "relations": ("jsonl", "movielens")}
+    formats = {
+        "hits": ("jsonl", "clf"),
+        "impressions": ("jsonl",),
+        "relations": ("jsonl", "movielens"),
+        "listens": ("jsonl", "lastfm"),
+    }
     fmt = args.format or "jsonl"
     if fmt not in formats[args.kind]:
         print(f"{args.kind} read {' or '.join(formats[args.kind])}, not {fmt}", file=sys.stderr)
@@ -92,6 +97,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
     elif args.kind == "impressions":
         imp = ImpressionDecoder(s.max_event_bytes, s.future_skew)
         records, topic = read_jsonl(args.files, imp.decode), s.impressions_topic
+    elif args.kind == "listens":
+        lis = ListenDecoder(s.max_event_bytes, s.future_skew)
+        records = read_lastfm(args.files) if fmt == "lastfm" else read_jsonl(args.files, lis.decode)
+        topic = s.listens_topic
     elif fmt == "movielens":
         records, topic = read_movielens(args.files), s.relations_topic
     else:
@@ -212,6 +221,34 @@ def cmd_query_related(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_query_listens(args: argparse.Namespace) -> int:
+    from pipeline.aggregate.bloom import BloomSpec
+    from pipeline.query.listens import heard, top_tags
+    from pipeline.sinks.mongo import mongo_client
+
+    s = _settings()
+    spec = BloomSpec.for_capacity(s.listen_heard_capacity, s.listen_heard_fpr)
+
+    async def run() -> Any:
+        client = mongo_client(s.mongo_url or "")
+        db = client[s.db]
+        try:
+            if args.what == "heard":
+                return await heard(db, parse_id(args.user), parse_id(args.tag), parse_id(args.song), spec)
+            today = datetime.fromisoformat(args.today).date() if args.today else None
+            return await top_tags(db, parse_id(args.user), args.days, args.limit, today)
+        finally:
+            await client.close()
+
+    result = asyncio.run(run())
+    if args.what == "heard":
+        print("yes" if result else "no")
+        return 0
+    rows = [(tag, round(n, 1)) for tag, n in result]
+    _print_rows(rows, args.json, ("tag", "distinct_songs"))
+    return 0
+
+
 # -- status -------------------------------------------------------------------
 
 
@@ -254,11 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_services)
 
     pp = sub.add_parser("produce", help="send events from files (or - for stdin) to Kafka")
-    pp.add_argument("kind", choices=["hits", "impressions", "relations"])
+    pp.add_argument("kind", choices=["hits", "impressions", "relations", "listens"])
     pp.add_argument("files", nargs="+")
     pp.add_argument(
         "--format",
-        choices=["jsonl", "clf", "movielens"],
+        choices=["jsonl", "clf", "movielens", "lastfm"],
         help="jsonl (default); clf for hits (access logs); movielens u.data for relations (rating >= 4)",
     )
     pp.add_argument("--site", help="site of clf lines (default: file name); fills missing sites")
@@ -297,6 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
     side.add_argument("--item", help="users whose filter contains this item")
     qr.add_argument("--json", action="store_true")
     qr.set_defaults(func=cmd_query_related)
+    qt = qsub.add_parser("top-tags", help="a user's tags by estimated distinct songs over the last N days")
+    qt.add_argument("--user", required=True)
+    qt.add_argument("--days", type=int, default=7, choices=range(1, 8), metavar="N (1-7)")
+    qt.add_argument("--limit", type=int, default=10)
+    qt.add_argument("--today", help="the last day of the window (YYYY-MM-DD, default: today UTC)")
+    qt.add_argument("--json", action="store_true")
+    qt.set_defaults(func=cmd_query_listens)
+    qd = qsub.add_parser("heard", help="has this user heard this song under this tag (Bloom filter)")
+    qd.add_argument("--user", required=True)
+    qd.add_argument("--tag", required=True)
+    qd.add_argument("--song", required=True)
+    qd.set_defaults(func=cmd_query_listens)
 
     st = sub.add_parser("status", help="lag, throughput and dead letters of the whole worker group")
     st.add_argument(

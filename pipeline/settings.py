@@ -24,8 +24,17 @@ _INTS = {
     "web_port",
     "relation_user_capacity",
     "relation_item_capacity",
+    "listen_hll_precision",
+    "listen_heard_capacity",
 }
-_FLOATS = {"flush_interval", "future_skew", "session_timeout", "health_max_flush_age", "relation_fpr"}
+_FLOATS = {
+    "flush_interval",
+    "future_skew",
+    "session_timeout",
+    "health_max_flush_age",
+    "relation_fpr",
+    "listen_heard_fpr",
+}
 
 
 def env_name(field_name: str) -> str:
@@ -87,6 +96,14 @@ class Settings:
     relation_user_capacity: int = 300
     #: Users an item's filter is sized for.
     relation_item_capacity: int = 300
+    #: Topic of listens (user heard song, tagged tag).
+    listens_topic: str = "listens"
+    #: HyperLogLog precision of listen sketches: 2^p registers, standard error
+    #: 1.04 / sqrt(2^p) (p = 12: 1.6%, 3 KB dense). Higher: more accurate, bigger.
+    listen_hll_precision: int = 12
+    #: Songs a (user, tag) "heard" filter is sized for, and its false-positive rate.
+    listen_heard_capacity: int = 1000
+    listen_heard_fpr: float = 0.01
     #: Topic receiving rejected input with its reason and original bytes.
     deadletter_topic: str = "preagg-deadletter"
     #: Partitions of topics the project creates. More partitions allow more worker
@@ -188,6 +205,7 @@ class Settings:
             hits_topic=f"hits-{tag}",
             impressions_topic=f"impressions-{tag}",
             relations_topic=f"relations-{tag}",
+            listens_topic=f"listens-{tag}",
             deadletter_topic=f"deadletter-{tag}",
             group_id=f"preagg-{tag}",
         )
@@ -195,6 +213,11 @@ class Settings:
     def with_(self, **changes: object) -> Settings:
         """A copy with some settings changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def stream_topics(self) -> list[str]:
+        """The input topics the workers consume, one per stream kind."""
+        return [self.hits_topic, self.impressions_topic, self.relations_topic, self.listens_topic]
 
     @property
     def fields_per_update(self) -> int:

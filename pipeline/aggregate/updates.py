@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,9 @@ class DocUpdate:
     set: dict[str, Any] = field(default_factory=dict)
     #: Dotted path → signed int64 mask to OR in (Bloom filter words).
     bit_or: dict[str, int] = field(default_factory=dict)
+    #: Read-modify-write: given the stored document (``None`` if absent), the fields
+    #: to ``$set``. The sink reads the documents inside the flush's transaction.
+    compute: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None
 
     def add(self, path: str, n: int) -> None:
         """Add ``n`` to counter ``path`` (dotted) of this update."""
@@ -48,6 +52,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                     dict(items[i : i + max_fields]),
                     u.set if first else {},
                     u.bit_or if first else {},
+                    u.compute if first else None,
                 )
             )
     return out

@@ -34,3 +34,18 @@ class RelationDecoder:
         if isinstance(obj, Rejection):
             return obj
         return obj["user"], obj["item"]
+
+
+Listen = tuple[Id, Id, Id, float]
+
+
+class ListenDecoder(TimedDecoder):
+    """One line → ``(user, tag, song, ts)`` or a :class:`Rejection`."""
+
+    kind = "listen"
+    fields = ("user", "tag", "song")
+
+    def decode(self, raw: bytes) -> Listen | Rejection:
+        """The listen, or why it is refused."""
+        result: Listen | Rejection = super().decode(raw)
+        return result

@@ -139,3 +139,28 @@ def read_movielens(paths: Iterable[str], min_rating: int = 4) -> Iterator[Record
             yield Skipped(f"rating_below_{min_rating}")
             continue
         yield Accepted(orjson.dumps({"user": user, "item": item, "ts": ts}), id_bytes(user))
+
+
+def read_lastfm(paths: Iterable[str]) -> Iterator[Record]:
+    """Listens from Last.fm ``user_taggedartists.dat``: user, artist (the song), tag, day, month, year.
+
+    The header line is skipped; a row whose date does not exist (a day 0, a 31st of
+    February...) is refused with its line number, never dropped silently.
+    """
+    from datetime import UTC, datetime
+
+    for name, no, line in _lines(paths):
+        if line.startswith(b"userID"):
+            continue
+        try:
+            user, artist, tag, day, month, year = (int(x) for x in line.split())
+        except ValueError:
+            yield Refused(name, no, "lastfm", f"want 6 integers, got {line[:80]!r}")
+            continue
+        try:
+            ts = datetime(year, month, day, tzinfo=UTC).timestamp()
+        except ValueError as exc:
+            yield Refused(name, no, "bad_date", f"{year}-{month}-{day}: {exc}")
+            continue
+        event = {"user": user, "tag": tag, "song": artist, "ts": ts}
+        yield Accepted(orjson.dumps(event), id_bytes(user))

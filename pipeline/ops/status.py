@@ -23,7 +23,7 @@ async def group_status(
     settings: Settings, db: AsyncDatabase[dict[str, Any]], interval: float = 0.0
 ) -> dict[str, Any]:
     """Lag per partition, throughput, per-partition ledgers, dead letters by reason, as one dict."""
-    topics = [settings.hits_topic, settings.impressions_topic, settings.relations_topic]
+    topics = settings.stream_topics
     before = ledger_totals(await read_ledger(db, settings.group_id, topics)).events if interval > 0 else 0
     if interval > 0:
         await asyncio.sleep(interval)

@@ -70,8 +70,18 @@ async def ensure_impression_indexes(db: AsyncDatabase[dict[str, Any]]) -> None:
     )
 
 
+async def ensure_listen_indexes(db: AsyncDatabase[dict[str, Any]]) -> None:
+    """A user's (user, tag) documents in one indexed read (top tags)."""
+    from pipeline.aggregate.listens import listen_fields
+
+    f = listen_fields()
+    await db[f["collection"]].create_index([(f["user"], ASCENDING)], name="user")
+
+
 def to_operation(u: DocUpdate) -> UpdateOne:
     """The upsert for one planned document update."""
+    if u.compute is not None:
+        raise ValueError("read-modify-write updates must be resolved before they are sent")
     update: dict[str, Any] = {}
     if u.inc:
         update["$inc"] = u.inc
@@ -146,8 +156,11 @@ class MongoSink:
         Raises :class:`~pipeline.sinks.offsets.FenceConflict` in exactly-once mode
         when another worker moved a partition's stored offset under this batch.
         """
-        ops = group_operations(updates)
+        computed = any(u.compute is not None for u in updates)
         if not self.exactly_once:
+            if computed:
+                updates = await self._computed(updates, None)
+            ops = group_operations(updates)
             await asyncio.gather(*(self.db[n].bulk_write(o, ordered=False) for n, o in ops.items()))
             await self._record_offsets(fences, flush_id)
             return False
@@ -164,7 +177,8 @@ class MongoSink:
             already = check_fences(fences, stored, flush_id)
             if already:
                 return
-            for name, collection_ops in ops.items():
+            resolved = await self._computed(updates, session) if computed else updates
+            for name, collection_ops in group_operations(resolved).items():
                 # Bounded statements: each one renews the transaction's idle clock, so a
                 # large flush never outlives a short transactionLifetimeLimitSeconds.
                 for i in range(0, len(collection_ops), self.statement_ops):
@@ -191,6 +205,27 @@ class MongoSink:
         ):
             await body(session)
         return already
+
+    async def _computed(
+        self, updates: Sequence[DocUpdate], session: AsyncClientSession | None
+    ) -> list[DocUpdate]:
+        """Resolve read-modify-write updates against the stored documents (one read per collection)."""
+        ids: dict[str, list[Any]] = defaultdict(list)
+        for u in updates:
+            if u.compute is not None:
+                ids[u.collection].append(u.id)
+        stored: dict[tuple[str, Any], dict[str, Any]] = {}
+        for name, keys in ids.items():
+            async for d in self.db[name].find({"_id": {"$in": keys}}, session=session):
+                stored[(name, d["_id"])] = d
+        out = []
+        for u in updates:
+            if u.compute is None:
+                out.append(u)
+                continue
+            fields = u.compute(stored.get((u.collection, u.id)))
+            out.append(DocUpdate(u.collection, u.id, u.set_on_insert, u.inc, {**u.set, **fields}, u.bit_or))
+        return out
 
     async def _record_offsets(self, fences: Sequence[Fence], flush_id: str) -> None:
         """At-least-once mode: remember positions for status (not a fence)."""

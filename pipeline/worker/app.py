@@ -22,11 +22,13 @@ from typing import Any, cast
 import faust
 from faust.types import TP, EventT, StreamT
 
+from pipeline.aggregate.bloom import BloomSpec
 from pipeline.aggregate.hits import HitCounts
 from pipeline.aggregate.impressions import ImpressionCounts, impression_fields
+from pipeline.aggregate.listens import ListenSketches
 from pipeline.aggregate.relations import RelationFilters, relation_sides
 from pipeline.ingest.hits import HitDecoder
-from pipeline.ingest.impressions import ImpressionDecoder, RelationDecoder
+from pipeline.ingest.impressions import ImpressionDecoder, ListenDecoder, RelationDecoder
 from pipeline.schemas import hits_fields
 from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
@@ -35,6 +37,7 @@ from pipeline.sinks.mongo import (
     MongoSink,
     ensure_hits_indexes,
     ensure_impression_indexes,
+    ensure_listen_indexes,
     mongo_client,
     supports_transactions,
 )
@@ -140,6 +143,9 @@ def build_app(settings: Settings) -> faust.App:
     imp_decoder = ImpressionDecoder(settings.max_event_bytes, settings.future_skew)
     rel_decoder = RelationDecoder(settings.max_event_bytes)
     imp_fields = impression_fields()
+    listen_decoder = ListenDecoder(settings.max_event_bytes, settings.future_skew)
+    hll_p = settings.listen_hll_precision
+    heard_spec = BloomSpec.for_capacity(settings.listen_heard_capacity, settings.listen_heard_fpr)
     sides = relation_sides(
         settings.relation_user_capacity, settings.relation_item_capacity, settings.relation_fpr
     )
@@ -147,6 +153,7 @@ def build_app(settings: Settings) -> faust.App:
         ("hits", settings.hits_topic, lambda: HitCounts(hit_decoder, fields)),
         ("impressions", settings.impressions_topic, lambda: ImpressionCounts(imp_decoder, imp_fields)),
         ("relations", settings.relations_topic, lambda: RelationFilters(rel_decoder, sides)),
+        ("listens", settings.listens_topic, lambda: ListenSketches(listen_decoder, hll_p, heard_spec)),
     ]
     flushers: list[Flusher[Any]] = []
     for name, topic_name, factory in streams:
@@ -208,6 +215,7 @@ def build_app(settings: Settings) -> faust.App:
             raise SystemExit(2)
         await ensure_hits_indexes(db, fields)
         await ensure_impression_indexes(db)
+        await ensure_listen_indexes(db)
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,

@@ -1,0 +1,79 @@
+"""Listens through a real worker: top tags over N days and "heard", against exact truth."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import defaultdict
+from datetime import UTC, date, datetime, timedelta
+
+import orjson
+import pytest
+
+from pipeline.aggregate.bloom import BloomSpec
+from pipeline.aggregate.keys import id_bytes
+from pipeline.producer import EventProducer
+from pipeline.query.listens import heard, recommend, top_tags
+from pipeline.settings import Settings
+
+from .helpers import run_worker_to_end, with_db
+from .test_cli import preagg
+
+pytestmark = pytest.mark.integration
+
+TODAY = date(2026, 11, 20)
+
+
+def test_top_tags_and_heard_against_truth(settings: Settings) -> None:
+    rng = random.Random(6)
+    truth: dict[tuple[int, str], dict[date, set[int]]] = defaultdict(lambda: defaultdict(set))
+    lines = []
+    tags = {"rock": 400, "jazz": 150, "folk": 60, "ambient": 8}
+    for tag, songs in tags.items():
+        for _ in range(songs * 2):
+            day = TODAY - timedelta(days=rng.randrange(10))
+            song = rng.randrange(songs)
+            ts = datetime(day.year, day.month, day.day, 12, tzinfo=UTC).timestamp()
+            truth[(1, tag)][day].add(song)
+            lines.append(orjson.dumps({"user": 1, "tag": tag, "song": song, "ts": ts}))
+    rng.shuffle(lines)  # late and out of order
+    lines.append(b'{"user": 1, "tag": "rock", "song": 1}')  # no ts: dead letter
+
+    async def send() -> None:
+        async with EventProducer(settings, settings.listens_topic, 50) as p:
+            for line in lines:
+                await p.send_raw(line, id_bytes(1))
+
+    asyncio.run(send())
+    run_worker_to_end(settings, topics=[settings.listens_topic])
+    spec = BloomSpec.for_capacity(settings.listen_heard_capacity, settings.listen_heard_fpr)
+
+    def exact(tag: str, days: int) -> int:
+        lo = TODAY - timedelta(days=days - 1)
+        return len(set().union(*(s for d, s in truth[(1, tag)].items() if d >= lo)))
+
+    async def check(db):  # type: ignore[no-untyped-def]
+        for days in (1, 3, 7):
+            got = await top_tags(db, 1, days, today=TODAY)
+            want = sorted(tags, key=lambda t: -exact(t, days))
+            assert [t for t, _ in got] == [t for t in want if exact(t, days)]
+            for tag, est in got:
+                n = exact(tag, days)
+                assert abs(est - n) <= max(1, 0.05 * n), (tag, days, est, n)
+        heard_songs = set().union(*truth[(1, "jazz")].values())
+        assert all([await heard(db, 1, "jazz", s, spec) for s in heard_songs])  # no false negatives
+        unheard = [s for s in range(1000, 3000)]
+        false_pos = sum([await heard(db, 1, "jazz", s, spec) for s in unheard[:300]])
+        assert false_pos <= 10
+        some_heard = sorted(heard_songs)[:3]
+        assert await recommend(db, 1, "jazz", [*some_heard, 5000], spec) in ([5000], [])
+
+    with_db(settings, check)
+    out = json.loads(
+        preagg(settings, "query", "top-tags", "--user", "1", "--days", "7", "--today", "2026-11-20", "--json")
+    )
+    assert [r["tag"] for r in out][:2] == ["rock", "jazz"]
+    assert preagg(
+        settings, "query", "heard", "--user", "1", "--tag", "ambient", "--song", "1000"
+    ).strip() in ("no", "yes")

@@ -1,0 +1,116 @@
+"""HLL codec (explicit, sparse, dense), union and replay, weekday slots, Last.fm reading (no servers)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from bson import Binary
+
+from pipeline.aggregate.bloom import BloomSpec
+from pipeline.aggregate.hll import DENSE, EXPLICIT, EXPLICIT_MAX, SPARSE, Sketch, decode
+from pipeline.aggregate.listens import ListenSketches, day_and_slot, listen_fields, merge_slot
+from pipeline.ingest.impressions import ListenDecoder
+from pipeline.ingest.readers import Accepted, Refused, read_lastfm
+
+
+def sketch_of(items: range | list[int]) -> Sketch:
+    s = Sketch.empty()
+    for x in items:
+        s.add(x)
+    return s
+
+
+@pytest.mark.parametrize(
+    ("n", "form"), [(1, EXPLICIT), (10, EXPLICIT), (EXPLICIT_MAX, EXPLICIT), (500, SPARSE)]
+)
+def test_round_trip_and_form(n: int, form: int) -> None:
+    s = sketch_of(range(n))
+    data = s.encode()
+    assert data[0] >> 5 == form
+    assert decode(data).estimate() == pytest.approx(s.estimate())
+    assert decode(data).encode() == data
+
+
+def test_sizes_small_sets_are_small() -> None:
+    assert len(sketch_of(range(1)).encode()) == 9
+    assert len(sketch_of(range(10)).encode()) <= 100
+    dense = sketch_of(range(20_000)).encode()
+    assert dense[0] >> 5 == DENSE and len(dense) == 1 + 3072
+
+
+def test_exact_below_the_explicit_limit_and_close_above() -> None:
+    for n in (1, 7, 99, EXPLICIT_MAX):
+        assert sketch_of(range(n)).estimate() == n
+    est = sketch_of(range(50_000)).estimate()
+    assert abs(est - 50_000) / 50_000 < 0.05
+
+
+def test_union_promotes_and_replay_changes_nothing() -> None:
+    a, b = sketch_of(range(100)), sketch_of(range(50, 200))  # both explicit, union is not
+    u = a.union(b)
+    assert u.hashes is None and abs(u.estimate() - 200) <= 2
+    again = u.union(b).union(a)  # a replayed flush unions the same sketches again
+    assert again.encode() == u.encode()
+    big = sketch_of(range(10_000))
+    assert big.union(big).encode() == big.encode()
+    assert decode(big.encode()).union(a).estimate() == pytest.approx(big.union(a).estimate())
+
+
+F = listen_fields()
+
+
+def test_weekday_slot_rules() -> None:
+    s = sketch_of(range(5))
+    assert day_and_slot(0) == ("19700101", "4")  # a Thursday
+    new = merge_slot(None, "20261119", s, F)
+    assert new is not None and new[F["date"]] == "20261119"
+    same = merge_slot(new, "20261119", sketch_of(range(3, 8)), F)
+    assert same is not None and decode(bytes(same[F["sketch"]])).estimate() == 8
+    rolled = merge_slot(same, "20261126", sketch_of(range(2)), F)  # next week, same weekday
+    assert rolled is not None and decode(bytes(rolled[F["sketch"]])).estimate() == 2
+    assert merge_slot(rolled, "20261112", s, F) is None  # more than a week older: whole only
+
+
+def test_plan_merges_into_stored_document() -> None:
+    agg = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, BloomSpec.for_capacity(100, 0.01))
+    day = 1_763_596_800  # 2025-11-20, a Thursday
+    for song in range(6):
+        agg.ingest(b'{"user": 1, "tag": "rock", "song": %d, "ts": %d}' % (song, day + song))
+    agg.ingest(b'{"user": 1, "tag": "rock", "song": 99, "ts": %d}' % (day - 7 * 86400))  # older week
+    (u,) = agg.plan()
+    assert u.compute is not None and u.bit_or
+    stored = {
+        F["slots"]: {"4": {F["date"]: "20251120", F["sketch"]: Binary(sketch_of([100, 101]).encode())}},
+        F["whole"]: Binary(sketch_of([100, 101]).encode()),
+    }
+    out = u.compute(stored)
+    slot = out[f"{F['slots']}.4"]
+    assert slot[F["date"]] == "20251120"
+    from pipeline.aggregate.hll import song_hash
+
+    hashes = decode(bytes(slot[F["sketch"]])).hashes or set()
+    assert len(hashes) == 8 and song_hash(99) not in hashes  # the older week's song is not in the slot
+    assert decode(bytes(out[F["whole"]])).estimate() == 9
+    assert u.compute(None)[f"{F['slots']}.4"][F["date"]] == "20251120"
+
+
+def test_lastfm_reader_refuses_impossible_dates(tmp_path: Path) -> None:
+    f = tmp_path / "user_taggedartists.dat"
+    f.write_text(
+        "userID\tartistID\ttagID\tday\tmonth\tyear\n2\t52\t13\t1\t4\t2009\n2\t52\t15\t31\t2\t2009\n3\tx\n"
+    )
+    recs = list(read_lastfm([str(f)]))
+    assert isinstance(recs[0], Accepted) and b'"song":52' in recs[0].raw and b'"tag":13' in recs[0].raw
+    assert isinstance(recs[1], Refused) and recs[1].reason == "bad_date" and recs[1].line_no == 3
+    assert isinstance(recs[2], Refused) and recs[2].reason == "lastfm"
+
+
+def test_estimates_at_1000_distinct_average_within_2_percent() -> None:
+    rng = random.Random(5)
+    errors = []
+    for _ in range(30):
+        items = rng.sample(range(10**9), 1000)
+        errors.append(abs(sketch_of(items).estimate() - 1000) / 1000)
+    assert sum(errors) / len(errors) <= 0.02
