@@ -141,11 +141,16 @@ def read_movielens(paths: Iterable[str], min_rating: int = 4) -> Iterator[Record
         yield Accepted(orjson.dumps({"user": user, "item": item, "ts": ts}), id_bytes(user))
 
 
+#: Last.fm started in 2002; a tag assignment dated earlier is a data error.
+LASTFM_FIRST_YEAR = 2002
+
+
 def read_lastfm(paths: Iterable[str]) -> Iterator[Record]:
     """Listens from Last.fm ``user_taggedartists.dat``: user, artist (the song), tag, day, month, year.
 
     The header line is skipped; a row whose date does not exist (a day 0, a 31st of
-    February...) is refused with its line number, never dropped silently.
+    February...) or predates Last.fm (the file has five from 1956–1979) is refused
+    with its line number, never dropped silently.
     """
     from datetime import UTC, datetime
 
@@ -161,6 +166,9 @@ def read_lastfm(paths: Iterable[str]) -> Iterator[Record]:
             ts = datetime(year, month, day, tzinfo=UTC).timestamp()
         except ValueError as exc:
             yield Refused(name, no, "bad_date", f"{year}-{month}-{day}: {exc}")
+            continue
+        if year < LASTFM_FIRST_YEAR:
+            yield Refused(name, no, "bad_date", f"{year}-{month}-{day}: before Last.fm existed")
             continue
         event = {"user": user, "tag": tag, "song": artist, "ts": ts}
         yield Accepted(orjson.dumps(event), id_bytes(user))

@@ -100,11 +100,14 @@ def test_lastfm_reader_refuses_impossible_dates(tmp_path: Path) -> None:
     f = tmp_path / "user_taggedartists.dat"
     f.write_text(
         "userID\tartistID\ttagID\tday\tmonth\tyear\n2\t52\t13\t1\t4\t2009\n2\t52\t15\t31\t2\t2009\n3\tx\n"
+        "4\t1\t1\t1\t1\t1956\n"
     )
     recs = list(read_lastfm([str(f)]))
     assert isinstance(recs[0], Accepted) and b'"song":52' in recs[0].raw and b'"tag":13' in recs[0].raw
     assert isinstance(recs[1], Refused) and recs[1].reason == "bad_date" and recs[1].line_no == 3
     assert isinstance(recs[2], Refused) and recs[2].reason == "lastfm"
+    assert isinstance(recs[3], Refused) and recs[3].reason == "bad_date"
+    assert "before Last.fm" in recs[3].detail
 
 
 def test_estimates_at_1000_distinct_average_within_2_percent() -> None:

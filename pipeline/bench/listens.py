@@ -1,0 +1,246 @@
+"""Listens benchmark (``make bench-listens``): sketch accuracy and size, "heard" false positives,
+ingest through one worker, and top-tags latency.
+
+1. Synthetic streams of known cardinality (10 to 1,000,000 distinct songs): mean and
+   max relative error of the estimate per cardinality, at the default precision.
+2. Bytes of one sketch at 1, 10, 100, 10,000 distinct songs next to datasketch's
+   dense registers and postgresql-hll's published sizes.
+3. Last.fm 2k (``user_taggedartists.dat``) through one worker: listens/s, then per
+   (user, tag) the whole sketch's estimate against the exact distinct artists,
+   the "heard" false-positive rate on held-out artists, and ``top-tags`` latency for
+   users with about 10 and about 100 tags.
+
+    python -m pipeline.bench.listens --out bench-results/listens.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from datasketch import HyperLogLog
+from pymongo import MongoClient
+
+from pipeline.aggregate.bloom import BloomSpec, contains
+from pipeline.aggregate.hll import Sketch, decode
+from pipeline.aggregate.listens import listen_fields, listen_id
+from pipeline.ingest.readers import Accepted, Refused, read_lastfm
+from pipeline.ops.lag import wait_caught_up
+from pipeline.producer import EventProducer
+from pipeline.query.listens import top_tags
+from pipeline.services.embedded import EmbeddedServices, for_embedded
+from pipeline.settings import Settings
+from pipeline.sinks.mongo import mongo_client
+from pipeline.worker.process import WorkerProcess
+
+LASTFM = Path(__file__).resolve().parents[2].parent / "shared/data/lastfm-2k/user_taggedartists.dat"
+PG_HLL_BYTES = {1: 11, 10: 83, "full": 1283}
+
+
+def accuracy(trials: dict[int, int], seed: int = 1) -> dict[str, Any]:
+    """Relative error of the estimate for streams of known cardinality."""
+    rng = random.Random(seed)
+    out = {}
+    for n, reps in trials.items():
+        errors = []
+        for _ in range(reps):
+            base = rng.randrange(1 << 40)
+            s = Sketch.empty()
+            for x in range(base, base + n):
+                s.add(x)
+            errors.append(abs(s.estimate() - n) / n)
+        out[str(n)] = {
+            "trials": reps,
+            "mean_rel_error": round(statistics.mean(errors), 5),
+            "max_rel_error": round(max(errors), 5),
+        }
+    return out
+
+
+def sizes() -> dict[str, Any]:
+    """Encoded bytes per sketch against dense datasketch registers and postgresql-hll."""
+    out: dict[str, Any] = {}
+    for n in (1, 10, 100, 10_000):
+        s = Sketch.empty()
+        for x in range(n):
+            s.add(x)
+        out[str(n)] = {
+            "ours": len(s.encode()),
+            "datasketch_dense": HyperLogLog(p=12).bytesize(),
+            "postgresql_hll": PG_HLL_BYTES.get(n, PG_HLL_BYTES["full"] if n >= 10_000 else None),
+        }
+    return out
+
+
+async def _send(settings: Settings, events: list[tuple[bytes, bytes]]) -> None:
+    async with EventProducer(settings, settings.listens_topic, 100) as p:
+        for line, key in events:
+            await p.send_raw(line, key)
+
+
+def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
+    """The real data set through one worker, then accuracy, false positives and latency."""
+    if not LASTFM.exists():
+        return None
+    settings = base.named("bench-listens")
+    records = list(read_lastfm([str(LASTFM)]))
+    events = [(r.raw, r.key) for r in records if isinstance(r, Accepted)]
+    refused = [r for r in records if isinstance(r, Refused)]
+    events += synthetic_users()
+    exact: dict[tuple[Any, Any], set[Any]] = defaultdict(set)
+    for raw, _ in events:
+        e = orjson.loads(raw)
+        exact[(e["user"], e["tag"])].add(e["song"])
+    asyncio.run(_send(settings, events[:1]))
+    w = WorkerProcess(settings, "bench-listens").start()
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.listens_topic], timeout=120, poll=0.2))
+        began = time.perf_counter()
+        asyncio.run(_send(settings, events[1:]))
+        asyncio.run(wait_caught_up(settings, [settings.listens_topic], timeout=1800, poll=0.2))
+        took = time.perf_counter() - began
+    finally:
+        w.terminate()
+    f = listen_fields()
+    spec = BloomSpec.for_capacity(settings.listen_heard_capacity, settings.listen_heard_fpr)
+    client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
+    coll = client[settings.db][f["collection"]]
+    bands: dict[str, list[float]] = defaultdict(list)
+    doc_bytes = []
+    rng = random.Random(3)
+    fp = probes = 0
+    songs = sorted({s for v in exact.values() for s in v})
+    for (user, tag), truth in exact.items():
+        doc = coll.find_one({"_id": listen_id(user, tag)})
+        assert doc is not None
+        whole = bytes(doc[f["whole"]])
+        doc_bytes.append(len(whole))
+        est = decode(whole).estimate()
+        n = len(truth)
+        band = "1-9" if n < 10 else "10-99" if n < 100 else "100-999" if n < 1000 else "1000+"
+        bands[band].append(abs(est - n) / n)
+        for s in rng.sample(songs, 20):
+            if s not in truth:
+                probes += 1
+                fp += contains(doc.get(f["heard"], {}), spec, s)
+    client.close()
+    tags_per_user: dict[Any, int] = defaultdict(int)
+    for user, _ in exact:
+        if str(user).startswith("synthetic"):
+            tags_per_user[user] += 1
+    return {
+        "rows": len(records),
+        "refused_rows": len(refused),
+        "refused_examples": [f"line {r.line_no}: {r.detail}" for r in refused[:3]],
+        "listens": len(events),
+        "of_which_synthetic": len(synthetic_users()),
+        "user_tag_pairs": len(exact),
+        "ingest_seconds": round(took, 1),
+        "listens_per_s": round((len(events) - 1) / took),
+        "accuracy_by_distinct": {
+            b: {
+                "pairs": len(v),
+                "mean_rel_error": round(statistics.mean(v), 5),
+                "max_rel_error": round(max(v), 5),
+            }
+            for b, v in sorted(bands.items())
+        },
+        "whole_sketch_bytes_mean": round(statistics.mean(doc_bytes), 1),
+        "heard_fpr": round(fp / max(1, probes), 5),
+        "heard_probes": probes,
+        "top_tags_latency": asyncio.run(_latency(settings, tags_per_user, queries)),
+    }
+
+
+def synthetic_users(per_class: int = 20, songs: int = 30) -> list[tuple[bytes, bytes]]:
+    """Users with 10 and with 100 tags, listened to over the last 7 days (for top-tags latency)."""
+    rng = random.Random(9)
+    now = time.time()
+    out = []
+    for tags in (10, 100):
+        for i in range(per_class):
+            user = f"synthetic-{tags}-{i}"
+            for tag in range(tags):
+                for song in rng.sample(range(10_000), songs):
+                    event = {"user": user, "tag": tag, "song": song, "ts": now - rng.random() * 6 * 86400}
+                    out.append((orjson.dumps(event), user.encode()))
+    return out
+
+
+def heard_fpr_at_capacity(capacity: int, p: float, probes: int = 100_000) -> float:
+    """False-positive rate of one "heard" filter holding exactly its capacity."""
+    spec = BloomSpec.for_capacity(capacity, p)
+    words: dict[str, int] = {}
+    from pipeline.aggregate.bloom import members_bits
+    from pipeline.aggregate.keys import to_int64
+
+    words = {str(w): to_int64(m) for w, m in members_bits(range(capacity), spec).items()}
+    return sum(contains(words, spec, x) for x in range(10**9, 10**9 + probes)) / probes
+
+
+async def _latency(settings: Settings, tags_per_user: dict[Any, int], n: int) -> dict[str, Any]:
+    client = mongo_client(settings.mongo_url or "")
+    db = client[settings.db]
+    today = datetime.now(UTC).date()
+    out: dict[str, Any] = {}
+    try:
+        for label, lo, hi in (("10 tags", 10, 10), ("100 tags", 100, 100)):
+            users = [u for u, k in tags_per_user.items() if lo <= k <= hi]
+            if not users:
+                continue
+            times = []
+            for i in range(n):
+                t = time.perf_counter()
+                await top_tags(db, users[i % len(users)], 7, today=today)
+                times.append((time.perf_counter() - t) * 1000)
+            times.sort()
+            out[label] = {
+                "users": len(users),
+                "p50_ms": round(statistics.median(times), 2),
+                "p99_ms": round(times[int(len(times) * 0.99) - 1], 2),
+            }
+    finally:
+        await client.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--out", default="bench-results/listens.json")
+    args = ap.parse_args()
+    results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "precision": 12}
+    print("accuracy on synthetic streams ...", flush=True)
+    trials = {10: 50, 100: 50, 1_000: 50, 10_000: 20, 100_000: 5, 1_000_000: 2}
+    results["accuracy_synthetic"] = accuracy(trials)
+    print(json.dumps(results["accuracy_synthetic"]), flush=True)
+    results["bytes_per_sketch"] = sizes()
+    results["heard_fpr_at_capacity_1000_p1pct"] = heard_fpr_at_capacity(1000, 0.01)
+    print(json.dumps(results["bytes_per_sketch"]), flush=True)
+    home = Path(tempfile.mkdtemp(prefix="preagg-listens-"))
+    svc = EmbeddedServices(home)
+    base = for_embedded(Settings(home=home, partitions=4), svc.start())
+    try:
+        print("Last.fm 2k through one worker ...", flush=True)
+        results["lastfm"] = lastfm(base, args.queries)
+        print(json.dumps(results["lastfm"]), flush=True)
+    finally:
+        svc.stop()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"results in {out}")
+
+
+if __name__ == "__main__":
+    main()
