@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -34,11 +32,11 @@ from pymongo import MongoClient
 from pipeline.aggregate.bloom import BloomSpec, contains
 from pipeline.aggregate.hll import Sketch, decode
 from pipeline.aggregate.listens import listen_fields, listen_id
+from pipeline.bench.common import embedded, latency_ms, step, write_results
 from pipeline.ingest.readers import Accepted, Refused, read_lastfm
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
 from pipeline.query.listens import top_tags
-from pipeline.services.embedded import EmbeddedServices, for_embedded
 from pipeline.settings import Settings
 from pipeline.sinks.mongo import mongo_client
 from pipeline.worker.process import WorkerProcess
@@ -206,8 +204,7 @@ async def _latency(settings: Settings, tags_per_user: dict[Any, int], n: int) ->
             times.sort()
             out[label] = {
                 "users": len(users),
-                "p50_ms": round(statistics.median(times), 2),
-                "p99_ms": round(times[int(len(times) * 0.99) - 1], 2),
+                **latency_ms(times),
             }
     finally:
         await client.close()
@@ -220,26 +217,18 @@ def main() -> None:
     ap.add_argument("--out", default="bench-results/listens.json")
     args = ap.parse_args()
     results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "precision": 12}
-    print("accuracy on synthetic streams ...", flush=True)
     trials = {10: 50, 100: 50, 1_000: 50, 10_000: 20, 100_000: 5, 1_000_000: 2}
-    results["accuracy_synthetic"] = accuracy(trials)
-    print(json.dumps(results["accuracy_synthetic"]), flush=True)
-    results["bytes_per_sketch"] = sizes()
-    results["heard_fpr_at_capacity_1000_p1pct"] = heard_fpr_at_capacity(1000, 0.01)
-    print(json.dumps(results["bytes_per_sketch"]), flush=True)
-    home = Path(tempfile.mkdtemp(prefix="preagg-listens-"))
-    svc = EmbeddedServices(home)
-    base = for_embedded(Settings(home=home, partitions=4), svc.start())
-    try:
-        print("Last.fm 2k through one worker ...", flush=True)
-        results["lastfm"] = lastfm(base, args.queries)
-        print(json.dumps(results["lastfm"]), flush=True)
-    finally:
-        svc.stop()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"results in {out}")
+    step(results, "accuracy_synthetic", "accuracy on synthetic streams", lambda: accuracy(trials))
+    step(results, "bytes_per_sketch", "bytes per sketch", sizes)
+    step(
+        results,
+        "heard_fpr_at_capacity_1000_p1pct",
+        "heard filter at capacity",
+        lambda: heard_fpr_at_capacity(1000, 0.01),
+    )
+    with embedded("preagg-listens-") as (base, _):
+        step(results, "lastfm", "Last.fm 2k through one worker", lambda: lastfm(base, args.queries))
+    write_results(results, args.out)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -34,11 +32,11 @@ from pymongo import ASCENDING, InsertOne, MongoClient
 from pipeline.aggregate.bloom import contains
 from pipeline.aggregate.keys import id_bytes
 from pipeline.aggregate.relations import relation_sides
+from pipeline.bench.common import embedded, latency_ms, step, write_results
 from pipeline.ingest.readers import Accepted, read_movielens
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
 from pipeline.query.relations import related_items
-from pipeline.services.embedded import EmbeddedServices, for_embedded
 from pipeline.settings import Settings
 from pipeline.sinks.mongo import mongo_client
 from pipeline.worker.process import WorkerProcess
@@ -195,8 +193,7 @@ async def _latencies(settings: Settings, users: list[int], sides: Any, n: int) -
                 times.append((time.perf_counter() - t) * 1000)
             times.sort()
             out[name] = {  # the second (warm) pass of each overwrites the first
-                "p50_ms": round(statistics.median(times), 2),
-                "p99_ms": round(times[int(len(times) * 0.99) - 1], 2),
+                **latency_ms(times),
             }
     finally:
         await client.close()
@@ -209,23 +206,11 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--out", default="bench-results/relations.json")
     args = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="preagg-rel-"))
-    svc = EmbeddedServices(home)
-    base = for_embedded(Settings(home=home, partitions=4), svc.start())
     results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds")}
-    try:
-        print("impressions ...", flush=True)
-        results["impressions"] = impressions(base, args.impressions)
-        print(json.dumps(results["impressions"]), flush=True)
-        print("relations (MovieLens 100k) ...", flush=True)
-        results["relations"] = relations(base, args.queries)
-        print(json.dumps(results["relations"]), flush=True)
-    finally:
-        svc.stop()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"results in {out}")
+    with embedded("preagg-rel-") as (base, _):
+        step(results, "impressions", "impressions", lambda: impressions(base, args.impressions))
+        step(results, "relations", "relations (MovieLens 100k)", lambda: relations(base, args.queries))
+    write_results(results, args.out)
 
 
 if __name__ == "__main__":
