@@ -11,17 +11,13 @@ while a known stream is produced, then every stored counter is audited.
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+from pipeline.bench.common import embedded, write_results
 from pipeline.ops.chaos import run_chaos
-from pipeline.services.embedded import EmbeddedServices, for_embedded
-from pipeline.settings import Settings
 
 
 def main() -> None:
@@ -31,22 +27,15 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0, help="seconds over which the stream is produced")
     ap.add_argument("--out", default="bench-results/chaos.json")
     args = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="preagg-chaos-"))
-    svc = EmbeddedServices(home / "services")
-    endpoints = svc.start()
     runs: list[dict[str, Any]] = []
-    try:
+    with embedded("preagg-chaos-") as (base, _):
         for seed in args.seeds:
-            settings = for_embedded(
-                Settings(
-                    partitions=4,
-                    home=home / f"seed-{seed}",
-                    flush_interval=0.5,
-                    session_timeout=6.0,
-                    max_pending_keys=2_000,
-                ).named(f"chaos-{seed}"),
-                endpoints,
-            )
+            settings = base.with_(
+                home=base.home / f"seed-{seed}",
+                flush_interval=0.5,
+                session_timeout=6.0,
+                max_pending_keys=2_000,
+            ).named(f"chaos-{seed}")
             began = time.strftime("%X")
 
             def say(message: str, seed: int = seed) -> None:
@@ -61,8 +50,6 @@ def main() -> None:
                 f"{report.scale_ups} scale-ups, {len(report.mismatches)} mismatches, {report.seconds:.0f}s",
                 flush=True,
             )
-    finally:
-        svc.stop()
     summary = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "seeds": len(runs),
@@ -71,9 +58,7 @@ def main() -> None:
         "mismatches": sum(len(r["mismatches"]) for r in runs),
         "runs": runs,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
+    out = write_results(summary, args.out)
     print(
         f"{summary['seeds']} seeds, {summary['faults_survived']} faults survived, "
         f"{summary['mismatches']} mismatches; results in {out}"

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import random
 import statistics
-import tempfile
 import time
 from datetime import UTC, datetime
 from datetime import time as dtime
@@ -28,11 +26,11 @@ from typing import Any
 import orjson
 from pymongo import MongoClient
 
+from pipeline.bench.common import embedded, step, write_results
 from pipeline.ingest.hits import HitDecoder
 from pipeline.ingest.readers import Accepted, hit_key, read_hits
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
-from pipeline.services.embedded import EmbeddedServices, Endpoints, for_embedded
 from pipeline.settings import Settings
 from pipeline.sinks.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
@@ -216,10 +214,6 @@ def main() -> None:
     ap.add_argument("--out", default="bench-results/hits.json")
     args = ap.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="preagg-bench-"))
-    svc = EmbeddedServices(home)
-    endpoints: Endpoints = svc.start()
-    base = for_embedded(Settings(home=home, partitions=4), endpoints)
     results: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -227,37 +221,38 @@ def main() -> None:
             "platform": platform.platform(),
         },
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "make bench",
+        "command": "make bench-hits",
     }
-    try:
-        events = realtime_events(args.events)
-        print("naive (seed log_hit, 2 upserts per event) ...", flush=True)
-        results["naive"] = naive_log_hit(base.mongo_url or "", "bench_naive", events[: args.naive_events])
-        print(json.dumps(results["naive"]), flush=True)
-        print("pipeline, packed messages (100 events/message) ...", flush=True)
-        results["packed"] = pipeline_run(base, "packed", events, 100)
-        print(json.dumps(results["packed"]), flush=True)
-        print("pipeline, single-event messages ...", flush=True)
-        results["single"] = pipeline_run(base, "single", events[: args.single_events], 1)
-        print(json.dumps(results["single"]), flush=True)
-        results["ratio_packed_vs_naive"] = (
-            results["packed"]["events_per_s"] / results["naive"]["events_per_s"]
+    events = realtime_events(args.events)
+    with embedded("preagg-bench-") as (base, _):
+        naive = events[: args.naive_events]
+        step(
+            results,
+            "naive",
+            "naive (seed log_hit, 2 upserts per event)",
+            lambda: naive_log_hit(base.mongo_url or "", "bench_naive", naive),
         )
-        results["ratio_single_vs_naive"] = (
-            results["single"]["events_per_s"] / results["naive"]["events_per_s"]
+        step(
+            results,
+            "packed",
+            "pipeline, packed messages (100 events/message)",
+            lambda: pipeline_run(base, "packed", events, 100),
         )
-        print("freshness under 5k events/s ...", flush=True)
-        results["freshness"] = freshness_run(base)
-        print(json.dumps(results["freshness"]), flush=True)
-        print("access log replay ...", flush=True)
-        results["access_log"] = access_log_run(base)
-        print(json.dumps(results["access_log"]), flush=True)
-    finally:
-        svc.stop()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"\nratio packed/naive {results['ratio_packed_vs_naive']:.1f}x; results in {out}")
+        single = events[: args.single_events]
+        step(
+            results,
+            "single",
+            "pipeline, single-event messages",
+            lambda: pipeline_run(base, "single", single, 1),
+        )
+        for kind in ("packed", "single"):
+            results[f"ratio_{kind}_vs_naive"] = (
+                results[kind]["events_per_s"] / results["naive"]["events_per_s"]
+            )
+        step(results, "freshness", "freshness under 5k events/s", lambda: freshness_run(base))
+        step(results, "access_log", "access log replay", lambda: access_log_run(base))
+    out = write_results(results, args.out)
+    print(f"ratio packed/naive {results['ratio_packed_vs_naive']:.1f}x; results in {out}")
 
 
 if __name__ == "__main__":

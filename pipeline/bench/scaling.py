@@ -22,19 +22,19 @@ import argparse
 import asyncio
 import json
 import os
-import tempfile
 import time
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline.bench.common import embedded, write_results
 from pipeline.bench.hits import realtime_events
 from pipeline.ops.audit import audit_hits
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
 from pipeline.schemas import hits_fields
-from pipeline.services.embedded import EmbeddedServices, for_embedded, free_port
+from pipeline.services.embedded import EmbeddedServices, free_port
 from pipeline.settings import Settings
 from pipeline.sinks.mongo import mongo_client
 from pipeline.worker.process import WorkerProcess
@@ -196,23 +196,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="repetitions of each case (order alternates)")
     ap.add_argument("--out", default="bench-results/scaling.json")
     args = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="preagg-scaling-"))
-    svc = EmbeddedServices(home)
-    base = for_embedded(Settings(home=home, partitions=4), svc.start())
     results: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
         "events": args.events,
         "runs": [],
     }
-    try:
-        events = realtime_events(args.events, seed=3)
+    events = realtime_events(args.events, seed=3)
+    with embedded("preagg-scaling-") as (base, svc):
         for r in range(args.rounds):
             order = (1, 2) if r % 2 == 0 else (2, 1)
             for mode, fn in (("live", run), ("drain", drain)):
                 for n in order:
                     b = base.with_(group_id=f"r{r}", db=f"r{r}")
-                    res = fn(b.with_(home=home / f"r{r}"), svc, n, events)
+                    res = fn(b.with_(home=base.home / f"r{r}"), svc, n, events)
                     res |= {"mode": mode, "round": r}
                     results["runs"].append(res)
                     print(json.dumps(res), flush=True)
@@ -225,11 +222,7 @@ def main() -> None:
             results[f"{mode}_speedup_2_vs_1"] = round(
                 results[f"{mode}_2_median_events_per_s"] / results[f"{mode}_1_median_events_per_s"], 2
             )
-    finally:
-        svc.stop()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    out = write_results(results, args.out)
     print(
         f"2 workers vs 1: live {results['live_speedup_2_vs_1']}x, "
         f"drain {results['drain_speedup_2_vs_1']}x; results in {out}"

@@ -14,11 +14,6 @@ from typing import IO
 from pipeline.settings import Settings
 
 
-def settings_env(settings: Settings) -> dict[str, str]:
-    """``PREAGG_*`` variables that reproduce ``settings`` in a child process."""
-    return settings.to_env()
-
-
 class WorkerProcess:
     """One ``python -m pipeline worker`` child with its own log file."""
 
@@ -33,7 +28,7 @@ class WorkerProcess:
         """Spawn the worker; it logs to ``<home>/logs/<name>.log``."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        env = {**os.environ, **settings_env(self.settings), "PREAGG_WORKER_ID": self.name}
+        env = {**os.environ, **self.settings.to_env(), "PREAGG_WORKER_ID": self.name}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline", "worker"],
             env=env,

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from pipeline.settings import Settings
-from pipeline.worker.process import settings_env
 
 from .helpers import run_worker_to_end
 
@@ -27,7 +26,7 @@ LOG = """\
 
 
 def preagg(settings: Settings, *args: str, stdin: str | None = None) -> str:
-    env = {**os.environ, **settings_env(settings)}
+    env = {**os.environ, **settings.to_env()}
     r = subprocess.run(
         [sys.executable, "-m", "pipeline", *args],
         env=env,

@@ -20,7 +20,6 @@ from pipeline.producer import EventProducer
 from pipeline.query.impressions import items_of_user, top_items, users_of_item
 from pipeline.query.relations import related_items, related_users
 from pipeline.settings import Settings
-from pipeline.worker.process import settings_env
 
 from .helpers import run_worker_to_end, with_db
 
@@ -103,7 +102,7 @@ def test_relations_no_false_negatives_bounded_false_positives_and_cli(settings: 
     fpr = with_db(settings, check)
     assert fpr <= 0.03, fpr  # configured 1% at capacity; filters here hold ~33 of 60 members
 
-    env = {**os.environ, **settings_env(settings)}
+    env = {**os.environ, **settings.to_env()}
     out = subprocess.run(
         [sys.executable, "-m", "pipeline", "query", "related", "--user", "5", "--json"],
         env=env,

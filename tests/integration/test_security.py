@@ -17,7 +17,7 @@ from pipeline.demo.traffic import generate
 from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
-from pipeline.worker.process import WorkerProcess, settings_env
+from pipeline.worker.process import WorkerProcess
 
 from .helpers import produce
 
@@ -48,7 +48,7 @@ def test_mongo_credentials_work_and_stay_secret(settings: Settings) -> None:
         assert w.terminate() == 0, w.log_path.read_text()[-3000:]
     status = subprocess.run(
         [sys.executable, "-m", "pipeline", "status", "--interval", "0"],
-        env={**os.environ, **settings_env(secured)},
+        env={**os.environ, **secured.to_env()},
         capture_output=True,
         text=True,
         timeout=120,
