@@ -126,6 +126,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_query(args: argparse.Namespace) -> int:
     from pipeline.query.hits import hits_series
     from pipeline.query.render import as_csv, as_json, as_table, plot_png, sparkline
+    from pipeline.schemas import hits_fields
     from pipeline.sinks.mongo import mongo_client
 
     s = _settings()
@@ -137,7 +138,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     async def run() -> list[tuple[datetime, int]]:
         client = mongo_client(s.mongo_url or "")
         try:
-            return await hits_series(client[s.db], args.site, args.page, start, end, args.by)
+            return await hits_series(
+                client[s.db], args.site, args.page, start, end, args.by, hits_fields(s.schema)
+            )
         finally:
             await client.close()
 
@@ -180,10 +183,10 @@ def cmd_query_impressions(args: argparse.Namespace) -> int:
         db = client[s.db]
         try:
             if args.user is not None:
-                return await items_of_user(db, parse_id(args.user), args.limit), ("item", "count")
+                return await items_of_user(db, parse_id(args.user), args.limit, s.schema), ("item", "count")
             if args.item is not None:
-                return await users_of_item(db, parse_id(args.item), args.limit), ("user", "count")
-            return await top_items(db, args.top, args.day), ("item", "count")
+                return await users_of_item(db, parse_id(args.item), args.limit, s.schema), ("user", "count")
+            return await top_items(db, args.top, args.day, s.schema), ("item", "count")
         finally:
             await client.close()
 
@@ -198,7 +201,7 @@ def cmd_query_related(args: argparse.Namespace) -> int:
     from pipeline.sinks.mongo import mongo_client
 
     s = _settings()
-    sides = relation_sides(s.relation_user_capacity, s.relation_item_capacity, s.relation_fpr)
+    sides = relation_sides(s.relation_user_capacity, s.relation_item_capacity, s.relation_fpr, s.schema)
 
     async def run() -> list[Any]:
         client = mongo_client(s.mongo_url or "")
@@ -234,9 +237,11 @@ def cmd_query_listens(args: argparse.Namespace) -> int:
         db = client[s.db]
         try:
             if args.what == "heard":
-                return await heard(db, parse_id(args.user), parse_id(args.tag), parse_id(args.song), spec)
+                return await heard(
+                    db, parse_id(args.user), parse_id(args.tag), parse_id(args.song), spec, s.schema
+                )
             today = datetime.fromisoformat(args.today).date() if args.today else None
-            return await top_tags(db, parse_id(args.user), args.days, args.limit, today)
+            return await top_tags(db, parse_id(args.user), args.days, args.limit, today, s.schema)
         finally:
             await client.close()
 

@@ -1,7 +1,9 @@
 """Access to the files in the top-level ``schemas/`` folder.
 
-The JSON Schemas of events and the stored field names live there, once, so that a
-compact schema (short field names) changes data files, not code.
+The JSON Schemas of events and the stored field names live there, once. Every
+collection has readable (logical) field names, used by the code, the query API and
+the docs, and short ``compact`` ones; a deployment stores one or the other
+(``PREAGG_SCHEMA``), and only this module turns one into the other.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+SchemaMode = Literal["compact", "readable"]
+SCHEMA_MODES: tuple[SchemaMode, ...] = ("compact", "readable")
 
 
 @cache
@@ -28,6 +33,50 @@ def event_schema(kind: str) -> dict[str, Any]:
     return schema
 
 
+def collection_kinds() -> list[str]:
+    """The document kinds ``schemas/fields.json`` defines, in file order."""
+    return [k for k in load_json("fields.json") if not k.startswith("_")]
+
+
+def check_mode(mode: str) -> SchemaMode:
+    """``mode`` if it is a schema mode, else ``ValueError`` naming the choices."""
+    if mode not in SCHEMA_MODES:
+        raise ValueError(f"schema mode {mode!r}: expected one of {', '.join(SCHEMA_MODES)}")
+    return mode
+
+
+@cache
+def field_names(kind: str, mode: str = "compact") -> dict[str, str]:
+    """Readable name → stored name for one document kind, plus ``collection``.
+
+    The result is cached and shared: callers must not modify it.
+    """
+    spec = load_json("fields.json")[kind]
+    check_mode(mode)
+    out = {"collection": spec["collection"]}
+    for readable, about in spec["fields"].items():
+        out[readable] = about["compact"] if mode == "compact" else readable
+    return out
+
+
+def schema_table(mode: str) -> list[dict[str, str]]:
+    """Every stored field: collection, readable and stored name, meaning (``preagg schema``)."""
+    rows = []
+    for kind in collection_kinds():
+        spec = load_json("fields.json")[kind]
+        stored = field_names(kind, mode)
+        for readable, about in spec["fields"].items():
+            rows.append(
+                {
+                    "collection": spec["collection"],
+                    "readable": readable,
+                    "stored": stored[readable],
+                    "meaning": about["about"],
+                }
+            )
+    return rows
+
+
 @dataclass(frozen=True)
 class DailyFields:
     """Stored names of the daily hits document."""
@@ -40,6 +89,7 @@ class DailyFields:
     total: str
     hourly: str
     minute: str
+    props: str
 
 
 @dataclass(frozen=True)
@@ -57,17 +107,18 @@ class MonthlyFields:
 
 @dataclass(frozen=True)
 class HitsFields:
-    """Both hits documents' names, as one value to pass around."""
+    """Both hits documents' names, and the mode they come from, as one value to pass around."""
 
     daily: DailyFields
     monthly: MonthlyFields
+    mode: SchemaMode = "compact"
 
 
 @cache
-def hits_fields() -> HitsFields:
-    """Field names from ``schemas/fields.json``."""
-    raw = load_json("fields.json")
+def hits_fields(mode: str = "compact") -> HitsFields:
+    """Field names of the hits documents in ``mode``."""
     return HitsFields(
-        daily=DailyFields(**raw["hits_daily"]),
-        monthly=MonthlyFields(**raw["hits_monthly"]),
+        daily=DailyFields(**field_names("hits_daily", mode)),
+        monthly=MonthlyFields(**field_names("hits_monthly", mode)),
+        mode=check_mode(mode),
     )

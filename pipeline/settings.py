@@ -26,6 +26,11 @@ _INTS = {
     "relation_item_capacity",
     "listen_hll_precision",
     "listen_heard_capacity",
+    "props_max_names",
+    "props_max_values",
+    "props_max_per_event",
+    "props_max_bytes",
+    "name_store_doc_cap",
 }
 _FLOATS = {
     "flush_interval",
@@ -165,6 +170,26 @@ class Settings:
     #: Client certificate and key for mutual TLS (empty: none).
     kafka_ssl_certfile: str = ""
     kafka_ssl_keyfile: str = ""
+    #: Stored field names: ``compact`` (short names such as ``m``, ``h``; custom
+    #: property names and values as name-store tokens) or ``readable`` (the names
+    #: ``preagg schema`` lists, property names and values as sent). Compact saves
+    #: space in every document; readable is easier to query by hand. Choose once per
+    #: database: a worker refuses a database written in the other mode.
+    schema: str = "compact"
+    #: Most distinct custom property names per site, and most distinct values per
+    #: property. Past them, new names (values) are counted under the token ``other``:
+    #: a producer sending unbounded names (a user id as a name) cannot grow the name
+    #: store or the documents without bound. Higher: more detail, bigger documents.
+    props_max_names: int = 1000
+    props_max_values: int = 10_000
+    #: Most custom properties on one hit, and longest property name or value in
+    #: UTF-8 bytes; a hit over either limit is dead-lettered (``props``).
+    props_max_per_event: int = 32
+    props_max_bytes: int = 128
+    #: Names one name-store document holds before the next document starts (the
+    #: seed's array cap). Larger: fewer documents to read cold; each push rewrites
+    #: a bigger array.
+    name_store_doc_cap: int = 1000
     #: Fault injection for tests and chaos runs only: ``POINT:N`` exits the worker
     #: with status 137 (as kill -9) the N-th time a flush reaches POINT
     #: (``before-commit``, ``mid-commit`` or ``after-commit``). Empty in production.

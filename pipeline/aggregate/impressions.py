@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from pipeline.aggregate.keys import Id, id_str, pair_key
 from pipeline.aggregate.updates import DocUpdate
 from pipeline.ingest.impressions import ImpressionDecoder
 from pipeline.ingest.validate import Rejection
-from pipeline.schemas import load_json
+from pipeline.schemas import field_names
 
 
 @dataclass(frozen=True)
@@ -32,10 +31,13 @@ class ImpressionFields:
     daily: dict[str, str]
 
 
-def impression_fields() -> ImpressionFields:
-    """Field names from ``schemas/fields.json``."""
-    raw: dict[str, Any] = load_json("fields.json")
-    return ImpressionFields(raw["impression_pairs"], raw["impression_items"], raw["impression_items_daily"])
+def impression_fields(mode: str = "compact") -> ImpressionFields:
+    """Field names from ``schemas/fields.json`` in schema ``mode``."""
+    return ImpressionFields(
+        field_names("impression_pairs", mode),
+        field_names("impression_items", mode),
+        field_names("impression_items_daily", mode),
+    )
 
 
 def day_of(ts: float) -> str:

@@ -32,13 +32,12 @@ from pipeline.aggregate.keys import Id, id_str
 from pipeline.aggregate.updates import DocUpdate
 from pipeline.ingest.impressions import ListenDecoder
 from pipeline.ingest.validate import Rejection
-from pipeline.schemas import load_json
+from pipeline.schemas import field_names
 
 
-def listen_fields() -> dict[str, str]:
-    """Stored names of the listens document (schemas/fields.json)."""
-    names: dict[str, str] = load_json("fields.json")["listens"]
-    return names
+def listen_fields(mode: str = "compact") -> dict[str, str]:
+    """Stored names of the listens document (schemas/fields.json) in schema ``mode``."""
+    return field_names("listens", mode)
 
 
 def listen_id(user: Id, tag: Id) -> str:
@@ -74,11 +73,11 @@ class _Pending:
 class ListenSketches:
     """The initialize/agg/result aggregator of listens for one flush window."""
 
-    def __init__(self, decoder: ListenDecoder, p: int, heard: BloomSpec) -> None:
+    def __init__(self, decoder: ListenDecoder, p: int, heard: BloomSpec, mode: str = "compact") -> None:
         self.decoder = decoder
         self.p = p
         self.heard = heard
-        self.fields = listen_fields()
+        self.fields = listen_fields(mode)
         self.pending: dict[tuple[Id, Id], _Pending] = {}
 
     def ingest(self, raw: bytes) -> Rejection | None:

@@ -11,14 +11,13 @@ transaction still records the offsets like every other stream. See
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from pipeline.aggregate.bloom import BloomSpec, bit_updates, merge_masks
 from pipeline.aggregate.keys import Id
 from pipeline.aggregate.updates import DocUpdate
 from pipeline.ingest.impressions import RelationDecoder
 from pipeline.ingest.validate import Rejection
-from pipeline.schemas import load_json
+from pipeline.schemas import field_names
 
 
 @dataclass(frozen=True)
@@ -32,12 +31,11 @@ class RelationSides:
     item_spec: BloomSpec
 
 
-def relation_sides(user_n: int, item_n: int, p: float) -> RelationSides:
-    """Both sides' names (schemas/fields.json) and filter sizes for capacities ``n`` at rate ``p``."""
-    raw: dict[str, Any] = load_json("fields.json")
+def relation_sides(user_n: int, item_n: int, p: float, mode: str = "compact") -> RelationSides:
+    """Both sides' names (schemas/fields.json, ``mode``) and filter sizes for capacity ``n``, rate ``p``."""
     return RelationSides(
-        raw["relation_users"],
-        raw["relation_items"],
+        field_names("relation_users", mode),
+        field_names("relation_items", mode),
         BloomSpec.for_capacity(user_n, p),
         BloomSpec.for_capacity(item_n, p),
     )

@@ -109,7 +109,7 @@ def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
         took = time.perf_counter() - began
     finally:
         w.terminate()
-    f = listen_fields()
+    f = listen_fields(settings.schema)
     spec = BloomSpec.for_capacity(settings.listen_heard_capacity, settings.listen_heard_fpr)
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     coll = client[settings.db][f["collection"]]

@@ -118,9 +118,8 @@ def relations(base: Settings, queries: int) -> dict[str, Any] | None:
     recs = [r for r in read_movielens([str(MOVIELENS)]) if isinstance(r, Accepted)]
     pairs = {(e["user"], e["item"]) for e in (orjson.loads(r.raw) for r in recs)}
     took = _run_worker(settings, settings.relations_topic, [(r.raw, r.key) for r in recs], "bench-rel")
-    sides = relation_sides(
-        settings.relation_user_capacity, settings.relation_item_capacity, settings.relation_fpr
-    )
+    s = settings
+    sides = relation_sides(s.relation_user_capacity, s.relation_item_capacity, s.relation_fpr, s.schema)
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     db = client[settings.db]
     users = {d["_id"]: d for d in db.rel_users.find()}

@@ -185,7 +185,7 @@ async def _audit(settings: Settings, events: list[tuple[bytes, bytes]]) -> list[
         truth[(e["site"], e["page"], int(e["ts"] // 60))] += 1
     client = mongo_client(settings.mongo_url or "")
     try:
-        return await audit_hits(client[settings.db], truth, hits_fields())
+        return await audit_hits(client[settings.db], truth, hits_fields(settings.schema))
     finally:
         await client.close()
 

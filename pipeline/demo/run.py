@@ -72,7 +72,9 @@ async def _demo(
         worker.terminate()
     client = mongo_client(settings.mongo_url or "")
     try:
-        return await _report(client[settings.db], settings.group_id, expected, summary.sent, took, chart, now)
+        return await _report(
+            client[settings.db], settings.group_id, expected, summary.sent, took, chart, now, settings.schema
+        )
     finally:
         await client.close()
 
@@ -85,8 +87,9 @@ async def _report(
     took: float,
     chart: Path,
     now: float,
+    mode: str,
 ) -> int:
-    f = hits_fields()
+    f = hits_fields(mode)
     counted = 0
     async for d in db[f.monthly.collection].find({}, {f.monthly.total: 1}):
         counted += d[f.monthly.total]
@@ -109,7 +112,7 @@ async def _report(
         f"worker time           {took:.1f}s from start to caught up "
         f"({sent / took:,.0f} events/s incl. start-up)"
     )
-    top = await busiest_page(db)
+    top = await busiest_page(db, f)
     if top:
         site, page = top
         end = datetime.fromtimestamp(now, UTC)
@@ -120,8 +123,8 @@ async def _report(
         if latest is not None:  # a replayed file may be years old: chart its last days
             last_day = latest[f.daily.metadata][f.daily.date].replace(tzinfo=UTC)
             end = min(end, last_day + timedelta(days=1) - timedelta(minutes=1))
-        hourly = await hits_series(db, site, page, end - timedelta(days=3), end, "hour")
-        last_hour = await hits_series(db, site, page, end - timedelta(minutes=59), end, "minute")
+        hourly = await hits_series(db, site, page, end - timedelta(days=3), end, "hour", f)
+        last_hour = await hits_series(db, site, page, end - timedelta(minutes=59), end, "minute", f)
         print(f"\n== busiest page: {site}{page}")
         print(f"hits per hour, last 3 days ({sum(n for _, n in hourly)} hits):")
         print("  " + sparkline([n for _, n in hourly]))

@@ -191,7 +191,7 @@ async def _audit(settings: Settings, truth: Any, report: ChaosReport, bad: dict[
     client = mongo_client(settings.mongo_url or "")
     try:
         db = client[settings.db]
-        problems = await audit_hits(db, truth, hits_fields())
+        problems = await audit_hits(db, truth, hits_fields(settings.schema))
         totals = ledger_totals(await read_ledger(db, settings.group_id))
         if totals.events != report.events:
             problems.append(f"ledger counts {totals.events} events, {report.events} were produced")

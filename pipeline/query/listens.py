@@ -28,10 +28,15 @@ def window(days: int, today: date | None = None) -> tuple[str, str]:
 
 
 async def top_tags(
-    db: AsyncDatabase[dict[str, Any]], user: Id, days: int, limit: int = 10, today: date | None = None
+    db: AsyncDatabase[dict[str, Any]],
+    user: Id,
+    days: int,
+    limit: int = 10,
+    today: date | None = None,
+    mode: str = "compact",
 ) -> list[tuple[Id, float]]:
     """Tags of ``user`` ranked by estimated distinct songs over the last ``days`` days."""
-    f = listen_fields()
+    f = listen_fields(mode)
     lo, hi = window(days, today)
     ranked = []
     async for doc in db[f["collection"]].find({f["user"]: user}, {f["tag"]: 1, f["slots"]: 1}):
@@ -46,18 +51,25 @@ async def top_tags(
     return ranked[:limit]
 
 
-async def heard(db: AsyncDatabase[dict[str, Any]], user: Id, tag: Id, song: Id, spec: BloomSpec) -> bool:
+async def heard(
+    db: AsyncDatabase[dict[str, Any]], user: Id, tag: Id, song: Id, spec: BloomSpec, mode: str = "compact"
+) -> bool:
     """Whether ``user`` has heard ``song`` under ``tag`` (Bloom filter, server side)."""
-    f = listen_fields()
+    f = listen_fields(mode)
     query = {"_id": listen_id(user, tag), **contains_query(f["heard"], spec, song)}
     return await db[f["collection"]].find_one(query, {"_id": 1}) is not None
 
 
 async def recommend(
-    db: AsyncDatabase[dict[str, Any]], user: Id, tag: Id, candidates: list[Id], spec: BloomSpec
+    db: AsyncDatabase[dict[str, Any]],
+    user: Id,
+    tag: Id,
+    candidates: list[Id],
+    spec: BloomSpec,
+    mode: str = "compact",
 ) -> list[Id]:
     """``candidates`` without the songs ``user`` has (probably) heard under ``tag``."""
-    f = listen_fields()
+    f = listen_fields(mode)
     doc = await db[f["collection"]].find_one({"_id": listen_id(user, tag)}, {f["heard"]: 1})
     from pipeline.aggregate.bloom import contains
 

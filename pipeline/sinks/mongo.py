@@ -56,11 +56,11 @@ async def ensure_hits_indexes(db: AsyncDatabase[dict[str, Any]], fields: HitsFie
         )
 
 
-async def ensure_impression_indexes(db: AsyncDatabase[dict[str, Any]]) -> None:
+async def ensure_impression_indexes(db: AsyncDatabase[dict[str, Any]], mode: str = "compact") -> None:
     """Pairs by user and by item; items and item-days by count (top N without a scan)."""
     from pipeline.aggregate.impressions import impression_fields
 
-    f = impression_fields()
+    f = impression_fields(mode)
     pairs = db[f.pairs["collection"]]
     await pairs.create_index([(f.pairs["user"], ASCENDING)], name="user")
     await pairs.create_index([(f.pairs["item"], ASCENDING)], name="item")
@@ -70,11 +70,11 @@ async def ensure_impression_indexes(db: AsyncDatabase[dict[str, Any]]) -> None:
     )
 
 
-async def ensure_listen_indexes(db: AsyncDatabase[dict[str, Any]]) -> None:
+async def ensure_listen_indexes(db: AsyncDatabase[dict[str, Any]], mode: str = "compact") -> None:
     """A user's (user, tag) documents in one indexed read (top tags)."""
     from pipeline.aggregate.listens import listen_fields
 
-    f = listen_fields()
+    f = listen_fields(mode)
     await db[f["collection"]].create_index([(f["user"], ASCENDING)], name="user")
 
 

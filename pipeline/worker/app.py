@@ -29,7 +29,7 @@ from pipeline.aggregate.listens import ListenSketches
 from pipeline.aggregate.relations import RelationFilters, relation_sides
 from pipeline.ingest.hits import HitDecoder
 from pipeline.ingest.impressions import ImpressionDecoder, ListenDecoder, RelationDecoder
-from pipeline.schemas import hits_fields
+from pipeline.schemas import check_mode, hits_fields
 from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
 from pipeline.sinks.mongo import (
@@ -94,7 +94,8 @@ def build_app(settings: Settings) -> faust.App:
     sink = MongoSink(
         client, settings.db, settings.group_id, settings.worker_id, settings.commit_mode, fault=fault
     )
-    fields = hits_fields()
+    mode = check_mode(settings.schema)
+    fields = hits_fields(mode)
     started = time.time()
 
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
@@ -142,18 +143,18 @@ def build_app(settings: Settings) -> faust.App:
     hit_decoder = HitDecoder(settings.max_event_bytes, settings.future_skew)
     imp_decoder = ImpressionDecoder(settings.max_event_bytes, settings.future_skew)
     rel_decoder = RelationDecoder(settings.max_event_bytes)
-    imp_fields = impression_fields()
+    imp_fields = impression_fields(mode)
     listen_decoder = ListenDecoder(settings.max_event_bytes, settings.future_skew)
     hll_p = settings.listen_hll_precision
     heard_spec = BloomSpec.for_capacity(settings.listen_heard_capacity, settings.listen_heard_fpr)
     sides = relation_sides(
-        settings.relation_user_capacity, settings.relation_item_capacity, settings.relation_fpr
+        settings.relation_user_capacity, settings.relation_item_capacity, settings.relation_fpr, mode
     )
     streams: list[tuple[str, str, Callable[[], Aggregator]]] = [
         ("hits", settings.hits_topic, lambda: HitCounts(hit_decoder, fields)),
         ("impressions", settings.impressions_topic, lambda: ImpressionCounts(imp_decoder, imp_fields)),
         ("relations", settings.relations_topic, lambda: RelationFilters(rel_decoder, sides)),
-        ("listens", settings.listens_topic, lambda: ListenSketches(listen_decoder, hll_p, heard_spec)),
+        ("listens", settings.listens_topic, lambda: ListenSketches(listen_decoder, hll_p, heard_spec, mode)),
     ]
     flushers: list[Flusher[Any]] = []
     for name, topic_name, factory in streams:
@@ -214,8 +215,8 @@ def build_app(settings: Settings) -> faust.App:
             )
             raise SystemExit(2)
         await ensure_hits_indexes(db, fields)
-        await ensure_impression_indexes(db)
-        await ensure_listen_indexes(db)
+        await ensure_impression_indexes(db, mode)
+        await ensure_listen_indexes(db, mode)
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,

@@ -85,7 +85,7 @@ def make(
     dec = HitDecoder(1000, 300, clock=lambda: 2e9)
     f: Flusher[HitCounts] = Flusher(
         "hits",
-        lambda: HitCounts(dec, hits_fields()),
+        lambda: HitCounts(dec, hits_fields("readable")),
         store,
         send_dead,
         ack,

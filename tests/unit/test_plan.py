@@ -7,7 +7,7 @@ from pipeline.ingest.hits import HitDecoder
 from pipeline.ingest.timeparse import minute_of
 from pipeline.schemas import hits_fields
 
-F = hits_fields()
+F = hits_fields("readable")
 
 
 def m(y: int, mo: int, d: int, h: int, mi: int) -> int:

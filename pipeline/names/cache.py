@@ -1,0 +1,142 @@
+"""A worker's token cache over the name store: bulk read-through, registration, limits.
+
+Tokens never change, so a worker keeps every token it has seen. Names it does not
+know are resolved together: one read of all their namespaces, then one guarded
+append per namespace that lacks some (usually none). A steady stream of known
+names costs no name-store round trip; a namespace at its limit is final, so its
+unknown names map to :data:`~pipeline.names.layout.OTHER` without a read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+
+from pipeline.names.layout import OTHER, Namespace, learn
+from pipeline.names.store import NameStore
+
+log = logging.getLogger(__name__)
+
+#: Failed appends in a row, with no other worker's progress in between, before
+#: giving up this flush (the flusher retries it; tokens already given stay valid).
+MAX_ATTEMPTS = 100
+
+
+class NameStoreContention(RuntimeError):
+    """A namespace kept changing under this worker; the flush is retried."""
+
+
+class NameCache:
+    """Tokens of names per namespace, as strings ready for a field path."""
+
+    def __init__(self, store: NameStore, limit: Callable[[str], int], doc_cap: int) -> None:
+        self.store = store
+        self.limit = limit
+        self.doc_cap = doc_cap
+        self.spaces: dict[str, Namespace] = {}
+        #: Distinct names given :data:`OTHER`, per namespace (a metric).
+        self.overflowed: dict[str, set[str]] = {}
+
+    def token(self, namespace: str, name: str) -> str:
+        """The token of a resolved name (``OTHER`` past the limit)."""
+        ns = self.spaces.get(namespace)
+        if ns is not None and (tok := ns.tokens.get(name)) is not None:
+            return str(tok)
+        return OTHER
+
+    def missing(self, wanted: Mapping[str, Collection[str]]) -> dict[str, set[str]]:
+        """Names without a token whose namespace may still take them."""
+        out: dict[str, set[str]] = {}
+        for namespace, names in wanted.items():
+            ns = self.spaces.get(namespace)
+            known = ns.tokens if ns is not None else {}
+            unknown = {n for n in names if n not in known}
+            if not unknown:
+                continue
+            if ns is not None and ns.full(self.limit(namespace)):
+                self._overflow(namespace, unknown)
+                continue
+            out[namespace] = unknown
+        return out
+
+    async def resolve(self, wanted: Mapping[str, Collection[str]], prefetch: Collection[str] = ()) -> None:
+        """Give every wanted name a token (or ``OTHER``): one bulk read, appends only for new names.
+
+        ``prefetch`` namespaces are read in the same round trip (a later
+        :meth:`resolve` of them then costs no read).
+        """
+        todo = self.missing(wanted)
+        if not todo:
+            return
+        await self._read({*todo, *(p for p in prefetch if p not in self.spaces)})
+        for namespace in todo:
+            names = todo[namespace] - self.spaces[namespace].tokens.keys()
+            if names:
+                await self._register(namespace, names)
+
+    async def _read(self, namespaces: Collection[str]) -> None:
+        pending = set(namespaces)
+        for _ in range(MAX_ATTEMPTS):
+            docs = await self.store.read(pending)
+            for namespace in list(pending):
+                ns = learn(namespace, docs[namespace], self.store.f)
+                if ns is not None:
+                    self.spaces[namespace] = ns
+                    pending.discard(namespace)
+            if not pending:
+                return
+        raise NameStoreContention(f"name store: torn reads of {sorted(pending)[:3]}")
+
+    async def _register(self, namespace: str, names: set[str]) -> None:
+        limit = self.limit(namespace)
+        stalls = 0  # failed appends after which the namespace had not grown
+        while stalls < MAX_ATTEMPTS:
+            ns = self.spaces[namespace]
+            names -= ns.tokens.keys()
+            if not names:
+                return
+            if ns.full(limit):
+                self._overflow(namespace, names)
+                return
+            room = ns.room(limit)
+            if room == 0:  # the last document is full (or there is none): start the next one
+                seq, least, cap = ns.next_doc(self.doc_cap, limit)
+                self._learn_last(ns, await self.store.create(namespace, seq, least, cap))
+                continue
+            batch = sorted(names)[:room]
+            appended = await self.store.append(namespace, ns.seq, min(ns.cap, limit - ns.least), batch)
+            if appended is not None:
+                self._learn_last(ns, appended)
+            else:  # another worker appended first: read what it wrote, then retry
+                before = ns.size
+                await self._read([namespace])
+                stalls = stalls + 1 if self.spaces[namespace].size == before else 0
+        raise NameStoreContention(f"name store: namespace {namespace!r} kept changing")
+
+    def _learn_last(self, ns: Namespace, doc: Mapping[str, object]) -> None:
+        """Take positions from a (new or appended) last document returned by the store."""
+        f = self.store.f
+        seq = int(str(doc["_id"]).rsplit("|", 1)[1])
+        least, cap, names = int(str(doc[f["least_value"]])), int(str(doc[f["cap"]])), doc[f["list"]]
+        assert isinstance(names, list)
+        if seq < ns.seq:
+            return
+        for pos, n in enumerate(names):
+            ns.tokens.setdefault(n, least + pos)
+        ns.seq, ns.least, ns.cap, ns.length = seq, least, cap, len(names)
+
+    def _overflow(self, namespace: str, names: Collection[str]) -> None:
+        seen = self.overflowed.setdefault(namespace, set())
+        if not seen:
+            log.warning(
+                "name store: namespace %r is at its limit of %d names; new names count as %r",
+                namespace,
+                self.limit(namespace),
+                OTHER,
+            )
+        seen.update(names)
+
+    @property
+    def overflow_names(self) -> int:
+        """Distinct names counted as ``OTHER`` so far."""
+        return sum(len(s) for s in self.overflowed.values())

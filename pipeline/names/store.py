@@ -1,0 +1,86 @@
+"""The name store's MongoDB documents: bulk read, atomic create, guarded append.
+
+Every write is a single-document atomic operation, so workers need no lock and no
+transaction to agree: the append is guarded by "none of these names is in the
+list" and "the list has room for all of them"; the next document is created by an
+upsert on its deterministic ``_id``. These writes happen outside the flush's
+transaction: a token, once given, is valid whether or not that flush commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from pymongo import ASCENDING, ReturnDocument
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError
+
+from pipeline.names.layout import doc_id
+from pipeline.schemas import field_names
+
+
+class NameStore:
+    """The name-store collection of one database, in one schema mode."""
+
+    def __init__(self, db: AsyncDatabase[dict[str, Any]], mode: str = "compact") -> None:
+        self.f = field_names("names", mode)
+        self.coll = db[self.f["collection"]]
+        #: Round trips, for metrics and the benchmark.
+        self.reads = 0
+        self.writes = 0
+
+    async def ensure_indexes(self) -> None:
+        """Namespace reads are one indexed range."""
+        f = self.f
+        await self.coll.create_index([(f["namespace"], ASCENDING), (f["least_value"], ASCENDING)], name="ns")
+
+    async def read(self, namespaces: Collection[str]) -> dict[str, list[dict[str, Any]]]:
+        """Every document of ``namespaces``, in one round trip."""
+        f = self.f
+        out: dict[str, list[dict[str, Any]]] = {ns: [] for ns in namespaces}
+        if not namespaces:
+            return out
+        self.reads += 1
+        async for d in self.coll.find({f["namespace"]: {"$in": list(namespaces)}}):
+            out[d[f["namespace"]]].append(d)
+        return out
+
+    async def create(self, namespace: str, seq: int, least: int, cap: int) -> dict[str, Any]:
+        """The namespace's ``seq``-th document, created if absent (atomic: one upsert on its ``_id``)."""
+        f = self.f
+        self.writes += 1
+        _id = doc_id(namespace, seq)
+        new = {f["namespace"]: namespace, f["least_value"]: least, f["cap"]: cap, f["list"]: []}
+        doc: dict[str, Any] | None
+        try:
+            doc = await self.coll.find_one_and_update(
+                {"_id": _id}, {"$setOnInsert": new}, upsert=True, return_document=ReturnDocument.AFTER
+            )
+        except DuplicateKeyError:  # two upserts raced on the same _id: the other one inserted it
+            doc = None
+        if doc is None:  # a lost upsert race may also answer with no document: read the winner's
+            doc = await self.coll.find_one({"_id": _id})
+        if doc is None:
+            raise RuntimeError(f"name store: document {_id!r} neither created nor found")
+        return doc
+
+    async def append(
+        self, namespace: str, seq: int, bound: int, names: Sequence[str]
+    ) -> dict[str, Any] | None:
+        """Append ``names`` to a document if none is there and the list stays within ``bound``.
+
+        Returns the document after the append (its list gives the positions), or
+        ``None`` if the guard failed: another worker appended first, read again.
+        """
+        f = self.f
+        self.writes += 1
+        return await self.coll.find_one_and_update(
+            {
+                "_id": doc_id(namespace, seq),
+                f["list"]: {"$nin": list(names)},
+                f"{f['list']}.{bound - len(names)}": {"$exists": False},
+            },
+            {"$push": {f["list"]: {"$each": list(names)}}},
+            return_document=ReturnDocument.AFTER,
+        )
