@@ -1,4 +1,4 @@
-"""One name-store client process for the concurrency test: wait for a start time, register names, print tokens.
+"""One name-store client process for the concurrency test: wait, register names, print tokens.
 
 Usage: python -m tests.integration.name_store_client URL DB MODE CAP LIMIT START NAMES_FILE
 """
