@@ -8,7 +8,7 @@ import json
 import re
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +92,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         return 2
     records: Iterator[Record]
     if args.kind == "hits":
-        decoder = HitDecoder(s.max_event_bytes, s.future_skew)
-        records, topic = read_hits(args.files, fmt, decoder, args.site), s.hits_topic
+        decoder = HitDecoder.for_settings(s)
+        records, topic = read_hits(args.files, fmt, decoder, args.site, args.props), s.hits_topic
     elif args.kind == "impressions":
         imp = ImpressionDecoder(s.max_event_bytes, s.future_skew)
         records, topic = read_jsonl(args.files, imp.decode), s.impressions_topic
@@ -254,6 +254,54 @@ def cmd_query_listens(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_query_props(args: argparse.Namespace) -> int:
+    from pipeline.query.props import prop_counts
+    from pipeline.schemas import hits_fields
+    from pipeline.sinks.mongo import mongo_client
+
+    s = _settings()
+    start = date.fromisoformat(args.start)
+    end = date.fromisoformat(args.end) if args.end else start
+
+    async def run() -> Any:
+        client = mongo_client(s.mongo_url or "")
+        try:
+            return await prop_counts(
+                client[s.db], args.site, args.page, start, end, args.name, hits_fields(s.schema)
+            )
+        finally:
+            await client.close()
+
+    rows = asyncio.run(run())
+    if args.json:
+        print(json.dumps([{"name": r.name, "value": r.value, "count": r.count} for r in rows]))
+        return 0
+    width = max([len(r.name) for r in rows] + [4])
+    print(f"{'name':<{width}}  {'count':>9}  value")
+    for r in rows:
+        print(f"{r.name:<{width}}  {r.count:>9}  {r.value}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from pipeline.schemas import check_mode, schema_table
+
+    mode = check_mode(args.mode or Settings.from_env().schema)
+    rows = schema_table(mode)
+    if args.json:
+        print(json.dumps({"mode": mode, "fields": rows}, indent=2))
+        return 0
+    print(f"stored field names ({mode}); queries and CLI output always use the readable names")
+    last = None
+    for r in rows:
+        if r["collection"] != last:
+            print(f"\n{r['collection']}")
+            last = r["collection"]
+        print(f"  {r['stored']:<6} {r['readable']:<12} {r['meaning']}")
+    print("\npreagg_offsets and preagg_meta keep readable names in both modes (one small document each).")
+    return 0
+
+
 # -- status -------------------------------------------------------------------
 
 
@@ -305,6 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pp.add_argument("--site", help="site of clf lines (default: file name); fills missing sites")
     pp.add_argument("--pack", type=int, help="events per Kafka message (default PREAGG_PACK_SIZE=100)")
+    pp.add_argument(
+        "--props",
+        action="store_true",
+        help="clf hits: add status, method, referrer host and user-agent family as custom properties",
+    )
     pp.set_defaults(func=cmd_produce)
 
     wp = sub.add_parser("worker", help="run a Faust worker (replicas share partitions)")
@@ -351,6 +404,19 @@ def build_parser() -> argparse.ArgumentParser:
     qd.add_argument("--tag", required=True)
     qd.add_argument("--song", required=True)
     qd.set_defaults(func=cmd_query_listens)
+    qp2 = qsub.add_parser("props", help="custom property counts of a site or page over a range of days")
+    qp2.add_argument("--site", required=True)
+    qp2.add_argument("--page", help="one page (default: all pages of the site)")
+    qp2.add_argument("--from", dest="start", required=True, help="first UTC day, YYYY-MM-DD")
+    qp2.add_argument("--to", dest="end", help="last UTC day, YYYY-MM-DD (default: --from)")
+    qp2.add_argument("--name", help="one property (default: all)")
+    qp2.add_argument("--json", action="store_true")
+    qp2.set_defaults(func=cmd_query_props)
+
+    sc = sub.add_parser("schema", help="the stored field names of every collection, and what they mean")
+    sc.add_argument("--mode", choices=["compact", "readable"], help="default: PREAGG_SCHEMA (compact)")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=cmd_schema)
 
     st = sub.add_parser("status", help="lag, throughput and dead letters of the whole worker group")
     st.add_argument(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import date, datetime
+from typing import Protocol
 
 from pipeline.aggregate.updates import DocUpdate
 from pipeline.ingest.hits import HitDecoder
@@ -19,6 +20,9 @@ from pipeline.schemas import HitsFields
 
 Key = tuple[str, str, int]
 """(site, page, minute since the epoch, UTC)."""
+
+PropKey = tuple[str, str, int, str, str]
+"""(site, page, day since the epoch, property name, value)."""
 
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 
@@ -38,37 +42,75 @@ def monthly_id(day: date, site: str, page: str) -> str:
     return f"{day:%Y%m}/{escape_site(site)}/{page}"
 
 
+class PropKeySource(Protocol):
+    """Counter keys of resolved custom properties (:class:`pipeline.names.props.PropKeys`)."""
+
+    def keys(self, site: str, name: str, value: str) -> tuple[str, str]: ...
+
+
 class HitCounts:
-    """The initialize/agg/result aggregator of hits for one flush window."""
+    """The initialize/agg/result aggregator of hits for one flush window.
 
-    __slots__ = ("counts", "decoder", "fields")
+    Custom properties are counted by their text here; their stored keys (name-store
+    tokens) are resolved by the flush before :meth:`plan` (see :meth:`prop_pairs`).
+    """
 
-    def __init__(self, decoder: HitDecoder, fields: HitsFields) -> None:
+    __slots__ = ("counts", "decoder", "fields", "prop_keys", "props")
+
+    def __init__(
+        self, decoder: HitDecoder, fields: HitsFields, prop_keys: PropKeySource | None = None
+    ) -> None:
         self.decoder = decoder
         self.fields = fields
+        self.prop_keys = prop_keys
         self.counts: dict[Key, int] = {}
+        self.props: dict[PropKey, int] = {}
 
     def ingest(self, raw: bytes) -> Rejection | None:
         """Count one encoded hit; a rejection is returned, not raised."""
         hit = self.decoder.decode(raw)
         if isinstance(hit, Rejection):
             return hit
-        site, page, ts = hit
-        key = (site, page, minute_of(ts))
+        site, page, ts, props = hit
+        minute = minute_of(ts)
+        key = (site, page, minute)
         counts = self.counts
         counts[key] = counts.get(key, 0) + 1
+        if props:
+            day = minute // 1440
+            store = self.props
+            for name, value in props:
+                pk = (site, page, day, name, value)
+                store[pk] = store.get(pk, 0) + 1
         return None
 
     def __len__(self) -> int:
-        return len(self.counts)
+        return len(self.counts) + len(self.props)
+
+    def prop_pairs(self) -> dict[str, set[tuple[str, str]]]:
+        """Per site, the (name, value) pairs this window counts: what the name store must resolve."""
+        out: dict[str, set[tuple[str, str]]] = {}
+        for site, _, _, name, value in self.props:
+            out.setdefault(site, set()).add((name, value))
+        return out
 
     def plan(self) -> list[DocUpdate]:
         """The upserts that add this window's counts to MongoDB."""
-        return plan_hits(self.counts, self.fields)
+        if self.props and self.prop_keys is None:
+            raise RuntimeError("hits with properties need a name store (prop_keys)")
+        return plan_hits(self.counts, self.fields, self.props, self.prop_keys)
 
 
-def plan_hits(counts: Mapping[Key, int], fields: HitsFields) -> list[DocUpdate]:
-    """Group minute counts into one upsert per daily and per monthly document."""
+def plan_hits(
+    counts: Mapping[Key, int],
+    fields: HitsFields,
+    props: Mapping[PropKey, int] | None = None,
+    prop_keys: PropKeySource | None = None,
+) -> list[DocUpdate]:
+    """Group minute counts into one upsert per daily and per monthly document.
+
+    Property counts go to the daily documents (which every counted hit touches).
+    """
     fd, fm = fields.daily, fields.monthly
     daily: dict[tuple[str, str, int], DocUpdate] = {}
     monthly: dict[tuple[str, str, int, int], DocUpdate] = {}
@@ -91,4 +133,8 @@ def plan_hits(counts: Mapping[Key, int], fields: HitsFields) -> list[DocUpdate]:
             mupd = monthly[mk] = DocUpdate(fm.collection, monthly_id(day, site, page), {fm.metadata: meta})
         mupd.add(fm.total, n)
         mupd.add(f"{fm.daily}.{day.day}", n)
+    if props and prop_keys is not None:
+        for (site, page, day_index, name, value), n in props.items():
+            nk, vk = prop_keys.keys(site, name, value)
+            daily[(site, page, day_index)].add(f"{fd.props}.{nk}.{vk}", n)
     return [*daily.values(), *monthly.values()]

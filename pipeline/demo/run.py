@@ -48,7 +48,7 @@ async def _demo(
 ) -> int:
     now = time.time()
     if files:
-        decoder = HitDecoder(settings.max_event_bytes, settings.future_skew)
+        decoder = HitDecoder.for_settings(settings)
         records = list(read_hits(files, fmt, decoder, site))
         expected: int | None = sum(isinstance(r, Accepted) for r in records)
         print(f"replaying {len(records)} lines from {', '.join(files)}")

@@ -60,3 +60,38 @@ def parse_line(line: str) -> ClfRecord:
         referrer=referrer or "-",
         agent=agent or "-",
     )
+
+
+_AGENTS = [
+    (re.compile(r"bot|crawl|spider|slurp|feed|monitor", re.I), "Bot"),
+    (re.compile(r"Edg(e|A|iOS)?/"), "Edge"),
+    (re.compile(r"OPR/|Opera"), "Opera"),
+    (re.compile(r"Chrome/|CriOS/"), "Chrome"),
+    (re.compile(r"Firefox/|FxiOS/"), "Firefox"),
+    (re.compile(r"MSIE |Trident/"), "IE"),
+    (re.compile(r"Safari/"), "Safari"),
+    (re.compile(r"^curl/"), "curl"),
+    (re.compile(r"^Wget/"), "Wget"),
+    (re.compile(r"^(Python|python-requests|Java|Go-http-client|libwww-perl|Ruby)"), "Library"),
+]
+
+
+def agent_family(agent: str) -> str:
+    """Browser family of a user-agent string (first matching rule; ``Other``, or ``-`` if none sent)."""
+    if agent in ("", "-"):
+        return "-"
+    for rule, family in _AGENTS:
+        if rule.search(agent):
+            return family
+    return "Other"
+
+
+def clf_props(rec: ClfRecord) -> dict[str, str]:
+    """Custom properties of a log line: status, method, referrer host, user-agent family."""
+    host = urlsplit(rec.referrer).hostname if "://" in rec.referrer else None
+    return {
+        "status": "-" if rec.status is None else str(rec.status),
+        "method": rec.method,
+        "referrer": host or "-",
+        "agent": agent_family(rec.agent),
+    }

@@ -6,10 +6,16 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import orjson
+
 from pipeline.ingest.timeparse import event_time
 from pipeline.ingest.validate import EventDecoder, Rejection
+from pipeline.settings import Settings
 
-Hit = tuple[str, str, float]
+Props = tuple[tuple[str, str], ...]
+"""A hit's custom properties as (name, value) pairs, values as text."""
+
+Hit = tuple[str, str, float, Props]
 
 
 class TimedDecoder:
@@ -23,24 +29,73 @@ class TimedDecoder:
         self._future_skew = future_skew
         self._clock = clock
 
-    def decode(self, raw: bytes) -> Any:
-        """The event's fields and time, or why it is refused."""
+    def decode_event(self, raw: bytes) -> tuple[dict[str, Any], float] | Rejection:
+        """The validated event and its time, or why it is refused."""
         obj = self._decoder.decode(raw)
         if isinstance(obj, Rejection):
             return obj
         ts = event_time(obj["ts"], raw, self._clock(), self._future_skew)
         if isinstance(ts, Rejection):
             return ts
+        return obj, ts
+
+    def decode(self, raw: bytes) -> Any:
+        """The event's fields and time, or why it is refused."""
+        got = self.decode_event(raw)
+        if isinstance(got, Rejection):
+            return got
+        obj, ts = got
         return (*(obj[f] for f in self.fields), ts)
 
 
+def prop_text(value: object) -> str:
+    """A property value as counted: strings as they are, numbers and booleans as JSON text."""
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
 class HitDecoder(TimedDecoder):
-    """One line → :data:`Hit` ``(site, page, ts)``, or a :class:`Rejection`."""
+    """One line → :data:`Hit` ``(site, page, ts, props)``, or a :class:`Rejection`."""
 
     kind = "hit"
     fields = ("site", "page")
 
+    def __init__(
+        self,
+        max_bytes: int,
+        future_skew: float,
+        clock: Callable[[], float] = time.time,
+        max_props: int = 32,
+        max_prop_bytes: int = 128,
+    ) -> None:
+        super().__init__(max_bytes, future_skew, clock)
+        self.max_props = max_props
+        self.max_prop_bytes = max_prop_bytes
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> HitDecoder:
+        """A decoder with a deployment's limits."""
+        return cls(
+            settings.max_event_bytes,
+            settings.future_skew,
+            max_props=settings.props_max_per_event,
+            max_prop_bytes=settings.props_max_bytes,
+        )
+
     def decode(self, raw: bytes) -> Hit | Rejection:
         """The hit, or why it is refused."""
-        result: Hit | Rejection = super().decode(raw)
-        return result
+        got = self.decode_event(raw)
+        if isinstance(got, Rejection):
+            return got
+        obj, ts = got
+        given = obj.get("props")
+        if not given:
+            return obj["site"], obj["page"], ts, ()
+        if len(given) > self.max_props:
+            return Rejection("props", f"{len(given)} properties > limit {self.max_props}", raw)
+        props = tuple((name, prop_text(value)) for name, value in given.items())
+        limit = self.max_prop_bytes
+        for name, value in props:
+            for what, text in (("name", name), ("value", value)):
+                if len(text.encode("utf-8", "surrogatepass")) > limit:
+                    return Rejection("props", f"property {what} {text[:40]!r}... over {limit} bytes", raw)
+        return obj["site"], obj["page"], ts, props

@@ -17,7 +17,7 @@ from typing import IO, Any
 import orjson
 
 from pipeline.aggregate.keys import id_bytes
-from pipeline.ingest.clf import ClfError, parse_line
+from pipeline.ingest.clf import ClfError, clf_props, parse_line
 from pipeline.ingest.hits import HitDecoder
 from pipeline.ingest.validate import Rejection
 
@@ -76,12 +76,16 @@ def hit_key(site: str, page: str) -> bytes:
 
 
 def read_hits(
-    paths: Iterable[str], fmt: str, decoder: HitDecoder, site: str | None = None
+    paths: Iterable[str], fmt: str, decoder: HitDecoder, site: str | None = None, props: bool = False
 ) -> Iterator[Accepted | Refused]:
-    """Hits from files (``-`` is stdin) in ``jsonl`` or ``clf`` format."""
+    """Hits from files (``-`` is stdin) in ``jsonl`` or ``clf`` format.
+
+    ``props``: clf hits carry status, method, referrer host and user-agent family
+    as custom properties.
+    """
     for name, no, line in _lines(paths):
         if fmt == "clf":
-            yield _from_clf(name, no, line, site or Path(name).stem)
+            yield _from_clf(name, no, line, site or Path(name).stem, props)
         else:
             yield _from_jsonl(name, no, line, decoder, site)
 
@@ -101,12 +105,14 @@ def _from_jsonl(name: str, no: int, line: bytes, decoder: HitDecoder, site: str 
     return Accepted(line, hit_key(hit[0], hit[1]))
 
 
-def _from_clf(name: str, no: int, line: bytes, site: str) -> Accepted | Refused:
+def _from_clf(name: str, no: int, line: bytes, site: str, props: bool) -> Accepted | Refused:
     try:
         rec = parse_line(line.decode("utf-8", errors="replace"))
     except ClfError as exc:
         return Refused(name, no, "clf", str(exc))
-    event = {"site": site, "page": rec.path, "ts": rec.ts}
+    event: dict[str, object] = {"site": site, "page": rec.path, "ts": rec.ts}
+    if props:
+        event["props"] = clf_props(rec)
     return Accepted(orjson.dumps(event), hit_key(site, rec.path))
 
 

@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bson import Int64
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, UpdateOne, WriteConcern
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import OperationFailure
+from pymongo.errors import DuplicateKeyError, OperationFailure
 from pymongo.read_concern import ReadConcern
 
 from pipeline.aggregate.updates import DocUpdate
@@ -76,6 +76,26 @@ async def ensure_listen_indexes(db: AsyncDatabase[dict[str, Any]], mode: str = "
 
     f = listen_fields(mode)
     await db[f["collection"]].create_index([(f["user"], ASCENDING)], name="user")
+
+
+META_COLLECTION = "preagg_meta"
+
+
+async def claim_schema_mode(db: AsyncDatabase[dict[str, Any]], mode: str) -> str:
+    """The schema mode the database is written in: ``mode`` if it was unclaimed (atomic)."""
+    doc: dict[str, Any] | None
+    try:
+        doc = await db[META_COLLECTION].find_one_and_update(
+            {"_id": "schema"},
+            {"$setOnInsert": {"mode": mode}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+    except DuplicateKeyError:
+        doc = None
+    if doc is None:  # a lost upsert race: the winner's document exists now
+        doc = await db[META_COLLECTION].find_one({"_id": "schema"})
+    return str((doc or {}).get("mode", mode))
 
 
 def to_operation(u: DocUpdate) -> UpdateOne:

@@ -29,12 +29,15 @@ from pipeline.aggregate.listens import ListenSketches
 from pipeline.aggregate.relations import RelationFilters, relation_sides
 from pipeline.ingest.hits import HitDecoder
 from pipeline.ingest.impressions import ImpressionDecoder, ListenDecoder, RelationDecoder
+from pipeline.names import NameCache, NameStore
+from pipeline.names.props import PropKeys, namespace_limit
 from pipeline.schemas import check_mode, hits_fields
 from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
 from pipeline.sinks.mongo import (
     EXACTLY_ONCE,
     MongoSink,
+    claim_schema_mode,
     ensure_hits_indexes,
     ensure_impression_indexes,
     ensure_listen_indexes,
@@ -140,7 +143,18 @@ def build_app(settings: Settings) -> faust.App:
             f"{stored}; Kafka's committed offsets now follow MongoDB's positions"
         )
 
-    hit_decoder = HitDecoder(settings.max_event_bytes, settings.future_skew)
+    hit_decoder = HitDecoder.for_settings(settings)
+    names = NameCache(
+        NameStore(db, mode),
+        namespace_limit(settings.props_max_names, settings.props_max_values),
+        settings.name_store_doc_cap,
+    )
+    prop_keys = PropKeys(names, mode)
+
+    async def resolve_props(agg: HitCounts) -> None:
+        if agg.props:
+            await prop_keys.resolve(agg.prop_pairs())
+
     imp_decoder = ImpressionDecoder(settings.max_event_bytes, settings.future_skew)
     rel_decoder = RelationDecoder(settings.max_event_bytes)
     imp_fields = impression_fields(mode)
@@ -150,14 +164,19 @@ def build_app(settings: Settings) -> faust.App:
     sides = relation_sides(
         settings.relation_user_capacity, settings.relation_item_capacity, settings.relation_fpr, mode
     )
-    streams: list[tuple[str, str, Callable[[], Aggregator]]] = [
-        ("hits", settings.hits_topic, lambda: HitCounts(hit_decoder, fields)),
-        ("impressions", settings.impressions_topic, lambda: ImpressionCounts(imp_decoder, imp_fields)),
-        ("relations", settings.relations_topic, lambda: RelationFilters(rel_decoder, sides)),
-        ("listens", settings.listens_topic, lambda: ListenSketches(listen_decoder, hll_p, heard_spec, mode)),
+    streams: list[tuple[str, str, Callable[[], Aggregator], Any]] = [
+        ("hits", settings.hits_topic, lambda: HitCounts(hit_decoder, fields, prop_keys), resolve_props),
+        ("impressions", settings.impressions_topic, lambda: ImpressionCounts(imp_decoder, imp_fields), None),
+        ("relations", settings.relations_topic, lambda: RelationFilters(rel_decoder, sides), None),
+        (
+            "listens",
+            settings.listens_topic,
+            lambda: ListenSketches(listen_decoder, hll_p, heard_spec, mode),
+            None,
+        ),
     ]
     flushers: list[Flusher[Any]] = []
-    for name, topic_name, factory in streams:
+    for name, topic_name, factory, prepare_batch in streams:
         flusher: Flusher[Any] = Flusher(
             name,
             factory,
@@ -168,6 +187,7 @@ def build_app(settings: Settings) -> faust.App:
             settings.fields_per_update,
             fault=fault,
             on_gap=on_gap,
+            prepare=prepare_batch,
         )
         flushers.append(flusher)
         _add_agent(app, name, topic_name, settings.partitions, flusher)
@@ -184,7 +204,7 @@ def build_app(settings: Settings) -> faust.App:
                     out[key] = max(0, hw - (f.consumed.get(key) or f.positions.get(key) or 0))
         return out
 
-    collector = WorkerCollector(flushers, consumer_lag, started)
+    collector = WorkerCollector(flushers, consumer_lag, started, names)
 
     @app.page("/metrics")
     async def metrics(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
@@ -214,13 +234,24 @@ def build_app(settings: Settings) -> faust.App:
                 redact_url(settings.mongo_url or ""),
             )
             raise SystemExit(2)
+        stored_mode = await claim_schema_mode(db, mode)
+        if stored_mode != mode:
+            log.error(
+                "database %r holds %s field names but this worker is set to %s (PREAGG_SCHEMA): "
+                "one database, one schema mode",
+                settings.db,
+                stored_mode,
+                mode,
+            )
+            raise SystemExit(2)
         await ensure_hits_indexes(db, fields)
+        await names.store.ensure_indexes()
         await ensure_impression_indexes(db, mode)
         await ensure_listen_indexes(db, mode)
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,
-            ", ".join(t for _, t, _ in streams),
+            ", ".join(t for _, t, _, _ in streams),
             settings.db,
             settings.commit_mode,
             settings.web_port or "off",

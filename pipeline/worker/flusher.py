@@ -110,6 +110,7 @@ class Flusher(Generic[A]):
         fault: Fault | None = None,
         on_fenced: Callable[[FenceConflict], None] | None = None,
         on_gap: OnGap | None = None,
+        prepare: Callable[[A], Awaitable[object]] | None = None,
     ) -> None:
         self.stream = stream
         self._factory = factory
@@ -122,6 +123,8 @@ class Flusher(Generic[A]):
         self._fault = fault or (lambda point: None)
         self._on_fenced = on_fenced or exit_fenced
         self._on_gap = on_gap
+        #: I/O a batch needs before it can plan (the name store's tokens), retried as writes are.
+        self._prepare = prepare
         self.batch: PendingBatch[A] = new_batch(factory)
         self.in_flight_keys = 0
         self.positions = Positions()
@@ -226,6 +229,9 @@ class Flusher(Generic[A]):
     async def _flush(self, batch: PendingBatch[A]) -> None:
         started = time.monotonic()
         rejected = batch.rejected_by_reason()
+        if self._prepare is not None:
+            prepare, aggregate = self._prepare, batch.aggregate
+            await self._retry("name store", lambda: prepare(aggregate), batch.events)
         plan = batch.aggregate.plan()
         docs = len(plan)
         fences = batch.fences(docs)

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pipeline.names import NameCache
 from pipeline.worker.flusher import LATENCY_BUCKETS, Flusher
 
 #: ``(topic, partition) -> messages behind the partition's end`` for assigned partitions.
@@ -28,9 +29,14 @@ class WorkerCollector(Collector):
     """Exposes the figures of a worker's flushers and its consumer lag."""
 
     def __init__(
-        self, flushers: Sequence[Flusher[Any]], lag: LagSource, started: float | None = None
+        self,
+        flushers: Sequence[Flusher[Any]],
+        lag: LagSource,
+        started: float | None = None,
+        names: NameCache | None = None,
     ) -> None:
         self.flushers = flushers
+        self.names = names
         self.lag = lag
         self.started = started if started is not None else time.time()
 
@@ -99,6 +105,22 @@ class WorkerCollector(Collector):
             lag.add_metric([topic, str(partition)], n)
         yield from (events, skipped, rejected, flushes, retries, docs, latency, pending, bound, paused)
         yield from (paused_s, since, lag)
+        if self.names is not None:
+            yield from name_store_metrics(self.names)
+
+
+def name_store_metrics(names: NameCache) -> Iterator[Metric]:
+    """Round trips of the name store (none in a steady stream) and names counted as ``other``."""
+    reads = CounterMetricFamily("preagg_name_store_reads", "Bulk reads of the name store")
+    reads.add_metric([], names.store.reads)
+    writes = CounterMetricFamily("preagg_name_store_writes", "Appends and document creations")
+    writes.add_metric([], names.store.writes)
+    other = GaugeMetricFamily(
+        "preagg_name_overflow_names",
+        "Distinct names past their namespace's limit, counted as 'other' (since start)",
+    )
+    other.add_metric([], names.overflow_names)
+    yield from (reads, writes, other)
 
 
 def exposition(collector: WorkerCollector) -> bytes:

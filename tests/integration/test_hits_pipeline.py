@@ -15,6 +15,7 @@ from pipeline.ingest.timeparse import minute_of
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.query.hits import hits_series
 from pipeline.query.series import floor
+from pipeline.schemas import hits_fields
 from pipeline.settings import Settings
 
 from .helpers import dead_letters, produce, run_worker_to_end, with_db
@@ -52,7 +53,10 @@ BAD = {
 NOT_UTF8 = b'{"site": "shop", "page": "/\xff\xfe", "ts": 1}'
 
 
-def test_exact_counts_by_minute_hour_day_month_and_dead_letters(settings: Settings) -> None:
+@pytest.mark.parametrize("schema", ["compact", "readable"])
+def test_exact_counts_by_minute_hour_day_month_and_dead_letters(settings: Settings, schema: str) -> None:
+    settings = settings.with_(schema=schema)
+    fields = hits_fields(schema)
     truth: Counter[tuple[str, str, int]] = Counter()
     lines: list[tuple[bytes, bytes]] = []
     for site, page, ts in CRAFTED:
@@ -84,12 +88,14 @@ def test_exact_counts_by_minute_hour_day_month_and_dead_letters(settings: Settin
                 want: Counter[datetime] = Counter()
                 for m, n in mins.items():
                     want[floor(datetime.fromtimestamp(m * 60, UTC), by)] += n  # type: ignore[arg-type]
-                got = await hits_series(db, site, page, lo, hi, by)  # type: ignore[arg-type]
+                got = await hits_series(db, site, page, lo, hi, by, fields)  # type: ignore[arg-type]
                 assert {t: n for t, n in got if n} == dict(want), (site, page, by)
                 assert len(got) >= len(want)  # zero-filled
         # site-wide series sums all pages of the site
         site_total = sum(n for (s, _, _), n in truth.items() if s == "shop")
-        got = await hits_series(db, "shop", None, datetime(2020, 1, 1), datetime(2020, 3, 31), "month")
+        got = await hits_series(
+            db, "shop", None, datetime(2020, 1, 1), datetime(2020, 3, 31), "month", fields
+        )
         assert sum(n for _, n in got) == site_total
         return ledger_totals(await read_ledger(db, settings.group_id)).rejected
 
@@ -113,5 +119,5 @@ def test_indexes_exist(settings: Settings) -> None:
 
     info = with_db(settings, idx)
     for c in info.values():
-        keys = [("metadata.site", 1), ("metadata.page", 1), ("metadata.date", 1)]
+        keys = [("m.s", 1), ("m.p", 1), ("m.d", 1)]  # compact names, the default
         assert c["site_page_date"]["key"] == keys

@@ -19,11 +19,12 @@ def reason(raw: bytes) -> str:
 
 
 def test_valid_hit() -> None:
-    assert dec().decode(b'{"site":"s","page":"/p","ts":1.5,"extra":1}') == ("s", "/p", 1.5)
+    assert dec().decode(b'{"site":"s","page":"/p","ts":1.5,"extra":1}') == ("s", "/p", 1.5, ())
     assert dec().decode('{"site":"ü","page":"/ä b","ts":"2020-01-01T00:00:00Z"}'.encode()) == (
         "ü",
         "/ä b",
         1577836800.0,
+        (),
     )
 
 

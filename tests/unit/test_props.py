@@ -1,0 +1,197 @@
+"""Custom properties: decoding limits, counting, counter keys, and the name store's rules (no servers)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from pipeline.aggregate.hits import HitCounts
+from pipeline.ingest.clf import agent_family, clf_props, parse_line
+from pipeline.ingest.hits import HitDecoder
+from pipeline.ingest.validate import Rejection
+from pipeline.names.cache import NameCache
+from pipeline.names.layout import (
+    OTHER,
+    READABLE_OTHER,
+    Namespace,
+    doc_id,
+    escape_key,
+    learn,
+    names_namespace,
+    unescape_key,
+    values_namespace,
+)
+from pipeline.names.props import PropKeys, namespace_limit
+from pipeline.schemas import field_names, hits_fields
+
+T = datetime(2020, 3, 1, 12, 30, tzinfo=UTC).timestamp()
+
+
+def dec(max_props: int = 4, max_bytes: int = 8) -> HitDecoder:
+    return HitDecoder(1000, 300, clock=lambda: 2e9, max_props=max_props, max_prop_bytes=max_bytes)
+
+
+def hit(props: str) -> bytes:
+    return b'{"site":"s","page":"/","ts":%f,"props":%s}' % (T, props.encode())
+
+
+def test_props_decode_as_text_pairs() -> None:
+    got = dec().decode(hit('{"country":"DE","code":404,"new":true}'))
+    assert got == ("s", "/", T, (("country", "DE"), ("code", "404"), ("new", "true")))
+    assert dec().decode(hit("{}")) == ("s", "/", T, ())
+
+
+def test_props_over_the_limits_are_rejected_with_reason() -> None:
+    for bad in ('{"a":"1","b":"2","c":"3","d":"4","e":"5"}', '{"country":"123456789"}', '{"123456789":"x"}'):
+        r = dec().decode(hit(bad))
+        assert isinstance(r, Rejection) and r.reason == "props", bad
+    for bad in ('{"a":{"nested":1}}', '{"a":[1]}', '{"":"x"}', '{"a":null}'):
+        r = dec().decode(hit(bad))
+        assert isinstance(r, Rejection) and r.reason == "schema", bad
+    # multibyte: 3 characters of 3 bytes = 9 bytes > 8
+    r = dec().decode(hit('{"c":"日本語"}'))
+    assert isinstance(r, Rejection) and r.reason == "props"
+
+
+class DictKeys:
+    """Counter keys from fixed dictionaries: the planner's view of a resolved name store."""
+
+    def keys(self, site: str, name: str, value: str) -> tuple[str, str]:
+        return {"country": "0", "device": "1"}.get(name, OTHER), {"DE": "0", "FR": "1"}.get(value, OTHER)
+
+
+def test_props_are_counted_in_the_daily_document_only() -> None:
+    agg = HitCounts(dec(), hits_fields("compact"), DictKeys())
+    for props in ('{"country":"DE"}', '{"country":"DE","device":"x"}', '{"country":"FR"}', '{"zzz":"DE"}'):
+        assert agg.ingest(hit(props)) is None
+    assert agg.prop_pairs() == {"s": {("country", "DE"), ("device", "x"), ("country", "FR"), ("zzz", "DE")}}
+    plan = {u.id: u for u in agg.plan()}
+    daily = plan["20200301/s//"]
+    assert daily.inc["t"] == 4
+    assert {k: v for k, v in daily.inc.items() if k.startswith("x.")} == {
+        "x.0.0": 2,
+        "x.0.1": 1,
+        "x.1.other": 1,
+        "x.other.0": 1,
+    }
+    assert not any(k.startswith("x.") for k in plan["202003/s//"].inc)
+    assert len(agg) == 1 + 4
+
+
+def test_clf_lines_yield_the_four_properties() -> None:
+    line = (
+        '83.149.9.216 - - [17/May/2015:10:05:03 +0000] "GET /a HTTP/1.1" 200 203 '
+        '"http://semicomplete.com/presentations/" "Mozilla/5.0 (X11) Chrome/32.0 Safari/537.36"'
+    )
+    assert clf_props(parse_line(line)) == {
+        "status": "200",
+        "method": "GET",
+        "referrer": "semicomplete.com",
+        "agent": "Chrome",
+    }
+    assert agent_family("Googlebot/2.1 (+http://www.google.com/bot.html)") == "Bot"
+    assert agent_family("-") == "-" and agent_family("Lynx") == "Other"
+
+
+def test_readable_keys_escape_and_round_trip() -> None:
+    for text in ["a.b", "$x", "100%", "%2E", "", "a\0b", "other", "%other"]:
+        key = escape_key(text)
+        assert "." not in key and not key.startswith("$") and "\0" not in key
+        assert unescape_key(key) == text
+        assert key != READABLE_OTHER
+    assert names_namespace("a/b") != names_namespace("a%2Fb")
+    assert values_namespace("a", "b/c") != values_namespace("a/b", "c")
+
+
+def doc(ns: str, seq: int, least: int, cap: int, names: list[str]) -> dict[str, Any]:
+    f = field_names("names", "readable")
+    return {
+        "_id": doc_id(ns, seq),
+        f["namespace"]: ns,
+        f["least_value"]: least,
+        f["cap"]: cap,
+        f["list"]: names,
+    }
+
+
+def test_learn_gives_positions_and_detects_torn_reads() -> None:
+    f = field_names("names", "readable")
+    ns = learn("n", [doc("n", 1, 2, 2, ["c"]), doc("n", 0, 0, 2, ["a", "b"])], f)
+    assert ns is not None and ns.tokens == {"a": 0, "b": 1, "c": 2}
+    assert (ns.seq, ns.least, ns.cap, ns.length, ns.size) == (1, 2, 2, 1, 3)
+    # the first document read before it filled, the second after it appeared: torn
+    assert learn("n", [doc("n", 0, 0, 2, ["a"]), doc("n", 1, 2, 2, ["c"])], f) is None
+    assert learn("n", [], f) == Namespace("n")
+
+
+def test_room_and_next_document_respect_cap_and_limit() -> None:
+    ns = Namespace("n", seq=0, least=0, cap=4, length=3)
+    assert ns.room(limit=100) == 1 and ns.room(limit=3) == 0 and ns.full(limit=3)
+    ns.length = 4
+    assert ns.next_doc(doc_cap=4, limit=6) == (1, 4, 2)
+    assert Namespace("n").next_doc(doc_cap=4, limit=100) == (0, 0, 4)
+
+
+class FakeStore:
+    """The name store's three operations on a dict, with its guards (the cache's logic without a server)."""
+
+    def __init__(self) -> None:
+        self.f = field_names("names", "readable")
+        self.docs: dict[str, dict[str, Any]] = {}
+        self.reads = self.writes = 0
+
+    async def read(self, namespaces: Any) -> dict[str, list[dict[str, Any]]]:
+        self.reads += 1
+        out: dict[str, list[dict[str, Any]]] = {ns: [] for ns in namespaces}
+        for d in self.docs.values():
+            if d["namespace"] in out:
+                out[d["namespace"]].append({**d, "list": list(d["list"])})
+        return out
+
+    async def create(self, namespace: str, seq: int, least: int, cap: int) -> dict[str, Any]:
+        self.writes += 1
+        return self.docs.setdefault(doc_id(namespace, seq), doc(namespace, seq, least, cap, []))
+
+    async def append(self, namespace: str, seq: int, bound: int, names: list[str]) -> dict[str, Any] | None:
+        self.writes += 1
+        d = self.docs[doc_id(namespace, seq)]
+        if any(n in d["list"] for n in names) or len(d["list"]) > bound - len(names):
+            return None
+        d["list"].extend(names)
+        return {**d, "list": list(d["list"])}
+
+
+def test_cache_resolves_in_bulk_then_costs_no_round_trip() -> None:
+    store = FakeStore()
+    cache = NameCache(store, lambda ns: 5, doc_cap=2)  # type: ignore[arg-type]
+    names = ["a", "b", "c", "d", "e", "f", "g"]
+    asyncio.run(cache.resolve({"n": names}))
+    tokens = {n: cache.token("n", n) for n in names}
+    assert sorted(t for t in tokens.values() if t != OTHER) == ["0", "1", "2", "3", "4"]
+    assert list(tokens.values()).count(OTHER) == 2 and cache.overflow_names == 2
+    assert [len(d["list"]) for d in store.docs.values()] == [2, 2, 1]
+    before = (store.reads, store.writes)
+    asyncio.run(cache.resolve({"n": [*names, "new"]}))  # full namespace: final, no read
+    assert (store.reads, store.writes) == before and cache.token("n", "new") == OTHER
+    # a second worker starts cold: one read, no write, the same tokens
+    other = NameCache(store, lambda ns: 5, doc_cap=2)  # type: ignore[arg-type]
+    asyncio.run(other.resolve({"n": names}))
+    assert {n: other.token("n", n) for n in names} == tokens
+    assert (store.reads, store.writes) == (before[0] + 1, before[1])
+
+
+def test_prop_keys_use_tokens_or_escaped_text_and_limit_values() -> None:
+    for mode, want in (("compact", ("0", "1")), ("readable", ("c%2Eo", "D%24E"))):
+        store = FakeStore()
+        cache = NameCache(store, namespace_limit(10, 1), doc_cap=10)  # type: ignore[arg-type]
+        keys = PropKeys(cache, mode)
+        asyncio.run(keys.resolve({"s": {("c.o", "FR"), ("c.o", "D$E")}}))
+        first = keys.keys("s", "c.o", "FR"), keys.keys("s", "c.o", "D$E")
+        other = OTHER if mode == "compact" else READABLE_OTHER
+        # one value admitted (limit 1), the other counted as other
+        assert sorted(k[1] == other for k in first) == [False, True]
+        if mode == "compact":
+            assert {k[0] for k in first} == {"0"}
+        else:
+            assert {k[0] for k in first} == {want[0]}
