@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pipeline.ops.lag import wait_caught_up
+from pipeline.producer import EventProducer
 from pipeline.services.embedded import EmbeddedServices, for_embedded
 from pipeline.settings import Settings
+from pipeline.worker.process import WorkerProcess
 
 
 @contextmanager
@@ -48,3 +53,32 @@ def latency_ms(times_ms: list[float]) -> dict[str, float]:
         "p50_ms": round(ordered[len(ordered) // 2], 2),
         "p99_ms": round(ordered[max(0, int(len(ordered) * 0.99) - 1)], 2),
     }
+
+
+async def send_events(settings: Settings, topic: str, events: list[tuple[bytes, bytes]]) -> None:
+    async with EventProducer(settings, topic, 100) as p:
+        for line, key in events:
+            await p.send_raw(line, key)
+
+
+def timed_worker_run(settings: Settings, topic: str, events: list[tuple[bytes, bytes]], name: str) -> float:
+    """Warm a worker, then time ``events`` from first send to all committed."""
+    asyncio.run(send_events(settings, topic, events[:1]))
+    w = WorkerProcess(settings, name).start()
+    try:
+        asyncio.run(wait_caught_up(settings, [topic], timeout=120, poll=0.2))
+        began = time.perf_counter()
+        asyncio.run(send_events(settings, topic, events[1:]))
+        asyncio.run(wait_caught_up(settings, [topic], timeout=900, poll=0.1))
+        return time.perf_counter() - began
+    finally:
+        w.terminate()
+
+
+def coll_stats(db: Any, name: str) -> dict[str, Any]:
+    """collStats figures of a collection (an error note if the store has no collStats)."""
+    try:
+        st = db.command("collStats", name)
+        return {k: st.get(k) for k in ("count", "size", "storageSize", "totalIndexSize", "avgObjSize")}
+    except Exception as exc:  # a store without collStats: say so in the results
+        return {"error": str(exc)[:200]}

@@ -32,44 +32,13 @@ from pymongo import ASCENDING, InsertOne, MongoClient
 from pipeline.aggregate.bloom import contains
 from pipeline.aggregate.keys import id_bytes
 from pipeline.aggregate.relations import relation_sides
-from pipeline.bench.common import embedded, latency_ms, step, write_results
+from pipeline.bench.common import coll_stats, embedded, latency_ms, step, timed_worker_run, write_results
 from pipeline.ingest.readers import Accepted, read_movielens
-from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import EventProducer
 from pipeline.query.relations import related_items
 from pipeline.settings import Settings
 from pipeline.sinks.mongo import mongo_client
-from pipeline.worker.process import WorkerProcess
 
 MOVIELENS = Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k/u.data"
-
-
-async def _send(settings: Settings, topic: str, events: list[tuple[bytes, bytes]]) -> None:
-    async with EventProducer(settings, topic, 100) as p:
-        for line, key in events:
-            await p.send_raw(line, key)
-
-
-def _run_worker(settings: Settings, topic: str, events: list[tuple[bytes, bytes]], name: str) -> float:
-    """Warm a worker, then time ``events`` from first send to all committed."""
-    asyncio.run(_send(settings, topic, events[:1]))
-    w = WorkerProcess(settings, name).start()
-    try:
-        asyncio.run(wait_caught_up(settings, [topic], timeout=120, poll=0.2))
-        began = time.perf_counter()
-        asyncio.run(_send(settings, topic, events[1:]))
-        asyncio.run(wait_caught_up(settings, [topic], timeout=900, poll=0.1))
-        return time.perf_counter() - began
-    finally:
-        w.terminate()
-
-
-def _stats(db: Any, name: str) -> dict[str, Any]:
-    try:
-        st = db.command("collStats", name)
-        return {k: st.get(k) for k in ("count", "size", "storageSize", "totalIndexSize", "avgObjSize")}
-    except Exception as exc:  # a store without collStats: say so in the results
-        return {"error": str(exc)[:200]}
 
 
 def impressions(base: Settings, n: int) -> dict[str, Any]:
@@ -84,12 +53,12 @@ def impressions(base: Settings, n: int) -> dict[str, Any]:
         events.append(
             (orjson.dumps({"user": user, "item": item, "ts": now - rng.random() * 3600}), id_bytes(user))
         )
-    took = _run_worker(settings, settings.impressions_topic, events, "bench-imp")
+    took = timed_worker_run(settings, settings.impressions_topic, events, "bench-imp")
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     db = client[settings.db]
     sample = list(db.imp_pairs.aggregate([{"$sample": {"size": 1000}}]))
     pairs = db.imp_pairs.count_documents({})
-    stats = _stats(db, "imp_pairs")
+    stats = coll_stats(db, "imp_pairs")
     client.close()
     per_million = {}
     if "size" in stats and pairs:
@@ -117,7 +86,7 @@ def relations(base: Settings, queries: int) -> dict[str, Any] | None:
     settings = base.with_(relations_topic="bench-rel", group_id="bench-rel", db="bench_rel")
     recs = [r for r in read_movielens([str(MOVIELENS)]) if isinstance(r, Accepted)]
     pairs = {(e["user"], e["item"]) for e in (orjson.loads(r.raw) for r in recs)}
-    took = _run_worker(settings, settings.relations_topic, [(r.raw, r.key) for r in recs], "bench-rel")
+    took = timed_worker_run(settings, settings.relations_topic, [(r.raw, r.key) for r in recs], "bench-rel")
     s = settings
     sides = relation_sides(s.relation_user_capacity, s.relation_item_capacity, s.relation_fpr, s.schema)
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
@@ -166,9 +135,12 @@ def relations(base: Settings, queries: int) -> dict[str, Any] | None:
         "bson_bytes_per_row_mean": round(per_row, 1),
         "bson_bytes_per_user_mean": round(per_row * len(pairs) / len(by_user), 1),
         "bson_bytes_per_item_mean": round(per_row * len(pairs) / len(by_item), 1),
-        "collection_stats": _stats(db, "rel_junction"),
+        "collection_stats": coll_stats(db, "rel_junction"),
     }
-    result["filters_stats"] = {"rel_users": _stats(db, "rel_users"), "rel_items": _stats(db, "rel_items")}
+    result["filters_stats"] = {
+        "rel_users": coll_stats(db, "rel_users"),
+        "rel_items": coll_stats(db, "rel_items"),
+    }
     client.close()
     result["query_related_items_of_user"] = asyncio.run(_latencies(settings, sorted(by_user), sides, queries))
     return result

@@ -6,6 +6,7 @@ import asyncio
 import shutil
 import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.producer import produce_records
 from pipeline.query.hits import busiest_page, hits_series
+from pipeline.query.props import prop_counts
 from pipeline.query.render import plot_png, sparkline
 from pipeline.schemas import hits_fields
 from pipeline.services.embedded import EmbeddedServices, for_embedded
@@ -47,13 +49,14 @@ async def _demo(
     settings: Settings, events: int, files: list[str], fmt: str, site: str | None, chart: Path
 ) -> int:
     now = time.time()
+    traffic = None
     if files:
         decoder = HitDecoder.for_settings(settings)
         records = list(read_hits(files, fmt, decoder, site))
         expected: int | None = sum(isinstance(r, Accepted) for r in records)
         print(f"replaying {len(records)} lines from {', '.join(files)}")
     else:
-        traffic = generate(events, end=now)
+        traffic = generate(events, end=now, props=True)
         records = [Accepted(line, key) for line, key in traffic.lines]
         expected = traffic.valid
         print(
@@ -72,9 +75,12 @@ async def _demo(
         worker.terminate()
     client = mongo_client(settings.mongo_url or "")
     try:
-        return await _report(
+        rc = await _report(
             client[settings.db], settings.group_id, expected, summary.sent, took, chart, now, settings.schema
         )
+        if traffic is not None and traffic.props:
+            rc = max(rc, await _props_report(client[settings.db], traffic.props, now, settings.schema))
+        return rc
     finally:
         await client.close()
 
@@ -133,3 +139,19 @@ async def _report(
         plot_png(hourly, chart, f"{site}{page}: hits per hour (UTC)")
         print(f"chart written to {chart}")
     return 0 if expected is None or counted == expected else 1
+
+
+async def _props_report(
+    db: AsyncDatabase[dict[str, Any]], truth: Counter[tuple[str, str, str]], now: float, mode: str
+) -> int:
+    """Custom property counts of the busiest site, read back through the name store, against the truth."""
+    site = Counter({s: n for (s, _, _), n in truth.items()}).most_common(1)[0][0]
+    end = datetime.fromtimestamp(now, UTC).date()
+    rows = await prop_counts(db, site, None, end - timedelta(days=4), end, fields=hits_fields(mode))
+    got = {(r.name, r.value): r.count for r in rows}
+    want = {(n, v): c for (s, n, v), c in truth.items() if s == site}
+    print(f"\n== custom properties of {site} (name store, {mode} schema)")
+    for r in rows:
+        print(f"  {r.name:<8} {r.value:<8} {r.count:>7}")
+    print(f"property counts       {'exact' if got == want else 'MISMATCH'} ({len(want)} name/value pairs)")
+    return 0 if got == want else 1

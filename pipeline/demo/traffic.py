@@ -20,6 +20,9 @@ from pipeline.ingest.readers import hit_key
 
 SITES = ("shop.example", "blog.example", "docs.example")
 BAD_KINDS = ("invalid_json", "schema", "bad_time", "future")
+COUNTRIES = ("US", "DE", "FR", "GB", "JP", "BR", "IN")
+COUNTRY_W = (0.35, 0.15, 0.1, 0.1, 0.1, 0.1, 0.1)
+DEVICES = ("desktop", "mobile", "tablet")
 
 
 @dataclass
@@ -29,6 +32,8 @@ class Traffic:
     lines: list[tuple[bytes, bytes]] = field(default_factory=list)
     per_minute: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     bad: Counter[str] = field(default_factory=Counter)
+    #: Hits per (site, property name, value), when the traffic carries properties.
+    props: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
     @property
     def valid(self) -> int:
@@ -65,9 +70,15 @@ def generate(
     late_share: float = 0.05,
     bad_share: float = 0.003,
     pages_per_site: int = 40,
+    props: bool = False,
 ) -> Traffic:
-    """``events`` valid hits over ``days`` days ending at ``end`` (epoch s), plus bad lines."""
+    """``events`` valid hits over ``days`` days ending at ``end`` (epoch s), plus bad lines.
+
+    ``props``: most hits carry custom properties (country, device), drawn from a
+    random stream of their own, so the hits themselves are the same either way.
+    """
     rng = random.Random(seed)
+    prng = random.Random(seed + 1)
     pages = {s: _pages(rng, pages_per_site) for s in SITES}
     zipf = [1 / (r + 1) ** 1.1 for r in range(pages_per_site)]
     site_w = [0.6, 0.3, 0.1]
@@ -89,7 +100,12 @@ def generate(
             from pipeline.ingest.timeparse import utc
 
             ts = utc(t).isoformat()
-        line = orjson.dumps({"site": site, "page": page, "ts": ts})
+        event: dict[str, object] = {"site": site, "page": page, "ts": ts}
+        if props and prng.random() < 0.8:
+            given = {"country": prng.choices(COUNTRIES, COUNTRY_W)[0], "device": prng.choice(DEVICES)}
+            event["props"] = given
+            out.props.update((site, name, value) for name, value in given.items())
+        line = orjson.dumps(event)
         out.per_minute[(site, page, int(t // 60))] += 1
         if rng.random() < late_share:  # arrives up to 2 hours late
             delayed.append((t + rng.uniform(60, 7200), line, hit_key(site, page)))
