@@ -36,6 +36,8 @@ class NameCache:
         self.spaces: dict[str, Namespace] = {}
         #: Distinct names given :data:`OTHER`, per namespace (a metric).
         self.overflowed: dict[str, set[str]] = {}
+        #: Namespaces the last :meth:`resolve` read from the store.
+        self._just_read: set[str] = set()
 
     def token(self, namespace: str, name: str) -> str:
         """The token of a resolved name (``OTHER`` past the limit)."""
@@ -59,16 +61,27 @@ class NameCache:
             out[namespace] = unknown
         return out
 
-    async def resolve(self, wanted: Mapping[str, Collection[str]], prefetch: Collection[str] = ()) -> None:
+    async def resolve(
+        self,
+        wanted: Mapping[str, Collection[str]],
+        prefetch: Collection[str] = (),
+        follow_up: bool = False,
+    ) -> None:
         """Give every wanted name a token (or ``OTHER``): one bulk read, appends only for new names.
 
-        ``prefetch`` namespaces are read in the same round trip (a later
-        :meth:`resolve` of them then costs no read).
+        ``prefetch`` namespaces are read in the same round trip. With ``follow_up``,
+        namespaces the previous call read count as current: a follow-up resolve of
+        prefetched namespaces then costs no read.
         """
         todo = self.missing(wanted)
+        fresh = self._just_read if follow_up else set()
+        self._just_read = set()
         if not todo:
             return
-        await self._read({*todo, *(p for p in prefetch if p not in self.spaces)})
+        to_read = {*(ns for ns in todo if ns not in fresh), *(p for p in prefetch if p not in self.spaces)}
+        if to_read:
+            await self._read(to_read)
+            self._just_read = to_read
         for namespace in todo:
             names = todo[namespace] - self.spaces[namespace].tokens.keys()
             if names:

@@ -49,7 +49,7 @@ class PropKeys:
             for name, _ in pairs
             if self.cache.token(names_namespace(site), name) != OTHER
         }
-        await self.cache.resolve({ns: vals for ns, vals in values.items() if ns in admitted})
+        await self.cache.resolve({ns: vals for ns, vals in values.items() if ns in admitted}, follow_up=True)
 
     def keys(self, site: str, name: str, value: str) -> Pair:
         """The (name, value) keys of a resolved pair's counter."""

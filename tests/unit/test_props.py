@@ -187,6 +187,7 @@ def test_prop_keys_use_tokens_or_escaped_text_and_limit_values() -> None:
         cache = NameCache(store, namespace_limit(10, 1), doc_cap=10)  # type: ignore[arg-type]
         keys = PropKeys(cache, mode)
         asyncio.run(keys.resolve({"s": {("c.o", "FR"), ("c.o", "D$E")}}))
+        assert store.reads == 1  # names and values namespaces in one round trip, cold
         first = keys.keys("s", "c.o", "FR"), keys.keys("s", "c.o", "D$E")
         other = OTHER if mode == "compact" else READABLE_OTHER
         # one value admitted (limit 1), the other counted as other
