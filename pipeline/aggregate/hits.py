@@ -21,8 +21,11 @@ from pipeline.schemas import HitsFields
 Key = tuple[str, str, int]
 """(site, page, minute since the epoch, UTC)."""
 
-PropKey = tuple[str, str, int, str, str]
-"""(site, page, day since the epoch, property name, value)."""
+DayKey = tuple[str, str, int]
+"""(site, page, day since the epoch, UTC)."""
+
+PropCounts = dict[DayKey, dict[tuple[str, str], int]]
+"""Per (site, page, day), hits per property (name, value)."""
 
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 
@@ -55,7 +58,7 @@ class HitCounts:
     tokens) are resolved by the flush before :meth:`plan` (see :meth:`prop_pairs`).
     """
 
-    __slots__ = ("counts", "decoder", "fields", "prop_keys", "props")
+    __slots__ = ("counts", "decoder", "fields", "prop_keys", "props", "props_pending")
 
     def __init__(
         self, decoder: HitDecoder, fields: HitsFields, prop_keys: PropKeySource | None = None
@@ -64,7 +67,8 @@ class HitCounts:
         self.fields = fields
         self.prop_keys = prop_keys
         self.counts: dict[Key, int] = {}
-        self.props: dict[PropKey, int] = {}
+        self.props: PropCounts = {}
+        self.props_pending = 0
 
     def ingest(self, raw: bytes) -> Rejection | None:
         """Count one encoded hit; a rejection is returned, not raised."""
@@ -77,21 +81,27 @@ class HitCounts:
         counts = self.counts
         counts[key] = counts.get(key, 0) + 1
         if props:
-            day = minute // 1440
-            store = self.props
-            for name, value in props:
-                pk = (site, page, day, name, value)
-                store[pk] = store.get(pk, 0) + 1
+            dk = (site, page, minute // 1440)
+            pairs = self.props.get(dk)
+            if pairs is None:
+                pairs = self.props[dk] = {}
+            for pair in props:
+                n = pairs.get(pair)
+                if n is None:
+                    pairs[pair] = 1
+                    self.props_pending += 1
+                else:
+                    pairs[pair] = n + 1
         return None
 
     def __len__(self) -> int:
-        return len(self.counts) + len(self.props)
+        return len(self.counts) + self.props_pending
 
     def prop_pairs(self) -> dict[str, set[tuple[str, str]]]:
         """Per site, the (name, value) pairs this window counts: what the name store must resolve."""
         out: dict[str, set[tuple[str, str]]] = {}
-        for site, _, _, name, value in self.props:
-            out.setdefault(site, set()).add((name, value))
+        for (site, _, _), pairs in self.props.items():
+            out.setdefault(site, set()).update(pairs)
         return out
 
     def plan(self) -> list[DocUpdate]:
@@ -104,7 +114,7 @@ class HitCounts:
 def plan_hits(
     counts: Mapping[Key, int],
     fields: HitsFields,
-    props: Mapping[PropKey, int] | None = None,
+    props: Mapping[DayKey, Mapping[tuple[str, str], int]] | None = None,
     prop_keys: PropKeySource | None = None,
 ) -> list[DocUpdate]:
     """Group minute counts into one upsert per daily and per monthly document.
@@ -134,7 +144,9 @@ def plan_hits(
         mupd.add(fm.total, n)
         mupd.add(f"{fm.daily}.{day.day}", n)
     if props and prop_keys is not None:
-        for (site, page, day_index, name, value), n in props.items():
-            nk, vk = prop_keys.keys(site, name, value)
-            daily[(site, page, day_index)].add(f"{fd.props}.{nk}.{vk}", n)
+        for (site, page, day_index), pairs in props.items():
+            upd = daily[(site, page, day_index)]
+            for (name, value), n in pairs.items():
+                nk, vk = prop_keys.keys(site, name, value)
+                upd.add(f"{fd.props}.{nk}.{vk}", n)
     return [*daily.values(), *monthly.values()]

@@ -53,6 +53,14 @@ def prop_text(value: object) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
+def _oversize(name: str, value: str, limit: int) -> str | None:
+    """Which of a property's name and value is over ``limit`` UTF-8 bytes, if any (for the rejection)."""
+    for what, text in (("name", name), ("value", value)):
+        if len(text.encode("utf-8", "surrogatepass")) > limit:
+            return f"property {what} {text[:40]!r}..."
+    return None
+
+
 class HitDecoder(TimedDecoder):
     """One line → :data:`Hit` ``(site, page, ts, props)``, or a :class:`Rejection`."""
 
@@ -92,10 +100,12 @@ class HitDecoder(TimedDecoder):
             return obj["site"], obj["page"], ts, ()
         if len(given) > self.max_props:
             return Rejection("props", f"{len(given)} properties > limit {self.max_props}", raw)
-        props = tuple((name, prop_text(value)) for name, value in given.items())
         limit = self.max_prop_bytes
-        for name, value in props:
-            for what, text in (("name", name), ("value", value)):
-                if len(text.encode("utf-8", "surrogatepass")) > limit:
-                    return Rejection("props", f"property {what} {text[:40]!r}... over {limit} bytes", raw)
-        return obj["site"], obj["page"], ts, props
+        quarter = limit // 4  # UTF-8 takes at most 4 bytes a character: shorter text needs no encoding
+        props = []
+        for name, value in given.items():
+            text = value if value.__class__ is str else prop_text(value)
+            if (len(name) > quarter or len(text) > quarter) and (over := _oversize(name, text, limit)):
+                return Rejection("props", f"{over} over {limit} bytes", raw)
+            props.append((name, text))
+        return obj["site"], obj["page"], ts, tuple(props)
