@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import urllib.request
 from collections import Counter
 from datetime import UTC, date, datetime
 from typing import Any
@@ -12,11 +14,14 @@ import orjson
 import pytest
 
 from pipeline.ingest.readers import hit_key
+from pipeline.kafka import partition_for
 from pipeline.names.layout import OTHER
+from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.query.hits import hits_series
 from pipeline.query.props import OTHER_LABEL, prop_counts
 from pipeline.schemas import field_names, hits_fields
+from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
 
@@ -163,3 +168,68 @@ def test_query_props_cli_and_schema_guard(settings: Settings) -> None:
     rc = w.proc.wait(timeout=60)
     w.terminate()
     assert rc != 0 and "one database, one schema mode" in w.log_path.read_text()
+
+
+def _assigned(port: int) -> list[str]:
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+    except OSError:
+        return []
+    assigned: list[str] = json.loads(body).get("assigned", [])
+    return assigned
+
+
+def test_three_worker_processes_meet_the_same_1000_new_names_at_once(settings: Settings) -> None:
+    """Real workers, one per partition, each flushing the same 1,000 unseen names in its first batch."""
+    settings = settings.with_(props_max_per_event=32, name_store_doc_cap=100)
+    names = [f"attr-{i:04d}" for i in range(1000)]
+    ports = [free_port() for _ in range(3)]
+    workers = [WorkerProcess(settings.with_(web_port=p), f"w{i}").start() for i, p in enumerate(ports)]
+    try:
+        deadline = time.monotonic() + 120
+        last: list[list[str]] = []
+        while True:  # every worker holds hits partitions, the same as a poll ago: the group is settled
+            held = [sorted(a for a in _assigned(p) if a.startswith(settings.hits_topic)) for p in ports]
+            if all(held) and held == last:
+                break
+            assert time.monotonic() < deadline, held
+            last = held
+            time.sleep(2.0)
+        partitions = sum(map(len, held))
+        # pages chosen so that every partition gets every name
+        pages, seen = [], set()
+        i = 0
+        while len(seen) < partitions:
+            page = f"/p{i}"
+            part = partition_for(hit_key("sh.op", page), partitions)
+            if part not in seen:
+                seen.add(part)
+                pages.append(page)
+            i += 1
+        lines = []
+        for page in pages:
+            for j in range(0, 1000, 32):
+                props = {n: "v" for n in names[j : j + 32]}
+                ts = DAYS[0].timestamp()
+                lines.append(
+                    (
+                        orjson.dumps({"site": "sh.op", "page": page, "ts": ts, "props": props}),
+                        hit_key("sh.op", page),
+                    )
+                )
+        asyncio.run(produce(settings, lines, pack=100))
+        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=300))
+    finally:
+        codes = [w.terminate() for w in workers]
+    assert codes == [0, 0, 0]
+
+    async def check(db: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+        rows = await prop_counts(db, "sh.op", None, date(2020, 1, 31), date(2020, 1, 31))
+        stored = [d async for d in db["preagg_names"].find({"ns": "n/sh.op"})]
+        return rows, stored
+
+    rows, stored = with_db(settings, check)
+    # a token given twice, or read differently by two workers, would misattribute counts here
+    assert {(r.name, r.value): r.count for r in rows} == {(n, "v"): len(pages) for n in names}
+    listed = [n for d in sorted(stored, key=lambda d: d["lv"]) for n in d["l"]]
+    assert sorted(listed) == names and all(len(d["l"]) <= d["c"] == 100 for d in stored)
