@@ -117,6 +117,8 @@ def test_metrics_and_health_endpoints(settings: Settings) -> None:
         'preagg_seconds_since_last_flush{stream="hits"}',
         'preagg_consumer_lag{partition="0",topic=',
         "preagg_backpressure_paused",
+        "preagg_name_store_reads_total",
+        "preagg_name_overflow_names",
     ):
         assert series in body, f"{series} missing from:\n{body}"
     events = next(ln for ln in body.splitlines() if ln.startswith('preagg_events_total{stream="hits"}'))
