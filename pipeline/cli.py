@@ -7,12 +7,15 @@ import asyncio
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from pymongo.asynchronous.database import AsyncDatabase
 
 _REL = re.compile(r"^now(?:([+-])(\d+)([smhdw]))?$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -110,6 +113,24 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+T = TypeVar("T")
+Db: TypeAlias = "AsyncDatabase[dict[str, Any]]"
+
+
+def on_db(s: Settings, query: Callable[[Db], Awaitable[T]]) -> T:
+    """Run one async query against the configured database, then close the client."""
+    from pipeline.sinks.mongo import mongo_client
+
+    async def run() -> T:
+        client = mongo_client(s.mongo_url or "")
+        try:
+            return await query(client[s.db])
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
 # -- worker -------------------------------------------------------------------
 
 
@@ -127,7 +148,6 @@ def cmd_query(args: argparse.Namespace) -> int:
     from pipeline.query.hits import hits_series
     from pipeline.query.render import as_csv, as_json, as_table, plot_png, sparkline
     from pipeline.schemas import hits_fields
-    from pipeline.sinks.mongo import mongo_client
 
     s = _settings()
     start, end = parse_time(args.start), parse_time(args.end)
@@ -135,16 +155,10 @@ def cmd_query(args: argparse.Namespace) -> int:
         print("--to is before --from", file=sys.stderr)
         return 2
 
-    async def run() -> list[tuple[datetime, int]]:
-        client = mongo_client(s.mongo_url or "")
-        try:
-            return await hits_series(
-                client[s.db], args.site, args.page, start, end, args.by, hits_fields(s.schema)
-            )
-        finally:
-            await client.close()
+    async def run(db: Db) -> list[tuple[datetime, int]]:
+        return await hits_series(db, args.site, args.page, start, end, args.by, hits_fields(s.schema))
 
-    series = asyncio.run(run())
+    series = on_db(s, run)
     if args.json:
         print(as_json(series))
     elif args.csv:
@@ -174,23 +188,17 @@ def _print_rows(rows: list[tuple[Any, Any]], as_json: bool, header: tuple[str, s
 
 def cmd_query_impressions(args: argparse.Namespace) -> int:
     from pipeline.query.impressions import items_of_user, top_items, users_of_item
-    from pipeline.sinks.mongo import mongo_client
 
     s = _settings()
 
-    async def run() -> tuple[list[tuple[Any, int]], tuple[str, str]]:
-        client = mongo_client(s.mongo_url or "")
-        db = client[s.db]
-        try:
-            if args.user is not None:
-                return await items_of_user(db, parse_id(args.user), args.limit, s.schema), ("item", "count")
-            if args.item is not None:
-                return await users_of_item(db, parse_id(args.item), args.limit, s.schema), ("user", "count")
-            return await top_items(db, args.top, args.day, s.schema), ("item", "count")
-        finally:
-            await client.close()
+    async def run(db: Db) -> tuple[list[tuple[Any, int]], tuple[str, str]]:
+        if args.user is not None:
+            return await items_of_user(db, parse_id(args.user), args.limit, s.schema), ("item", "count")
+        if args.item is not None:
+            return await users_of_item(db, parse_id(args.item), args.limit, s.schema), ("user", "count")
+        return await top_items(db, args.top, args.day, s.schema), ("item", "count")
 
-    rows, header = asyncio.run(run())
+    rows, header = on_db(s, run)
     _print_rows(rows, args.json, header)
     return 0
 
@@ -198,21 +206,16 @@ def cmd_query_impressions(args: argparse.Namespace) -> int:
 def cmd_query_related(args: argparse.Namespace) -> int:
     from pipeline.aggregate.relations import relation_sides
     from pipeline.query.relations import related_items, related_users
-    from pipeline.sinks.mongo import mongo_client
 
     s = _settings()
     sides = relation_sides(s.relation_user_capacity, s.relation_item_capacity, s.relation_fpr, s.schema)
 
-    async def run() -> list[Any]:
-        client = mongo_client(s.mongo_url or "")
-        try:
-            if args.user is not None:
-                return await related_items(client[s.db], parse_id(args.user), sides)
-            return await related_users(client[s.db], parse_id(args.item), sides)
-        finally:
-            await client.close()
+    async def run(db: Db) -> list[Any]:
+        if args.user is not None:
+            return await related_items(db, parse_id(args.user), sides)
+        return await related_users(db, parse_id(args.item), sides)
 
-    found = asyncio.run(run())
+    found = on_db(s, run)
     if args.json:
         print(json.dumps(found))
     else:
@@ -227,25 +230,19 @@ def cmd_query_related(args: argparse.Namespace) -> int:
 def cmd_query_listens(args: argparse.Namespace) -> int:
     from pipeline.aggregate.bloom import BloomSpec
     from pipeline.query.listens import heard, top_tags
-    from pipeline.sinks.mongo import mongo_client
 
     s = _settings()
     spec = BloomSpec.for_capacity(s.listen_heard_capacity, s.listen_heard_fpr)
 
-    async def run() -> Any:
-        client = mongo_client(s.mongo_url or "")
-        db = client[s.db]
-        try:
-            if args.what == "heard":
-                return await heard(
-                    db, parse_id(args.user), parse_id(args.tag), parse_id(args.song), spec, s.schema
-                )
-            today = datetime.fromisoformat(args.today).date() if args.today else None
-            return await top_tags(db, parse_id(args.user), args.days, args.limit, today, s.schema)
-        finally:
-            await client.close()
+    async def run(db: Db) -> Any:
+        if args.what == "heard":
+            return await heard(
+                db, parse_id(args.user), parse_id(args.tag), parse_id(args.song), spec, s.schema
+            )
+        today = datetime.fromisoformat(args.today).date() if args.today else None
+        return await top_tags(db, parse_id(args.user), args.days, args.limit, today, s.schema)
 
-    result = asyncio.run(run())
+    result = on_db(s, run)
     if args.what == "heard":
         print("yes" if result else "no")
         return 0
@@ -257,22 +254,15 @@ def cmd_query_listens(args: argparse.Namespace) -> int:
 def cmd_query_props(args: argparse.Namespace) -> int:
     from pipeline.query.props import prop_counts
     from pipeline.schemas import hits_fields
-    from pipeline.sinks.mongo import mongo_client
 
     s = _settings()
     start = date.fromisoformat(args.start)
     end = date.fromisoformat(args.end) if args.end else start
 
-    async def run() -> Any:
-        client = mongo_client(s.mongo_url or "")
-        try:
-            return await prop_counts(
-                client[s.db], args.site, args.page, start, end, args.name, hits_fields(s.schema)
-            )
-        finally:
-            await client.close()
+    async def run(db: Db) -> Any:
+        return await prop_counts(db, args.site, args.page, start, end, args.name, hits_fields(s.schema))
 
-    rows = asyncio.run(run())
+    rows = on_db(s, run)
     if args.json:
         print(json.dumps([{"name": r.name, "value": r.value, "count": r.count} for r in rows]))
         return 0
@@ -307,18 +297,13 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from pipeline.ops.status import group_status, status_text
-    from pipeline.sinks.mongo import mongo_client
 
     s = _settings()
 
-    async def run() -> dict[str, Any]:
-        client = mongo_client(s.mongo_url or "")
-        try:
-            return await group_status(s, client[s.db], args.interval)
-        finally:
-            await client.close()
+    async def run(db: Db) -> dict[str, Any]:
+        return await group_status(s, db, args.interval)
 
-    st = asyncio.run(run())
+    st = on_db(s, run)
     print(json.dumps(st, indent=2, default=str) if args.json else status_text(st))
     return 0
 
