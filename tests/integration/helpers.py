@@ -9,11 +9,11 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 
+from pipeline.cli import on_db
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
 from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
-from pipeline.sinks.mongo import mongo_client
 from pipeline.worker.process import WorkerProcess
 
 
@@ -62,11 +62,5 @@ def dead_letters(settings: Settings) -> list[dict[str, Any]]:
 
 
 def with_db(settings: Settings, fn: Any) -> Any:
-    async def run() -> Any:
-        client = mongo_client(settings.mongo_url or "")
-        try:
-            return await fn(client[settings.db])
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
+    """``fn(db)`` on the test's database (the CLI's helper)."""
+    return on_db(settings, fn)
