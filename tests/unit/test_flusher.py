@@ -221,3 +221,47 @@ def test_first_message_beyond_the_stored_position_reports_a_gap() -> None:
 
     asyncio.run(go())
     assert gaps == [(TP0, 5, 9)]
+
+
+def test_name_store_failures_are_retried_before_the_commit_and_nothing_is_lost() -> None:
+    """The batch's tokens are resolved first; a name-store outage holds the batch, it never drops it."""
+    store = ModelStore([])
+    log = store.log
+    calls = {"n": 0}
+
+    class Keys:
+        def keys(self, site: str, name: str, value: str) -> tuple[str, str]:
+            return "0", "0"
+
+    async def prepare(agg: HitCounts) -> None:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            log.append("names-failed")
+            raise ConnectionError("name store down")
+        log.append(f"names:{sorted(agg.prop_pairs()['s'])}")
+
+    async def noop(*_: object) -> None:
+        return None
+
+    async def ack(handle: object) -> None:
+        log.append(f"ack:{handle}")
+
+    dec = HitDecoder(1000, 300, clock=lambda: 2e9)
+    f: Flusher[HitCounts] = Flusher(
+        "hits",
+        lambda: HitCounts(dec, hits_fields("readable"), Keys()),
+        store,
+        noop,
+        ack,
+        max_pending_keys=100,
+        max_backoff=0.01,
+        prepare=prepare,
+    )
+
+    async def go() -> None:
+        await f.receive(TP0, 0, b'{"site":"s","page":"/","ts":60,"props":{"k":"v"}}', "m0")
+        await f.flush()
+
+    asyncio.run(go())
+    assert log == ["names-failed", "names-failed", "names:[('k', 'v')]", "commit:2", "ack:m0"]
+    assert f.stats.retries == 2
