@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.partitioner import murmur2
 
 from pipeline.security import kafka_client_kwargs
@@ -23,8 +26,10 @@ async def ensure_topics(settings: Settings, *topics: str) -> None:
         existing = set(await admin.list_topics())
         missing = [t for t in topics if t not in existing]
         if missing:
-            await admin.create_topics(
-                [NewTopic(t, num_partitions=settings.partitions, replication_factor=1) for t in missing]
-            )
+            # another worker or producer may create one meanwhile: that is fine
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(
+                    [NewTopic(t, num_partitions=settings.partitions, replication_factor=1) for t in missing]
+                )
     finally:
         await admin.close()

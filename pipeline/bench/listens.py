@@ -199,7 +199,7 @@ async def _latency(settings: Settings, tags_per_user: dict[Any, int], n: int) ->
             times = []
             for i in range(n):
                 t = time.perf_counter()
-                await top_tags(db, users[i % len(users)], 7, today=today)
+                await top_tags(db, users[i % len(users)], 7, today=today, mode=settings.schema)
                 times.append((time.perf_counter() - t) * 1000)
             times.sort()
             out[label] = {

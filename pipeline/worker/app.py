@@ -29,6 +29,7 @@ from pipeline.aggregate.listens import ListenSketches
 from pipeline.aggregate.relations import RelationFilters, relation_sides
 from pipeline.ingest.hits import HitDecoder
 from pipeline.ingest.impressions import ImpressionDecoder, ListenDecoder, RelationDecoder
+from pipeline.kafka import ensure_topics
 from pipeline.names import NameCache, NameStore
 from pipeline.names.props import PropKeys, namespace_limit
 from pipeline.schemas import check_mode, hits_fields
@@ -289,7 +290,12 @@ def _add_agent(app: faust.App, name: str, topic_name: str, partitions: int, flus
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:
-    """Run one worker process until SIGTERM/SIGINT (flushes before exit)."""
+    """Run one worker process until SIGTERM/SIGINT (flushes before exit).
+
+    The input topics are created first, with ``settings.partitions``: a broker that
+    auto-creates topics on a subscription would otherwise pick its own default.
+    """
+    asyncio.run(ensure_topics(settings, *settings.stream_topics))
     app = build_app(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()

@@ -34,7 +34,9 @@ async def send(settings: Settings, topic: str, lines: list[bytes], keys: list[by
             await p.send_raw(line, key)
 
 
-def test_impression_counts_exact_with_multiplicity_and_queries(settings: Settings) -> None:
+@pytest.mark.parametrize("schema", ["compact", "readable"])
+def test_impression_counts_exact_with_multiplicity_and_queries(settings: Settings, schema: str) -> None:
+    settings = settings.with_(schema=schema)
     rng = random.Random(4)
     truth: Counter[tuple[int | str, int | str]] = Counter()
     per_day: Counter[tuple[str, int | str]] = Counter()
@@ -54,17 +56,17 @@ def test_impression_counts_exact_with_multiplicity_and_queries(settings: Setting
 
     async def check(db):  # type: ignore[no-untyped-def]
         for user in ("alice", 3):
-            got = dict(await items_of_user(db, user))
+            got = dict(await items_of_user(db, user, mode=schema))
             assert got == {i: n for (u, i), n in truth.items() if u == user}
-        got = dict(await users_of_item(db, "featured"))
+        got = dict(await users_of_item(db, "featured", mode=schema))
         assert got == {u: n for (u, i), n in truth.items() if i == "featured"}
         item_totals: Counter[int | str] = Counter()
         for (_, i), n in truth.items():
             item_totals[i] += n
-        top = await top_items(db, 5)
+        top = await top_items(db, 5, mode=schema)
         assert [n for _, n in top] == sorted(item_totals.values(), reverse=True)[:5]
         assert all(item_totals[i] == n for i, n in top)
-        day_top = await top_items(db, 3, "2023-11-15")
+        day_top = await top_items(db, 3, "2023-11-15", mode=schema)
         assert all(per_day[("20231115", i)] == n for i, n in day_top)
         assert [n for _, n in day_top] == sorted(
             (n for (d, _), n in per_day.items() if d == "20231115"), reverse=True

@@ -25,7 +25,9 @@ pytestmark = pytest.mark.integration
 TODAY = date(2026, 11, 20)
 
 
-def test_top_tags_and_heard_against_truth(settings: Settings) -> None:
+@pytest.mark.parametrize("schema", ["compact", "readable"])
+def test_top_tags_and_heard_against_truth(settings: Settings, schema: str) -> None:
+    settings = settings.with_(schema=schema)
     rng = random.Random(6)
     truth: dict[tuple[int, str], dict[date, set[int]]] = defaultdict(lambda: defaultdict(set))
     lines = []
@@ -55,19 +57,19 @@ def test_top_tags_and_heard_against_truth(settings: Settings) -> None:
 
     async def check(db):  # type: ignore[no-untyped-def]
         for days in (1, 3, 7):
-            got = await top_tags(db, 1, days, today=TODAY)
+            got = await top_tags(db, 1, days, today=TODAY, mode=schema)
             want = sorted(tags, key=lambda t: -exact(t, days))
             assert [t for t, _ in got] == [t for t in want if exact(t, days)]
             for tag, est in got:
                 n = exact(tag, days)
                 assert abs(est - n) <= max(1, 0.05 * n), (tag, days, est, n)
         heard_songs = set().union(*truth[(1, "jazz")].values())
-        assert all([await heard(db, 1, "jazz", s, spec) for s in heard_songs])  # no false negatives
+        assert all([await heard(db, 1, "jazz", s, spec, schema) for s in heard_songs])  # no false negatives
         unheard = [s for s in range(1000, 3000)]
-        false_pos = sum([await heard(db, 1, "jazz", s, spec) for s in unheard[:300]])
+        false_pos = sum([await heard(db, 1, "jazz", s, spec, schema) for s in unheard[:300]])
         assert false_pos <= 10
         some_heard = sorted(heard_songs)[:3]
-        assert await recommend(db, 1, "jazz", [*some_heard, 5000], spec) in ([5000], [])
+        assert await recommend(db, 1, "jazz", [*some_heard, 5000], spec, schema) in ([5000], [])
 
     with_db(settings, check)
     out = json.loads(

@@ -196,6 +196,7 @@ def test_three_worker_processes_meet_the_same_1000_new_names_at_once(settings: S
             last = held
             time.sleep(2.0)
         partitions = sum(map(len, held))
+        assert partitions == settings.partitions  # the worker created its topics, not the broker's default
         # pages chosen so that every partition gets every name
         pages, seen = [], set()
         i = 0
