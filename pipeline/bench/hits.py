@@ -31,6 +31,7 @@ from pipeline.ingest.hits import HitDecoder
 from pipeline.ingest.readers import Accepted, hit_key, read_hits
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
+from pipeline.schemas import hits_fields
 from pipeline.settings import Settings
 from pipeline.sinks.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
@@ -133,11 +134,12 @@ async def _freshness(settings: Settings, rate: float, seconds: float, probes_per
     sent: dict[str, float] = {}
     seen: dict[str, float] = {}
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
-    coll = client[settings.db]["hits_daily"]
+    f = hits_fields(settings.schema).daily
+    coll = client[settings.db][f.collection]
 
     def poll() -> None:
-        for d in coll.find({"metadata.site": "probe"}, {"metadata.page": 1}):
-            page = d["metadata"]["page"]
+        for d in coll.find({f"{f.metadata}.{f.site}": "probe"}, {f"{f.metadata}.{f.page}": 1}):
+            page = d[f.metadata][f.page]
             seen.setdefault(page, time.time())
 
     async with EventProducer(settings, settings.hits_topic, pack_size=100) as p:
