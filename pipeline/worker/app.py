@@ -259,10 +259,17 @@ def build_app(settings: Settings) -> faust.App:
         )
 
     async def flush_forever() -> None:
+        # Flushes start every flush_interval, counted from start to start: waiting a
+        # full interval after a slow flush ended would add the flush's duration to
+        # every event's wait (freshness). A flush longer than the interval is
+        # followed at once by the next, never by a queue of missed ones.
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + settings.flush_interval
         while True:
-            await asyncio.sleep(settings.flush_interval)
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
             for f in flushers:
                 await f.flush()
+            next_at = max(next_at + settings.flush_interval, loop.time())
 
     # Not a Faust timer: Faust cancels its timers when it stops, before it waits for
     # every delivered message to be acked; this loop outlives that wait and flushes
