@@ -116,7 +116,8 @@ class Settings:
     partitions: int = 4
     #: Consumer group of the workers; replicas with the same id share partitions.
     group_id: str = "preagg"
-    #: Seconds between flushes. Shorter: fresher charts, more MongoDB writes
+    #: Seconds between the starts of two flushes (a flush longer than this is
+    #: followed at once by the next). Shorter: fresher charts, more MongoDB writes
     #: (each flush writes every touched document once). Longer: fewer, larger writes.
     flush_interval: float = 1.0
     #: A flush also starts once this many distinct (site, page, minute) keys are
