@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from pipeline.names.layout import OTHER, Namespace, learn
 from pipeline.names.store import NameStore
@@ -34,8 +35,10 @@ class NameCache:
         self.limit = limit
         self.doc_cap = doc_cap
         self.spaces: dict[str, Namespace] = {}
-        #: Distinct names given :data:`OTHER`, per namespace (a metric).
-        self.overflowed: dict[str, set[str]] = {}
+        #: Names given :data:`OTHER`, counted once per resolve they appear in (a metric).
+        self.overflow_names = 0
+        #: Namespaces whose limit was already logged.
+        self.warned: set[str] = set()
         #: Namespaces the last :meth:`resolve` read from the store.
         self._just_read: set[str] = set()
 
@@ -126,30 +129,24 @@ class NameCache:
                 stalls = stalls + 1 if self.spaces[namespace].size == before else 0
         raise NameStoreContention(f"name store: namespace {namespace!r} kept changing")
 
-    def _learn_last(self, ns: Namespace, doc: Mapping[str, object]) -> None:
+    def _learn_last(self, ns: Namespace, doc: Mapping[str, Any]) -> None:
         """Take positions from a (new or appended) last document returned by the store."""
-        f = self.store.f
-        seq = int(str(doc["_id"]).rsplit("|", 1)[1])
-        least, cap, names = int(str(doc[f["least_value"]])), int(str(doc[f["cap"]])), doc[f["list"]]
-        assert isinstance(names, list)
-        if seq < ns.seq:
-            return
-        for pos, n in enumerate(names):
-            ns.tokens.setdefault(n, least + pos)
-        ns.seq, ns.least, ns.cap, ns.length = seq, least, cap, len(names)
+        if int(str(doc["_id"]).rsplit("|", 1)[1]) >= ns.seq:
+            ns.absorb(doc, self.store.f)
+
+    def forget(self, namespaces: Collection[str]) -> None:
+        """Drop namespaces from the cache (read ahead but not needed: keeps memory bounded)."""
+        for namespace in namespaces:
+            self.spaces.pop(namespace, None)
 
     def _overflow(self, namespace: str, names: Collection[str]) -> None:
-        seen = self.overflowed.setdefault(namespace, set())
-        if not seen:
+        # Counted, not remembered: a producer sending unbounded names must not grow memory.
+        if namespace not in self.warned:
+            self.warned.add(namespace)
             log.warning(
                 "name store: namespace %r is at its limit of %d names; new names count as %r",
                 namespace,
                 self.limit(namespace),
                 OTHER,
             )
-        seen.update(names)
-
-    @property
-    def overflow_names(self) -> int:
-        """Distinct names counted as ``OTHER`` so far."""
-        return sum(len(s) for s in self.overflowed.values())
+        self.overflow_names += len(names)

@@ -66,6 +66,14 @@ class Namespace:
             return 0
         return max(0, min(self.cap, limit - self.least) - self.length)
 
+    def absorb(self, doc: Mapping[str, Any], f: Mapping[str, str]) -> None:
+        """Take a document's names as tokens and make it the last document known."""
+        least, names = int(doc[f["least_value"]]), doc[f["list"]]
+        for pos, n in enumerate(names):
+            self.tokens.setdefault(n, least + pos)
+        self.seq = int(str(doc["_id"]).rsplit("|", 1)[1])
+        self.least, self.cap, self.length = least, int(doc[f["cap"]]), len(names)
+
     def next_doc(self, doc_cap: int, limit: int) -> tuple[int, int, int]:
         """``(seq, least_value, cap)`` of the document that follows the last one."""
         least = self.least + self.cap if self.seq >= 0 else 0
@@ -82,15 +90,11 @@ def learn(name: str, docs: Sequence[Mapping[str, Any]], f: Mapping[str, str]) ->
     ns = Namespace(name)
     ordered = sorted(docs, key=lambda d: int(d[f["least_value"]]))
     for i, d in enumerate(ordered):
-        least, cap, names = int(d[f["least_value"]]), int(d[f["cap"]]), list(d[f["list"]])
-        if least != (ns.least + ns.cap if i else 0):
+        if int(d[f["least_value"]]) != (ns.least + ns.cap if i else 0):
             return None
-        if i < len(ordered) - 1 and len(names) != cap:
+        if i < len(ordered) - 1 and len(d[f["list"]]) != int(d[f["cap"]]):
             return None
-        for pos, n in enumerate(names):
-            ns.tokens.setdefault(n, least + pos)
-        ns.seq = int(str(d["_id"]).rsplit("|", 1)[1])
-        ns.least, ns.cap, ns.length = least, cap, len(names)
+        ns.absorb(d, f)
     return ns
 
 

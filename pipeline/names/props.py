@@ -43,13 +43,15 @@ class PropKeys:
                 ns.add(name)
                 values.setdefault(values_namespace(site, name), set()).add(value)
         await self.cache.resolve(names, prefetch=values.keys())
-        admitted = {
+        refused = {
             values_namespace(site, name)
             for site, pairs in pairs_by_site.items()
             for name, _ in pairs
-            if self.cache.token(names_namespace(site), name) != OTHER
+            if self.cache.token(names_namespace(site), name) == OTHER
         }
-        await self.cache.resolve({ns: vals for ns, vals in values.items() if ns in admitted}, follow_up=True)
+        self.cache.forget(refused)  # read ahead with the names, never to be used
+        admitted = {ns: vals for ns, vals in values.items() if ns not in refused}
+        await self.cache.resolve(admitted, follow_up=True)
 
     def keys(self, site: str, name: str, value: str) -> Pair:
         """The (name, value) keys of a resolved pair's counter."""

@@ -115,9 +115,9 @@ def name_store_metrics(names: NameCache) -> Iterator[Metric]:
     reads.add_metric([], names.store.reads)
     writes = CounterMetricFamily("preagg_name_store_writes", "Appends and document creations")
     writes.add_metric([], names.store.writes)
-    other = GaugeMetricFamily(
-        "preagg_name_overflow_names",
-        "Distinct names past their namespace's limit, counted as 'other' (since start)",
+    other = CounterMetricFamily(
+        "preagg_name_overflow",
+        "Names past their namespace's limit, counted as 'other' (once per flush they appear in)",
     )
     other.add_metric([], names.overflow_names)
     yield from (reads, writes, other)

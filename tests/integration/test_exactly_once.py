@@ -118,7 +118,7 @@ def test_metrics_and_health_endpoints(settings: Settings) -> None:
         'preagg_consumer_lag{partition="0",topic=',
         "preagg_backpressure_paused",
         "preagg_name_store_reads_total",
-        "preagg_name_overflow_names",
+        "preagg_name_overflow_total",
     ):
         assert series in body, f"{series} missing from:\n{body}"
     events = next(ln for ln in body.splitlines() if ln.startswith('preagg_events_total{stream="hits"}'))

@@ -196,3 +196,20 @@ def test_prop_keys_use_tokens_or_escaped_text_and_limit_values() -> None:
             assert {k[0] for k in first} == {"0"}
         else:
             assert {k[0] for k in first} == {want[0]}
+
+
+def test_unbounded_names_past_the_limit_cost_no_memory_and_no_round_trips() -> None:
+    """A producer sending a user id as a property name: counted as other, nothing kept per name."""
+    store = FakeStore()
+    keys = PropKeys(NameCache(store, namespace_limit(3, 10), doc_cap=10), "compact")  # type: ignore[arg-type]
+    first = {("a", "1"), ("b", "1"), ("c", "1")} | {(f"user-x-{i}", "x") for i in range(500)}
+    asyncio.run(keys.resolve({"s": first}))  # the limit is reached within this flush
+    spaces, reads = len(keys.cache.spaces), store.reads
+    assert spaces == 1 + 3  # the names, and the values of the three admitted names only
+    for batch in range(20):
+        pairs = {(f"user-{batch}-{i}", "x") for i in range(500)}
+        asyncio.run(keys.resolve({"s": pairs | {("a", "1")}}))
+        assert keys.keys("s", f"user-{batch}-0", "x") == (OTHER, OTHER)
+    assert len(keys.cache.spaces) == spaces and store.reads == reads  # the names namespace is final
+    assert keys.cache.overflow_names == 21 * 500
+    assert keys.keys("s", "a", "1") == ("0", "0")
