@@ -1,4 +1,4 @@
-"""The Faust application: the hits agent, the flush timer, and the dead-letter topic.
+"""The Faust application: one agent and flusher per stream kind, the flush loop, dead letters, web pages.
 
 Agents read raw bytes (``value_serializer="raw"``) so that a bad event reaches the
 dead-letter topic exactly as it was sent, and use ``noack()`` streams: a message is
@@ -15,23 +15,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import faust
 from faust.types import TP, EventT, StreamT
+from pymongo import AsyncMongoClient
 
-from pipeline.aggregate.bloom import BloomSpec
-from pipeline.aggregate.hits import HitCounts
-from pipeline.aggregate.impressions import ImpressionCounts, impression_fields
-from pipeline.aggregate.listens import ListenSketches
-from pipeline.aggregate.relations import RelationFilters, relation_sides
-from pipeline.ingest.hits import HitDecoder
-from pipeline.ingest.impressions import ImpressionDecoder, ListenDecoder, RelationDecoder
 from pipeline.kafka import ensure_topics
-from pipeline.names import NameCache, NameStore
-from pipeline.names.props import PropKeys, namespace_limit
+from pipeline.names import NameCache
 from pipeline.schemas import check_mode, hits_fields
 from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
@@ -45,11 +38,11 @@ from pipeline.sinks.mongo import (
     mongo_client,
     supports_transactions,
 )
-from pipeline.worker.batch import Aggregator
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.faults import fault_hook
-from pipeline.worker.flusher import Flusher, exit_to_resume
+from pipeline.worker.flusher import Flusher, OnGap, exit_to_resume
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
+from pipeline.worker.streams import stream_specs
 
 log = logging.getLogger("preagg.worker")
 
@@ -98,8 +91,6 @@ def build_app(settings: Settings) -> faust.App:
     sink = MongoSink(
         client, settings.db, settings.group_id, settings.worker_id, settings.commit_mode, fault=fault
     )
-    mode = check_mode(settings.schema)
-    fields = hits_fields(mode)
     started = time.time()
 
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
@@ -112,6 +103,136 @@ def build_app(settings: Settings) -> faust.App:
     async def ack(handle: object) -> object:
         stream, event = cast(tuple[StreamT[bytes], EventT[bytes]], handle)
         return await stream.ack(event)
+
+    on_gap = _gap_handler(app, sink)
+
+    streams, names = stream_specs(settings, db)
+    flushers: list[Flusher[Any]] = []
+    for spec in streams:
+        flusher: Flusher[Any] = Flusher(
+            spec.name,
+            spec.factory,
+            sink,
+            send_dead,
+            ack,
+            settings.max_pending_keys,
+            settings.fields_per_update,
+            fault=fault,
+            on_gap=on_gap,
+            prepare=spec.prepare,
+        )
+        flushers.append(flusher)
+        _add_agent(app, spec.name, spec.topic, settings.partitions, flusher)
+    app.preagg_flushers = flushers  # type: ignore[attr-defined]
+
+    _add_web_pages(app, settings, flushers, names, started)
+
+    async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        # Positions may have moved while another worker held a partition: reload lazily.
+        for f in flushers:
+            f.forget_positions(f.positions.assigned())
+
+    app.on_partitions_assigned.connect(cast(Any, on_assigned))
+
+    @app.task
+    async def prepare() -> None:
+        await prepare_store(settings, client, names)
+        log.info(
+            "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
+            settings.worker_id,
+            ", ".join(spec.topic for spec in streams),
+            settings.db,
+            settings.commit_mode,
+            settings.web_port or "off",
+        )
+
+    async def flush_forever() -> None:
+        # Flushes start every flush_interval, counted from start to start: waiting a
+        # full interval after a slow flush ended would add the flush's duration to
+        # every event's wait (freshness). A flush longer than the interval is
+        # followed at once by the next, never by a queue of missed ones.
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + settings.flush_interval
+        while True:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            for f in flushers:
+                await f.flush()
+            next_at = max(next_at + settings.flush_interval, loop.time())
+
+    # Not a Faust timer: Faust cancels its timers when it stops, before it waits for
+    # every delivered message to be acked; this loop outlives that wait and flushes
+    # the last batch, so SIGTERM and rebalances end with everything committed.
+    flush_loop: list[asyncio.Task[None]] = []
+
+    @app.task
+    async def start_flush_loop() -> None:
+        flush_loop.append(asyncio.get_running_loop().create_task(flush_forever()))
+
+    return app
+
+
+def _add_web_pages(
+    app: faust.App, settings: Settings, flushers: list[Flusher[Any]], names: NameCache, started: float
+) -> None:
+    """Prometheus ``/metrics`` and ``/health`` on the worker's web server."""
+
+    def consumer_lag() -> dict[tuple[str, int], int]:
+        out = {}
+        consumer = app.consumer
+        for tp in consumer.assignment():
+            hw = consumer.highwater(tp)
+            key = (tp.topic, tp.partition)
+            for f in flushers:
+                if hw is not None and f.positions.known(key):
+                    out[key] = max(0, hw - (f.consumed.get(key) or f.positions.get(key) or 0))
+        return out
+
+    collector = WorkerCollector(flushers, consumer_lag, started, names)
+
+    @app.page("/metrics")
+    async def metrics(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+        return self.bytes(exposition(collector), content_type=CONTENT_TYPE)
+
+    @app.page("/health")
+    async def healthcheck(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+        verdict = health(flushers, settings.health_max_flush_age, started)
+        verdict["worker"] = settings.worker_id
+        verdict["assigned"] = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
+        return self.json(verdict, status=200 if verdict["ok"] else 503)
+
+
+async def prepare_store(
+    settings: Settings, client: AsyncMongoClient[dict[str, Any]], names: NameCache
+) -> None:
+    """Checks and indexes before the first flush: transactions, schema mode, indexes."""
+    db = client[settings.db]
+    mode = check_mode(settings.schema)
+    if settings.commit_mode == EXACTLY_ONCE and not await supports_transactions(client, settings.db):
+        log.error(
+            "MongoDB at %s runs no transactions (standalone server?): exactly-once needs a replica "
+            "set or a sharded cluster. Convert it to a single-node replica set, or set "
+            "PREAGG_COMMIT_MODE=at_least_once and accept double counts after crashes.",
+            redact_url(settings.mongo_url or ""),
+        )
+        raise SystemExit(2)
+    stored_mode = await claim_schema_mode(db, mode)
+    if stored_mode != mode:
+        log.error(
+            "database %r holds %s field names but this worker is set to %s (PREAGG_SCHEMA): "
+            "one database, one schema mode",
+            settings.db,
+            stored_mode,
+            mode,
+        )
+        raise SystemExit(2)
+    await ensure_hits_indexes(db, hits_fields(mode))
+    await names.store.ensure_indexes()
+    await ensure_impression_indexes(db, mode)
+    await ensure_listen_indexes(db, mode)
+
+
+def _gap_handler(app: faust.App, sink: MongoSink) -> OnGap:
+    """What a flusher does when Kafka delivers past MongoDB's position (see docs/exactly-once.md)."""
 
     async def on_gap(tp: tuple[str, int], stored: int, offset: int) -> None:
         ftp = TP(*tp)
@@ -144,143 +265,7 @@ def build_app(settings: Settings) -> faust.App:
             f"{stored}; Kafka's committed offsets now follow MongoDB's positions"
         )
 
-    hit_decoder = HitDecoder.for_settings(settings)
-    names = NameCache(
-        NameStore(db, mode),
-        namespace_limit(settings.props_max_names, settings.props_max_values),
-        settings.name_store_doc_cap,
-    )
-    prop_keys = PropKeys(names, mode)
-
-    async def resolve_props(agg: HitCounts) -> None:
-        if agg.props:
-            await prop_keys.resolve(agg.prop_pairs())
-
-    imp_decoder = ImpressionDecoder(settings.max_event_bytes, settings.future_skew)
-    rel_decoder = RelationDecoder(settings.max_event_bytes)
-    imp_fields = impression_fields(mode)
-    listen_decoder = ListenDecoder(settings.max_event_bytes, settings.future_skew)
-    hll_p = settings.listen_hll_precision
-    heard_spec = BloomSpec.for_capacity(settings.listen_heard_capacity, settings.listen_heard_fpr)
-    sides = relation_sides(
-        settings.relation_user_capacity, settings.relation_item_capacity, settings.relation_fpr, mode
-    )
-    streams: list[tuple[str, str, Callable[[], Aggregator], Any]] = [
-        ("hits", settings.hits_topic, lambda: HitCounts(hit_decoder, fields, prop_keys), resolve_props),
-        ("impressions", settings.impressions_topic, lambda: ImpressionCounts(imp_decoder, imp_fields), None),
-        ("relations", settings.relations_topic, lambda: RelationFilters(rel_decoder, sides), None),
-        (
-            "listens",
-            settings.listens_topic,
-            lambda: ListenSketches(listen_decoder, hll_p, heard_spec, mode),
-            None,
-        ),
-    ]
-    flushers: list[Flusher[Any]] = []
-    for name, topic_name, factory, prepare_batch in streams:
-        flusher: Flusher[Any] = Flusher(
-            name,
-            factory,
-            sink,
-            send_dead,
-            ack,
-            settings.max_pending_keys,
-            settings.fields_per_update,
-            fault=fault,
-            on_gap=on_gap,
-            prepare=prepare_batch,
-        )
-        flushers.append(flusher)
-        _add_agent(app, name, topic_name, settings.partitions, flusher)
-    app.preagg_flushers = flushers  # type: ignore[attr-defined]
-
-    def consumer_lag() -> dict[tuple[str, int], int]:
-        out = {}
-        consumer = app.consumer
-        for tp in consumer.assignment():
-            hw = consumer.highwater(tp)
-            key = (tp.topic, tp.partition)
-            for f in flushers:
-                if hw is not None and f.positions.known(key):
-                    out[key] = max(0, hw - (f.consumed.get(key) or f.positions.get(key) or 0))
-        return out
-
-    collector = WorkerCollector(flushers, consumer_lag, started, names)
-
-    @app.page("/metrics")
-    async def metrics(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        return self.bytes(exposition(collector), content_type=CONTENT_TYPE)
-
-    @app.page("/health")
-    async def healthcheck(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        verdict = health(flushers, settings.health_max_flush_age, started)
-        verdict["worker"] = settings.worker_id
-        verdict["assigned"] = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
-        return self.json(verdict, status=200 if verdict["ok"] else 503)
-
-    async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
-        # Positions may have moved while another worker held a partition: reload lazily.
-        for f in flushers:
-            f.forget_positions(f.positions.assigned())
-
-    app.on_partitions_assigned.connect(cast(Any, on_assigned))
-
-    @app.task
-    async def prepare() -> None:
-        if settings.commit_mode == EXACTLY_ONCE and not await supports_transactions(client, settings.db):
-            log.error(
-                "MongoDB at %s runs no transactions (standalone server?): exactly-once needs a replica "
-                "set or a sharded cluster. Convert it to a single-node replica set, or set "
-                "PREAGG_COMMIT_MODE=at_least_once and accept double counts after crashes.",
-                redact_url(settings.mongo_url or ""),
-            )
-            raise SystemExit(2)
-        stored_mode = await claim_schema_mode(db, mode)
-        if stored_mode != mode:
-            log.error(
-                "database %r holds %s field names but this worker is set to %s (PREAGG_SCHEMA): "
-                "one database, one schema mode",
-                settings.db,
-                stored_mode,
-                mode,
-            )
-            raise SystemExit(2)
-        await ensure_hits_indexes(db, fields)
-        await names.store.ensure_indexes()
-        await ensure_impression_indexes(db, mode)
-        await ensure_listen_indexes(db, mode)
-        log.info(
-            "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
-            settings.worker_id,
-            ", ".join(t for _, t, _, _ in streams),
-            settings.db,
-            settings.commit_mode,
-            settings.web_port or "off",
-        )
-
-    async def flush_forever() -> None:
-        # Flushes start every flush_interval, counted from start to start: waiting a
-        # full interval after a slow flush ended would add the flush's duration to
-        # every event's wait (freshness). A flush longer than the interval is
-        # followed at once by the next, never by a queue of missed ones.
-        loop = asyncio.get_running_loop()
-        next_at = loop.time() + settings.flush_interval
-        while True:
-            await asyncio.sleep(max(0.0, next_at - loop.time()))
-            for f in flushers:
-                await f.flush()
-            next_at = max(next_at + settings.flush_interval, loop.time())
-
-    # Not a Faust timer: Faust cancels its timers when it stops, before it waits for
-    # every delivered message to be acked; this loop outlives that wait and flushes
-    # the last batch, so SIGTERM and rebalances end with everything committed.
-    flush_loop: list[asyncio.Task[None]] = []
-
-    @app.task
-    async def start_flush_loop() -> None:
-        flush_loop.append(asyncio.get_running_loop().create_task(flush_forever()))
-
-    return app
+    return on_gap
 
 
 def _add_agent(app: faust.App, name: str, topic_name: str, partitions: int, flusher: Flusher[Any]) -> None:
