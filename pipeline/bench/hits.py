@@ -199,7 +199,7 @@ def access_log_run(base: Settings) -> dict[str, Any] | None:
     """Replay of the public Apache access log (10k lines, 4 days) through the pipeline."""
     if not ACCESS_LOG.exists():
         return None
-    dec = HitDecoder(base.max_event_bytes, base.future_skew)
+    dec = HitDecoder.for_settings(base)
     recs = list(read_hits([str(ACCESS_LOG)], "clf", dec, "semicomplete.com"))
     events = [(r.raw, r.key) for r in recs if isinstance(r, Accepted)]
     res = pipeline_run(base, "accesslog", events, 100)

@@ -13,18 +13,14 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from pipeline.names.layout import OTHER, Namespace, learn
-from pipeline.names.store import NameStore
+from pipeline.names.layout import OTHER, Namespace
+from pipeline.names.store import NameStore, NameStoreContention, read_namespaces
 
 log = logging.getLogger(__name__)
 
 #: Failed appends in a row, with no other worker's progress in between, before
 #: giving up this flush (the flusher retries it; tokens already given stay valid).
 MAX_ATTEMPTS = 100
-
-
-class NameStoreContention(RuntimeError):
-    """A namespace kept changing under this worker; the flush is retried."""
 
 
 class NameCache:
@@ -91,17 +87,7 @@ class NameCache:
                 await self._register(namespace, names)
 
     async def _read(self, namespaces: Collection[str]) -> None:
-        pending = set(namespaces)
-        for _ in range(MAX_ATTEMPTS):
-            docs = await self.store.read(pending)
-            for namespace in list(pending):
-                ns = learn(namespace, docs[namespace], self.store.f)
-                if ns is not None:
-                    self.spaces[namespace] = ns
-                    pending.discard(namespace)
-            if not pending:
-                return
-        raise NameStoreContention(f"name store: torn reads of {sorted(pending)[:3]}")
+        self.spaces.update(await read_namespaces(self.store, namespaces))
 
     async def _register(self, namespace: str, names: set[str]) -> None:
         limit = self.limit(namespace)

@@ -16,7 +16,7 @@ from pymongo import ASCENDING, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
-from pipeline.names.layout import doc_id
+from pipeline.names.layout import Namespace, doc_id, learn
 from pipeline.schemas import field_names
 
 
@@ -84,3 +84,27 @@ class NameStore:
             {"$push": {f["list"]: {"$each": list(names)}}},
             return_document=ReturnDocument.AFTER,
         )
+
+
+#: Torn reads in a row before giving up (a namespace filling faster than it can be read).
+MAX_TORN_READS = 100
+
+
+class NameStoreContention(RuntimeError):
+    """A namespace kept changing under this reader; the caller retries later."""
+
+
+async def read_namespaces(store: NameStore, namespaces: Collection[str]) -> dict[str, Namespace]:
+    """A consistent state of each namespace: bulk reads, again for the ones read torn."""
+    out: dict[str, Namespace] = {}
+    pending = set(namespaces)
+    for _ in range(MAX_TORN_READS):
+        docs = await store.read(pending)
+        for namespace in list(pending):
+            ns = learn(namespace, docs[namespace], store.f)
+            if ns is not None:
+                out[namespace] = ns
+                pending.discard(namespace)
+        if not pending:
+            return out
+    raise NameStoreContention(f"name store: torn reads of {sorted(pending)[:3]}")

@@ -17,12 +17,11 @@ from pipeline.names.layout import (
     OTHER,
     READABLE_OTHER,
     escape_key,
-    learn,
     names_namespace,
     unescape_key,
     values_namespace,
 )
-from pipeline.names.store import NameStore
+from pipeline.names.store import NameStore, read_namespaces
 from pipeline.schemas import HitsFields, hits_fields
 
 #: How a name or value past its namespace's limit is shown.
@@ -40,14 +39,8 @@ class PropCount:
 
 async def _texts(store: NameStore, namespaces: list[str]) -> dict[str, dict[str, str]]:
     """Per namespace, token (as stored in keys) → text."""
-    docs = await store.read(namespaces)
-    out: dict[str, dict[str, str]] = {}
-    for ns in namespaces:
-        state = learn(ns, docs[ns], store.f)
-        if state is None:  # torn read: documents filled while read; read this one again
-            state = learn(ns, (await store.read([ns]))[ns], store.f)
-        out[ns] = {str(tok): text for text, tok in (state.tokens.items() if state else ())}
-    return out
+    spaces = await read_namespaces(store, namespaces)
+    return {ns: {str(tok): text for text, tok in spaces[ns].tokens.items()} for ns in namespaces}
 
 
 async def prop_counts(
@@ -91,28 +84,26 @@ async def prop_counts(
         for nk, values in (doc.get(f.props) or {}).items():
             for vk, n in values.items():
                 sums[(nk, vk)] = sums.get((nk, vk), 0) + int(n)
-    rows = []
+    merged: dict[tuple[str, str], int] = {}  # (name, value) as shown → count
     if compact:
         value_ns = {nk: values_namespace(site, tokens[nk]) for nk, _ in sums if nk in tokens}
         texts = await _texts(store, sorted(set(value_ns.values())))
-        for (nk, vk), n in sums.items():
+
+        def shown(nk: str, vk: str) -> tuple[str, str]:
             if nk == OTHER or nk not in tokens:
-                rows.append(PropCount(OTHER_LABEL, OTHER_LABEL, n))
-                continue
-            value = OTHER_LABEL if vk == OTHER else texts[value_ns[nk]].get(vk, f"#{vk}")
-            rows.append(PropCount(tokens[nk], value, n))
+                return OTHER_LABEL, OTHER_LABEL
+            return tokens[nk], OTHER_LABEL if vk == OTHER else texts[value_ns[nk]].get(vk, f"#{vk}")
     else:
-        for (nk, vk), n in sums.items():
-            rows.append(
-                PropCount(
-                    OTHER_LABEL if nk == READABLE_OTHER else unescape_key(nk),
-                    OTHER_LABEL if vk == READABLE_OTHER else unescape_key(vk),
-                    n,
-                )
+
+        def shown(nk: str, vk: str) -> tuple[str, str]:
+            return (
+                OTHER_LABEL if nk == READABLE_OTHER else unescape_key(nk),
+                OTHER_LABEL if vk == READABLE_OTHER else unescape_key(vk),
             )
-    merged: dict[tuple[str, str], int] = {}
-    for r in rows:
-        merged[(r.name, r.value)] = merged.get((r.name, r.value), 0) + r.count
+
+    for (nk, vk), n in sums.items():
+        key = shown(nk, vk)
+        merged[key] = merged.get(key, 0) + n
     out = [PropCount(a, b, n) for (a, b), n in merged.items()]
     out.sort(key=lambda r: (r.name, -r.count, r.value))
     return out
