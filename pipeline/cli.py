@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from pipeline.settings import Settings
+from pipeline.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.database import AsyncDatabase
@@ -256,8 +256,8 @@ def cmd_query_props(args: argparse.Namespace) -> int:
     from pipeline.schemas import hits_fields
 
     s = _settings()
-    start = date.fromisoformat(args.start)
-    end = date.fromisoformat(args.end) if args.end else start
+    start: date = args.start
+    end: date = args.end or start
 
     async def run(db: Db) -> Any:
         return await prop_counts(db, args.site, args.page, start, end, args.name, hits_fields(s.schema))
@@ -392,8 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
     qp2 = qsub.add_parser("props", help="custom property counts of a site or page over a range of days")
     qp2.add_argument("--site", required=True)
     qp2.add_argument("--page", help="one page (default: all pages of the site)")
-    qp2.add_argument("--from", dest="start", required=True, help="first UTC day, YYYY-MM-DD")
-    qp2.add_argument("--to", dest="end", help="last UTC day, YYYY-MM-DD (default: --from)")
+    qp2.add_argument(
+        "--from", dest="start", type=date.fromisoformat, required=True, help="first UTC day, YYYY-MM-DD"
+    )
+    qp2.add_argument(
+        "--to", dest="end", type=date.fromisoformat, help="last UTC day, YYYY-MM-DD (default: --from)"
+    )
     qp2.add_argument("--name", help="one property (default: all)")
     qp2.add_argument("--json", action="store_true")
     qp2.set_defaults(func=cmd_query_props)
@@ -426,4 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``preagg``."""
     args = build_parser().parse_args(argv)
-    sys.exit(args.func(args))
+    try:
+        code = args.func(args)
+    except SettingsError as exc:
+        print(f"preagg: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)

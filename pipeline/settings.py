@@ -47,11 +47,25 @@ def env_name(field_name: str) -> str:
     return f"PREAGG_{field_name.upper()}"
 
 
+class SettingsError(ValueError):
+    """A ``PREAGG_*`` variable holds a value the setting cannot take; the message names it."""
+
+
+#: Settings that take one of a few words.
+_CHOICES = {"schema": ("compact", "readable"), "commit_mode": ("exactly_once", "at_least_once")}
+
+
 def _convert(name: str, raw: str) -> Any:
-    if name in _INTS:
-        return int(raw)
-    if name in _FLOATS:
-        return float(raw)
+    try:
+        if name in _INTS:
+            return int(raw)
+        if name in _FLOATS:
+            return float(raw)
+    except ValueError:
+        kind = "an integer" if name in _INTS else "a number"
+        raise SettingsError(f"{env_name(name)}={raw!r}: expected {kind}") from None
+    if name in _CHOICES and raw not in _CHOICES[name]:
+        raise SettingsError(f"{env_name(name)}={raw!r}: expected one of {', '.join(_CHOICES[name])}")
     if name == "home":
         return Path(raw)
     return raw
