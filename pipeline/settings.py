@@ -31,6 +31,9 @@ _INTS = {
     "props_max_per_event",
     "props_max_bytes",
     "name_store_doc_cap",
+    "commit_max_docs",
+    "commit_max_bytes",
+    "read_chunk",
 }
 _FLOATS = {
     "flush_interval",
@@ -39,6 +42,10 @@ _FLOATS = {
     "health_max_flush_age",
     "relation_fpr",
     "listen_heard_fpr",
+    "commit_target_seconds",
+    "commit_timeout",
+    "mongo_timeout",
+    "shutdown_timeout",
 }
 
 
@@ -205,6 +212,37 @@ class Settings:
     #: seed's array cap). Larger: fewer documents to read cold; each push rewrites
     #: a bigger array.
     name_store_doc_cap: int = 1000
+    #: Most documents one commit (one MongoDB transaction) writes: a batch is sealed,
+    #: and committed on its own, once its planned documents reach this. Larger: fewer
+    #: transactions in a backfill; smaller: shorter transactions, less cache pressure
+    #: on the primary and less work redone after a conflict. The flusher lowers it by
+    #: itself while commits are slow or fail for their size (see ``commit_target_seconds``).
+    commit_max_docs: int = 2000
+    #: Most bytes of update statements in one commit. A batch is sealed when its
+    #: estimated bytes reach this; a commit whose real statements exceed it is split
+    #: before anything is sent. Stays far below MongoDB's 16 MB per document and
+    #: its transaction cache limits (``TransactionTooLargeForCache``).
+    commit_max_bytes: int = 8_000_000
+    #: Duration a commit aims at: a slower one lowers the document bound in
+    #: proportion, fast ones let it grow back. Lower: fresher data after a burst, more
+    #: transactions; higher: fewer, longer transactions.
+    commit_target_seconds: float = 5.0
+    #: Deadline of one whole commit (reads, writes and commitTransaction), seconds.
+    #: Must stay below the server's ``transactionLifetimeLimitSeconds`` (60 s by
+    #: default), which counts from the transaction's start. A commit past it is
+    #: aborted and its batch split and retried.
+    commit_timeout: float = 30.0
+    #: Deadline of every other MongoDB call (client ``timeoutMS``), seconds: a lost
+    #: primary or a hung server shows up as a logged, retried error, not a hang.
+    mongo_timeout: float = 20.0
+    #: Ids per ``$in`` when documents are read by id (sketches, filters, names). The
+    #: embedded store answers ``$in`` in time quadratic in its length; 100 costs
+    #: MongoDB one round trip per 100 documents (docs/benchmarks.md).
+    read_chunk: int = 100
+    #: Seconds a worker may take to stop after SIGTERM/SIGINT, whatever is
+    #: unreachable. Past it the process exits at once; what was not committed is
+    #: not committed (exactly-once makes that safe: it is consumed again).
+    shutdown_timeout: float = 30.0
     #: Fault injection for tests and chaos runs only: ``POINT:N`` exits the worker
     #: with status 137 (as kill -9) the N-th time a flush reaches POINT
     #: (``before-commit``, ``mid-commit`` or ``after-commit``). Empty in production.

@@ -58,7 +58,7 @@ class HitCounts:
     tokens) are resolved by the flush before :meth:`plan` (see :meth:`prop_pairs`).
     """
 
-    __slots__ = ("counts", "decoder", "fields", "prop_keys", "props", "props_pending")
+    __slots__ = ("counts", "days", "decoder", "fields", "prop_keys", "props", "props_pending")
 
     def __init__(
         self, decoder: HitDecoder, fields: HitsFields, prop_keys: PropKeySource | None = None
@@ -69,6 +69,8 @@ class HitCounts:
         self.counts: dict[Key, int] = {}
         self.props: PropCounts = {}
         self.props_pending = 0
+        #: (site, page, day) of every daily document touched: :meth:`documents` in O(1).
+        self.days: set[DayKey] = set()
 
     def ingest(self, raw: bytes) -> Rejection | None:
         """Count one encoded hit; a rejection is returned, not raised."""
@@ -79,7 +81,12 @@ class HitCounts:
         minute = minute_of(ts)
         key = (site, page, minute)
         counts = self.counts
-        counts[key] = counts.get(key, 0) + 1
+        n = counts.get(key)
+        if n is None:
+            counts[key] = 1
+            self.days.add((site, page, minute // 1440))
+        else:
+            counts[key] = n + 1
         if props:
             dk = (site, page, minute // 1440)
             pairs = self.props.get(dk)
@@ -96,6 +103,10 @@ class HitCounts:
 
     def __len__(self) -> int:
         return len(self.counts) + self.props_pending
+
+    def documents(self) -> int:
+        """Daily documents touched, twice: each has at most one monthly document."""
+        return 2 * len(self.days)
 
     def prop_pairs(self) -> dict[str, set[tuple[str, str]]]:
         """Per site, the (name, value) pairs this window counts: what the name store must resolve."""

@@ -70,6 +70,10 @@ class ImpressionCounts:
     def __len__(self) -> int:
         return len(self.pairs) + len(self.daily)
 
+    def documents(self) -> int:
+        """Pair, item-day and item documents (an item-day has one item document at most)."""
+        return len(self.pairs) + 2 * len(self.daily)
+
     def plan(self) -> list[DocUpdate]:
         """One upsert per touched pair, item and item-day document."""
         fp, fi, fd = self.fields.pairs, self.fields.items, self.fields.daily

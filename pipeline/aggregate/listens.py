@@ -79,6 +79,8 @@ class ListenSketches:
         self.heard = heard
         self.fields = listen_fields(mode)
         self.pending: dict[tuple[Id, Id], _Pending] = {}
+        #: Day sketches plus whole sketches pending (``len``, kept in O(1): asked per message).
+        self.items = 0
 
     def ingest(self, raw: bytes) -> Rejection | None:
         """Add one listen to its (user, tag) day sketch, whole sketch and heard filter."""
@@ -86,18 +88,29 @@ class ListenSketches:
         if isinstance(ev, Rejection):
             return ev
         user, tag, song, ts = ev
-        pend = self.pending.setdefault((user, tag), _Pending())
+        pend = self.pending.get((user, tag))
+        if pend is None:
+            pend = self.pending[(user, tag)] = _Pending()
         h = song_hash(song)
         day, _ = day_and_slot(ts)
-        pend.days.setdefault(day, Sketch.empty(self.p)).add_hash(h)
+        sketch = pend.days.get(day)
+        if sketch is None:
+            sketch = pend.days[day] = Sketch.empty(self.p)
+            self.items += 1
+        sketch.add_hash(h)
         if pend.whole is None:
             pend.whole = Sketch.empty(self.p)
+            self.items += 1
         pend.whole.add_hash(h)
         merge_masks(pend.heard, self.heard.masks(song))
         return None
 
     def __len__(self) -> int:
-        return sum(len(p.days) + 1 for p in self.pending.values())
+        return self.items
+
+    def documents(self) -> int:
+        """One document per touched (user, tag)."""
+        return len(self.pending)
 
     def plan(self) -> list[DocUpdate]:
         """One read-modify-write upsert per touched (user, tag) document."""

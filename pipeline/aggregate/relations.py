@@ -69,6 +69,10 @@ class RelationFilters:
     def __len__(self) -> int:
         return len(self.users) + len(self.items)
 
+    def documents(self) -> int:
+        """One filter document per touched user and per touched item."""
+        return len(self.users) + len(self.items)
+
     def plan(self) -> list[DocUpdate]:
         """One upsert per touched filter document: ``$bit or`` per word, ``$inc`` adds."""
         out: list[DocUpdate] = []

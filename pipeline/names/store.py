@@ -18,14 +18,18 @@ from pymongo.errors import DuplicateKeyError
 
 from pipeline.names.layout import Namespace, doc_id, learn
 from pipeline.schemas import field_names
+from pipeline.sinks.reads import READ_CHUNK, find_in
 
 
 class NameStore:
     """The name-store collection of one database, in one schema mode."""
 
-    def __init__(self, db: AsyncDatabase[dict[str, Any]], mode: str = "compact") -> None:
+    def __init__(
+        self, db: AsyncDatabase[dict[str, Any]], mode: str = "compact", read_chunk: int = READ_CHUNK
+    ) -> None:
         self.f = field_names("names", mode)
         self.coll = db[self.f["collection"]]
+        self.read_chunk = read_chunk
         #: Round trips, for metrics and the benchmark.
         self.reads = 0
         self.writes = 0
@@ -36,13 +40,13 @@ class NameStore:
         await self.coll.create_index([(f["namespace"], ASCENDING), (f["least_value"], ASCENDING)], name="ns")
 
     async def read(self, namespaces: Collection[str]) -> dict[str, list[dict[str, Any]]]:
-        """Every document of ``namespaces``, in one round trip."""
+        """Every document of ``namespaces``: one bulk read, in chunks of ``read_chunk`` namespaces."""
         f = self.f
         out: dict[str, list[dict[str, Any]]] = {ns: [] for ns in namespaces}
         if not namespaces:
             return out
         self.reads += 1
-        async for d in self.coll.find({f["namespace"]: {"$in": list(namespaces)}}):
+        async for d in find_in(self.coll, namespaces, key=f["namespace"], chunk=self.read_chunk):
             out[d[f["namespace"]]].append(d)
         return out
 

@@ -19,6 +19,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import bson
+import pymongo
 from bson import Int64
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.asynchronous.client_session import AsyncClientSession
@@ -28,18 +30,36 @@ from pymongo.read_concern import ReadConcern
 
 from pipeline.aggregate.updates import DocUpdate
 from pipeline.schemas import HitsFields
-from pipeline.sinks.offsets import OFFSETS_COLLECTION, TP, Fence, check_fences, offset_doc_update, offset_id
+from pipeline.sinks.errors import CommitTooLarge
+from pipeline.sinks.offsets import (
+    OFFSETS_COLLECTION,
+    TP,
+    Committed,
+    Fence,
+    check_fences,
+    offset_doc_update,
+    offset_id,
+)
+from pipeline.sinks.reads import READ_CHUNK, find_in
 
 #: Values of ``Settings.commit_mode``.
 EXACTLY_ONCE = "exactly_once"
 AT_LEAST_ONCE = "at_least_once"
 
 
-def mongo_client(url: str, **kwargs: Any) -> AsyncMongoClient[dict[str, Any]]:
-    """An async client with the project's defaults (UTC-aware dates, short server selection)."""
+def mongo_client(url: str, timeout: float | None = 20.0, **kwargs: Any) -> AsyncMongoClient[dict[str, Any]]:
+    """An async client with the project's defaults: naive UTC dates, short server selection, and a
+    deadline on every operation.
+
+    ``timeout`` (seconds) becomes the client's ``timeoutMS`` (PyMongo's client-side
+    operation timeout): each call, cursor included, ends with a timeout error rather
+    than hanging on a lost primary. ``None`` or ``0``: no deadline.
+    """
     kwargs.setdefault("tz_aware", False)
     kwargs.setdefault("serverSelectionTimeoutMS", 10_000)
     kwargs.setdefault("appname", "preagg")
+    if timeout:
+        kwargs.setdefault("timeoutMS", int(timeout * 1000))
     return AsyncMongoClient(url, **kwargs)
 
 
@@ -98,8 +118,8 @@ async def claim_schema_mode(db: AsyncDatabase[dict[str, Any]], mode: str) -> str
     return str((doc or {}).get("mode", mode))
 
 
-def to_operation(u: DocUpdate) -> UpdateOne:
-    """The upsert for one planned document update."""
+def update_document(u: DocUpdate) -> dict[str, Any]:
+    """The update operators of one planned document update."""
     if u.compute is not None:
         raise ValueError("read-modify-write updates must be resolved before they are sent")
     update: dict[str, Any] = {}
@@ -111,15 +131,19 @@ def to_operation(u: DocUpdate) -> UpdateOne:
         update["$setOnInsert"] = u.set_on_insert
     if u.set:
         update["$set"] = u.set
-    return UpdateOne({"_id": u.id}, update, upsert=True)
+    return update
 
 
-def group_operations(updates: Sequence[DocUpdate]) -> dict[str, list[UpdateOne]]:
-    """Upserts grouped by collection, in plan order."""
+def group_operations(updates: Sequence[DocUpdate]) -> tuple[dict[str, list[UpdateOne]], int]:
+    """Upserts grouped by collection, in plan order, and their size in BSON bytes."""
     by_collection: dict[str, list[UpdateOne]] = defaultdict(list)
+    size = 0
     for u in updates:
-        by_collection[u.collection].append(to_operation(u))
-    return by_collection
+        update = update_document(u)
+        # q, u and the statement's own framing (upsert flag, keys): what the server receives.
+        size += len(bson.encode({"q": {"_id": u.id}, "u": update})) + 16
+        by_collection[u.collection].append(UpdateOne({"_id": u.id}, update, upsert=True))
+    return by_collection, size
 
 
 async def supports_transactions(client: AsyncMongoClient[dict[str, Any]], db: str) -> bool:
@@ -146,6 +170,9 @@ class MongoSink:
         mode: str = EXACTLY_ONCE,
         statement_ops: int = 2000,
         fault: Callable[[str], None] | None = None,
+        max_bytes: int = 8_000_000,
+        commit_timeout: float = 30.0,
+        read_chunk: int = READ_CHUNK,
     ) -> None:
         if mode not in (EXACTLY_ONCE, AT_LEAST_ONCE):
             raise ValueError(f"unknown commit mode {mode!r} (use {EXACTLY_ONCE} or {AT_LEAST_ONCE})")
@@ -156,6 +183,11 @@ class MongoSink:
         self.mode = mode
         self.statement_ops = statement_ops
         self._fault = fault or (lambda point: None)
+        #: A commit whose statements exceed this many bytes is refused unsent (the flusher splits it).
+        self.max_bytes = max_bytes
+        #: Deadline of one whole commit, seconds (PyMongo's ``timeout()`` around the transaction).
+        self.commit_timeout = commit_timeout
+        self.read_chunk = read_chunk
 
     @property
     def exactly_once(self) -> bool:
@@ -166,41 +198,49 @@ class MongoSink:
         """Stored next offset of each partition for this group (``None``: none stored)."""
         ids = {offset_id(self.group, t, p): (t, p) for t, p in tps}
         out: dict[TP, int | None] = dict.fromkeys(tps)
-        async for d in self.db[OFFSETS_COLLECTION].find({"_id": {"$in": list(ids)}}):
+        async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk):
             out[ids[d["_id"]]] = d.get("next")
         return out
 
-    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> bool:
-        """Write one flush. Returns ``True`` if it had already committed (a retried commit).
+    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> Committed:
+        """Write one flush within :attr:`commit_timeout`; report whether it had already committed.
 
         Raises :class:`~pipeline.sinks.offsets.FenceConflict` in exactly-once mode
-        when another worker moved a partition's stored offset under this batch.
+        when another worker moved a partition's stored offset under this batch, and
+        :class:`~pipeline.sinks.errors.CommitTooLarge`, before writing anything, when
+        the statements exceed :attr:`max_bytes`.
         """
+        with pymongo.timeout(self.commit_timeout):
+            return await self._commit(updates, fences, flush_id)
+
+    async def _commit(
+        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str
+    ) -> Committed:
         computed = any(u.compute is not None for u in updates)
         if not self.exactly_once:
             if computed:
                 updates = await self._computed(updates, None)
-            ops = group_operations(updates)
+            ops, size = self._operations(updates)
             await asyncio.gather(*(self.db[n].bulk_write(o, ordered=False) for n, o in ops.items()))
             await self._record_offsets(fences, flush_id)
-            return False
+            return Committed(False, size)
         already = False
+        size = 0
 
         async def body(session: AsyncClientSession) -> None:
-            nonlocal already
+            nonlocal already, size
             offsets = self.db[OFFSETS_COLLECTION]
             ids = [offset_id(self.group, f.topic, f.partition) for f in fences]
             stored = {
                 (d["topic"], d["partition"]): d
-                async for d in offsets.find({"_id": {"$in": ids}}, session=session)
+                async for d in find_in(offsets, ids, chunk=self.read_chunk, session=session)
             }
             already = check_fences(fences, stored, flush_id)
             if already:
                 return
             resolved = await self._computed(updates, session) if computed else updates
-            for name, collection_ops in group_operations(resolved).items():
-                # Bounded statements: each one renews the transaction's idle clock, so a
-                # large flush never outlives a short transactionLifetimeLimitSeconds.
+            ops, size = self._operations(resolved)
+            for name, collection_ops in ops.items():
                 for i in range(0, len(collection_ops), self.statement_ops):
                     chunk = collection_ops[i : i + self.statement_ops]
                     await self.db[name].bulk_write(chunk, ordered=False, session=session)
@@ -215,28 +255,38 @@ class MongoSink:
                 session=session,
             )
 
-        # One attempt; the flusher's retry loop (which logs and backs off) does the rest.
-        # ``with_transaction`` would retry silently for up to two minutes instead.
+        # One attempt; the flusher's retry loop (which logs, backs off and splits) does the
+        # rest. ``with_transaction`` would retry silently for up to two minutes instead.
+        # The deadline (pymongo.timeout in commit) covers every statement and the commit:
+        # MongoDB's transactionLifetimeLimitSeconds counts from the transaction's start.
         async with (
             self.client.start_session() as session,
             await session.start_transaction(
-                read_concern=ReadConcern("snapshot"), write_concern=WriteConcern("majority")
+                read_concern=ReadConcern("snapshot"),
+                write_concern=WriteConcern("majority"),
+                read_preference=pymongo.ReadPreference.PRIMARY,
             ),
         ):
             await body(session)
-        return already
+        return Committed(already, size)
+
+    def _operations(self, updates: Sequence[DocUpdate]) -> tuple[dict[str, list[UpdateOne]], int]:
+        ops, size = group_operations(updates)
+        if size > self.max_bytes:
+            raise CommitTooLarge(size, self.max_bytes)
+        return ops, size
 
     async def _computed(
         self, updates: Sequence[DocUpdate], session: AsyncClientSession | None
     ) -> list[DocUpdate]:
-        """Resolve read-modify-write updates against the stored documents (one read per collection)."""
+        """Resolve read-modify-write updates against the stored documents (chunked reads by id)."""
         ids: dict[str, list[Any]] = defaultdict(list)
         for u in updates:
             if u.compute is not None:
                 ids[u.collection].append(u.id)
         stored: dict[tuple[str, Any], dict[str, Any]] = {}
         for name, keys in ids.items():
-            async for d in self.db[name].find({"_id": {"$in": keys}}, session=session):
+            async for d in find_in(self.db[name], keys, chunk=self.read_chunk, session=session):
                 stored[(name, d["_id"])] = d
         out = []
         for u in updates:

@@ -48,6 +48,15 @@ class Fence:
     flushes: int = 0
 
 
+@dataclass(frozen=True)
+class Committed:
+    """What a commit reports: whether it had committed before (a retried commit), and its size."""
+
+    already: bool = False
+    #: BSON bytes of the update statements sent (0 when nothing was written).
+    bytes: int = 0
+
+
 class FenceConflict(Exception):
     """MongoDB's position differs from the batch's: another worker counted this range.
 

@@ -13,6 +13,7 @@ The web server (``web_port``) serves Prometheus ``/metrics`` and ``/health``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -38,10 +39,12 @@ from pipeline.sinks.mongo import (
     mongo_client,
     supports_transactions,
 )
+from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.faults import fault_hook
 from pipeline.worker.flusher import Flusher, OnGap, exit_to_resume
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
+from pipeline.worker.shutdown import BoundedWorker
 from pipeline.worker.streams import stream_specs
 
 log = logging.getLogger("preagg.worker")
@@ -85,20 +88,31 @@ def build_app(settings: Settings) -> faust.App:
         value_serializer="raw",
         partitions=1,
     )
-    client = mongo_client(settings.mongo_url or "")
+    client = mongo_client(settings.mongo_url or "", timeout=settings.mongo_timeout)
     db = client[settings.db]
     fault = fault_hook(settings.fault)
     sink = MongoSink(
-        client, settings.db, settings.group_id, settings.worker_id, settings.commit_mode, fault=fault
+        client,
+        settings.db,
+        settings.group_id,
+        settings.worker_id,
+        settings.commit_mode,
+        fault=fault,
+        max_bytes=settings.commit_max_bytes,
+        commit_timeout=settings.commit_timeout,
+        read_chunk=settings.read_chunk,
     )
     started = time.time()
 
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
-        futures = [
-            await dead_topic.send(key=d.topic.encode(), value=d.encode(settings.worker_id)) for d in letters
-        ]
-        for fut in futures:
-            await fut
+        # A deadline like every store call: an unreachable broker is a logged, retried failure.
+        async with asyncio.timeout(settings.commit_timeout):
+            futures = [
+                await dead_topic.send(key=d.topic.encode(), value=d.encode(settings.worker_id))
+                for d in letters
+            ]
+            for fut in futures:
+                await fut
 
     async def ack(handle: object) -> object:
         stream, event = cast(tuple[StreamT[bytes], EventT[bytes]], handle)
@@ -108,6 +122,8 @@ def build_app(settings: Settings) -> faust.App:
 
     streams, names = stream_specs(settings, db)
     flushers: list[Flusher[Any]] = []
+    #: Set when a batch is sealed at its commit bound: the flush loop commits it at once.
+    sealed = asyncio.Event()
     for spec in streams:
         flusher: Flusher[Any] = Flusher(
             spec.name,
@@ -120,10 +136,14 @@ def build_app(settings: Settings) -> faust.App:
             fault=fault,
             on_gap=on_gap,
             prepare=spec.prepare,
+            bound=CommitBound(
+                settings.commit_max_docs, settings.commit_max_bytes, settings.commit_target_seconds
+            ),
+            on_sealed=sealed.set,
         )
         flushers.append(flusher)
         _add_agent(app, spec.name, spec.topic, settings.partitions, flusher)
-    app.preagg_flushers = flushers  # type: ignore[attr-defined]
+    app.preagg_flushers = flushers  # type: ignore[attr-defined]  # read by run_worker's stop deadline
 
     _add_web_pages(app, settings, flushers, names, started)
 
@@ -150,11 +170,18 @@ def build_app(settings: Settings) -> faust.App:
         # Flushes start every flush_interval, counted from start to start: waiting a
         # full interval after a slow flush ended would add the flush's duration to
         # every event's wait (freshness). A flush longer than the interval is
-        # followed at once by the next, never by a queue of missed ones.
+        # followed at once by the next, never by a queue of missed ones. A batch
+        # sealed at its commit bound in between is committed at once, on its own.
         loop = asyncio.get_running_loop()
         next_at = loop.time() + settings.flush_interval
         while True:
-            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(sealed.wait(), max(0.0, next_at - loop.time()))
+            sealed.clear()
+            if loop.time() < next_at:
+                for f in flushers:
+                    await f.flush(sealed_only=True)
+                continue
             for f in flushers:
                 await f.flush()
             next_at = max(next_at + settings.flush_interval, loop.time())
@@ -289,5 +316,18 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     """
     asyncio.run(ensure_topics(settings, *settings.stream_topics))
     app = build_app(settings)
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    flushers: list[Flusher[Any]] = app.preagg_flushers  # type: ignore[attr-defined]
+
+    def left() -> str:
+        counts = {f.stream: f.uncommitted_events() for f in flushers}
+        return ", ".join(f"{n} {stream} events" for stream, n in counts.items() if n) or "nothing"
+
+    worker = BoundedWorker(
+        app,
+        loglevel=loglevel,
+        quiet=True,
+        redirect_stdouts=False,
+        shutdown_timeout=settings.shutdown_timeout,
+        left=left,
+    )
     worker.execute_from_commandline()

@@ -3,6 +3,11 @@
 Per source partition a batch keeps the offsets it covers (``[first, last]``) and
 the stored position it started from (``start``): together they are the fence its
 commit checks and moves (see :mod:`pipeline.sinks.offsets`).
+
+A batch also keeps the messages it took (their events as bytes, their ack
+handles) until it commits, so that a batch too large or too slow to commit can be
+split into two contiguous halves (:meth:`PendingBatch.split`): per partition the
+first half ends where the second starts, so both fences stay exact.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ class Aggregator(Protocol):
 
     def __len__(self) -> int: ...
 
+    def documents(self) -> int:
+        """At least the number of documents :meth:`plan` writes (cheap: called per message)."""
+        ...
+
     def plan(self) -> list[DocUpdate]: ...
 
 
@@ -31,9 +40,21 @@ A = TypeVar("A", bound=Aggregator)
 TP = tuple[str, int]
 
 
+@dataclass(slots=True)
+class Received:
+    """One Kafka message of a batch: enough to ingest it again into a smaller batch."""
+
+    tp: TP
+    offset: int
+    lines: list[bytes]
+    ack: object
+    start: int | None
+    skipped: bool = False
+
+
 @dataclass
 class PendingBatch(Generic[A]):
-    """Everything ingested since the last flush."""
+    """Everything ingested since the previous batch was sealed."""
 
     aggregate: A
     dead: list[DeadLetter] = field(default_factory=list)
@@ -43,6 +64,9 @@ class PendingBatch(Generic[A]):
     events: int = 0
     events_by_tp: dict[TP, int] = field(default_factory=dict)
     skipped: int = 0
+    messages: list[Received] = field(default_factory=list)
+    #: The dead letters were already sent (by the batch this one was split from).
+    dead_sent: bool = False
 
     def ingest_message(
         self, tp: TP, offset: int, lines: list[bytes], ack: object, start: int | None = None
@@ -62,11 +86,13 @@ class PendingBatch(Generic[A]):
         first, _ = self.offsets.get(tp, (offset, offset))
         self.offsets[tp] = (first, offset)
         self.acks.append(ack)
+        self.messages.append(Received(tp, offset, lines, ack, start))
 
     def skip(self, ack: object) -> None:
         """A replayed message already counted in MongoDB: ack it with the batch, count nothing."""
         self.acks.append(ack)
         self.skipped += 1
+        self.messages.append(Received(("", -1), -1, [], ack, None, skipped=True))
 
     def fences(self, docs: int) -> list[Fence]:
         """Per partition: the position MongoDB must hold, where this batch moves it, its figures."""
@@ -98,6 +124,36 @@ class PendingBatch(Generic[A]):
     def pending_keys(self) -> int:
         """Items held in memory: distinct aggregate keys plus dead letters."""
         return len(self.aggregate) + len(self.dead)
+
+    def documents(self) -> int:
+        """Documents this batch's commit writes, at most."""
+        return self.aggregate.documents()
+
+    def splittable(self) -> bool:
+        """True when the batch holds at least two counted messages (it can be halved)."""
+        return sum(1 for m in self.messages if not m.skipped) >= 2
+
+    def split(self, factory: Callable[[], A]) -> tuple[PendingBatch[A], PendingBatch[A]]:
+        """Two batches holding the first and the second half of this one's messages, in order.
+
+        The second half starts, on every partition the first half touched, where the
+        first half ends: committed one after the other they move the stored
+        positions exactly as this batch would have.
+        """
+        counted = [i for i, m in enumerate(self.messages) if not m.skipped]
+        if len(counted) < 2:
+            raise ValueError("a batch of one message cannot be split")
+        cut = counted[len(counted) // 2]
+        first, second = new_batch(factory), new_batch(factory)
+        for half, part in ((first, self.messages[:cut]), (second, self.messages[cut:])):
+            half.dead_sent = self.dead_sent
+            for m in part:
+                if m.skipped:
+                    half.skip(m.ack)
+                else:
+                    # m.start is the partition's position just before m: the end of the first half.
+                    half.ingest_message(m.tp, m.offset, m.lines, m.ack, m.start)
+        return first, second
 
     def rejected_by_reason(self) -> dict[str, int]:
         """Count of refused events per reason code."""

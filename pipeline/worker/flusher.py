@@ -14,6 +14,10 @@ fence); only then ack its Kafka messages so that Faust commits their offsets.
   its batch is dropped, unacked, and the process exits with :data:`EXIT_FENCED`.
 * A failed write is retried with backoff, forever, while the batch stays unacked;
   the agent stops consuming once pending items reach the bound (backpressure).
+* Every commit is bounded (:mod:`pipeline.worker.bounds`): a batch is sealed once
+  its documents or estimated bytes reach the commit bound, and a commit that fails
+  because it is too large or too slow (:func:`pipeline.sinks.errors.shrinks`) is
+  split into two contiguous halves instead of being sent again as it was.
 
 See docs/exactly-once.md for the argument in full.
 """
@@ -21,6 +25,7 @@ See docs/exactly-once.md for the argument in full.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import time
@@ -31,8 +36,10 @@ from typing import Generic, Protocol
 
 from pipeline.aggregate.updates import DocUpdate, split_wide
 from pipeline.ingest.envelope import unpack
-from pipeline.sinks.offsets import Fence, FenceConflict
+from pipeline.sinks.errors import shrinks
+from pipeline.sinks.offsets import Committed, Fence, FenceConflict
 from pipeline.worker.batch import TP, A, PendingBatch, new_batch
+from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.positions import Positions
 
@@ -61,8 +68,13 @@ class Sink(Protocol):
 
     async def load_positions(self, tps: Sequence[TP]) -> dict[TP, int | None]: ...
 
-    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> bool: ...
+    async def commit(
+        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str
+    ) -> Committed: ...
 
+
+#: Sealed batches waiting for their commit before consumption pauses (backpressure).
+MAX_SEALED = 2
 
 #: Upper bounds (seconds) of the flush latency histogram.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -86,6 +98,17 @@ class FlushStats:
     backpressure_pauses: int = 0
     backpressure_seconds: float = 0.0
     paused_since: float | None = None
+    #: Commit attempts that raised (each one also counts in ``retries`` or led to a split).
+    failed_commits: int = 0
+    #: Batches split in two after a commit failed for its size or duration.
+    splits: int = 0
+    #: Size/time failures of a batch of one message, which cannot be split (retried, logged).
+    unsplittable: int = 0
+    #: Batches sealed because they reached the commit bound (not by the flush timer).
+    sealed: int = 0
+    commit_bytes: int = 0
+    max_commit_bytes: int = 0
+    max_commit_docs: int = 0
 
     def observe(self, seconds: float) -> None:
         """Record one flush's latency in the histogram."""
@@ -111,6 +134,8 @@ class Flusher(Generic[A]):
         on_fenced: Callable[[FenceConflict], None] | None = None,
         on_gap: OnGap | None = None,
         prepare: Callable[[A], Awaitable[object]] | None = None,
+        bound: CommitBound | None = None,
+        on_sealed: Callable[[], None] | None = None,
     ) -> None:
         self.stream = stream
         self._factory = factory
@@ -125,8 +150,14 @@ class Flusher(Generic[A]):
         self._on_gap = on_gap
         #: I/O a batch needs before it can plan (the name store's tokens), retried as writes are.
         self._prepare = prepare
+        #: When a batch is sealed (documents, bytes, time per commit).
+        self.bound = bound or CommitBound(2000, 8_000_000, 5.0)
+        self._on_sealed = on_sealed or (lambda: None)
         self.batch: PendingBatch[A] = new_batch(factory)
+        #: Batches sealed and not yet committed, oldest first (contiguous per partition).
+        self.sealed: collections.deque[PendingBatch[A]] = collections.deque()
         self.in_flight_keys = 0
+        self.in_flight_events = 0
         self.positions = Positions()
         #: Partitions whose position was just loaded and whose first message is awaited.
         self._fresh: set[TP] = set()
@@ -147,9 +178,14 @@ class Flusher(Generic[A]):
                 stored = self.positions.get(tp)
                 if stored is not None and offset > stored and self._on_gap is not None:
                     await self._on_gap(tp, stored, offset)
-        if self.pending_keys() >= self.max_pending_keys:
+        if self.pending_keys() >= self.max_pending_keys or len(self.sealed) >= MAX_SEALED:
             await self._backpressure()
         self.ingest(tp, offset, value, ack)
+        b = self.batch
+        if self.bound.full(b.documents(), len(b.aggregate)):
+            self.stats.sealed += 1
+            self._seal()
+            self._on_sealed()
 
     async def load_positions(self, tps: Sequence[TP]) -> None:
         """Read stored positions (retried like a write: the store may be down)."""
@@ -179,16 +215,22 @@ class Flusher(Generic[A]):
         self.batch.ingest_message(tp, offset, lines, ack, start)
 
     def pending_keys(self) -> int:
-        """Items in memory: the batch being filled plus the one being written."""
-        return self.batch.pending_keys() + self.in_flight_keys
+        """Items in memory: the batch being filled, the sealed ones and the one being written."""
+        return self.batch.pending_keys() + sum(b.pending_keys() for b in self.sealed) + self.in_flight_keys
 
-    def should_flush(self) -> bool:
-        """True when pending items reached the memory bound."""
-        return self.pending_keys() >= self.max_pending_keys
+    def uncommitted_events(self) -> int:
+        """Events taken from Kafka and not committed yet (what a stop now would leave to replay)."""
+        return self.batch.events + sum(b.events for b in self.sealed) + self.in_flight_events
+
+    def _seal(self) -> None:
+        """Close the batch being filled: it commits on its own, after the sealed ones before it."""
+        if not self.batch.empty():
+            self.sealed.append(self.batch)
+            self.batch = new_batch(self._factory)
 
     def forget_positions(self, tps: Sequence[TP]) -> None:
         """After a rebalance: drop cached positions of partitions with nothing pending."""
-        pending = set(self.batch.offsets)
+        pending = set(self.batch.offsets).union(*(b.offsets for b in self.sealed))
         dropped = [tp for tp in tps if tp not in pending]
         self.positions.forget(dropped)
         self._fresh.difference_update(dropped)
@@ -199,10 +241,13 @@ class Flusher(Generic[A]):
         s.backpressure_pauses += 1
         s.paused_since = time.time()
         log.warning(
-            "backpressure: %d %s items pending >= bound %d; consumption paused until a flush succeeds",
+            "backpressure: %d %s items pending (bound %d), %d batches sealed (bound %d); "
+            "consumption paused until a flush succeeds",
             self.pending_keys(),
             self.stream,
             self.max_pending_keys,
+            len(self.sealed),
+            MAX_SEALED,
         )
         try:
             await self.flush()
@@ -214,19 +259,34 @@ class Flusher(Generic[A]):
 
     # -- flushing ---------------------------------------------------------------
 
-    async def flush(self) -> None:
-        """Commit the pending batch with its offsets, then ack its messages. Serialised."""
-        async with self._lock:
-            batch, self.batch = self.batch, new_batch(self._factory)
-            if batch.empty():
-                return
-            self.in_flight_keys = batch.pending_keys()
-            try:
-                await self._flush(batch)
-            finally:
-                self.in_flight_keys = 0
+    async def flush(self, sealed_only: bool = False) -> None:
+        """Commit the sealed batches, then (unless ``sealed_only``) the one being filled. Serialised.
 
-    async def _flush(self, batch: PendingBatch[A]) -> None:
+        Batches sealed while this flush runs wait for the next one, so one busy
+        stream does not hold the flush loop.
+        """
+        async with self._lock:
+            if not sealed_only:
+                self._seal()
+            todo = len(self.sealed)
+            while todo > 0 and self.sealed:
+                head = self.sealed.popleft()
+                self.in_flight_keys, self.in_flight_events = head.pending_keys(), head.events
+                try:
+                    halves = await self._flush(head)
+                except FenceConflict:
+                    self.sealed.clear()  # later batches start where the dropped one ended
+                    return
+                finally:
+                    self.in_flight_keys = self.in_flight_events = 0
+                if halves is None:
+                    todo -= 1
+                else:
+                    self.sealed.extendleft(reversed(halves))
+                    todo += 1
+
+    async def _flush(self, batch: PendingBatch[A]) -> tuple[PendingBatch[A], PendingBatch[A]] | None:
+        """Commit one batch and ack it; or return its two halves when it must be split."""
         started = time.monotonic()
         rejected = batch.rejected_by_reason()
         if self._prepare is not None:
@@ -236,32 +296,84 @@ class Flusher(Generic[A]):
         docs = len(plan)
         fences = batch.fences(docs)
         plan = split_wide(plan, self.max_fields_per_update)
-        if batch.dead:
+        if batch.dead and not batch.dead_sent:
             await self._retry("dead-letter send", lambda: self._send_dead(batch.dead), batch.events)
+            batch.dead_sent = True
             self._log_dead(batch.dead)
+        result = Committed()
+        commit_seconds = 0.0
         if fences:
             flush_id = uuid.uuid4().hex
-            already = False
 
             async def commit() -> None:
-                nonlocal already
+                nonlocal result, commit_seconds
                 self._fault("before-commit")
-                already = await self.sink.commit(plan, fences, flush_id)
+                began = time.monotonic()
+                result = await self.sink.commit(plan, fences, flush_id)
+                commit_seconds = time.monotonic() - began
 
             try:
-                await self._retry("MongoDB commit", commit, batch.events)
+                await self._retry(
+                    "MongoDB commit", commit, batch.events, give_up=lambda e: self._give_up(e, batch, docs)
+                )
             except FenceConflict as conflict:
                 self._on_fenced(conflict)
-                return
-            if already:
+                raise
+            except Exception as exc:  # _give_up chose to split: too large or too slow, and splittable
+                return self._split(batch, docs, exc)
+            if result.already:
                 self.stats.replayed_commits += 1
                 log.warning(
                     "flush %s had committed before its acknowledgement was lost; not rewritten", flush_id
                 )
             self._fault("after-commit")
+            self.bound.committed(docs, len(batch.aggregate), result.bytes, commit_seconds)
         for a in batch.acks:
             await self._ack(a)
-        self._account(batch, rejected, docs, time.monotonic() - started)
+        self._account(batch, rejected, docs, result.bytes, commit_seconds, time.monotonic() - started)
+        return None
+
+    def _give_up(self, exc: Exception, batch: PendingBatch[A], docs: int) -> bool:
+        """After a failed commit: ``True`` to split the batch, ``False`` to retry it as it is."""
+        self.stats.failed_commits += 1
+        if not shrinks(exc):
+            return False
+        self.bound.failed(docs)
+        if batch.splittable():
+            return True
+        self.stats.unsplittable += 1
+        first = batch.messages[0] if batch.messages else None
+        log.error(
+            "%s: a batch of one message (%s, %d events, %d documents) failed its commit as too large "
+            "or too slow (%s: %s) and cannot be split; retrying it with backoff. Raise "
+            "PREAGG_COMMIT_TIMEOUT / PREAGG_COMMIT_MAX_BYTES or the store's limits, or repack the message.",
+            self.stream,
+            f"{first.tp[0]}[{first.tp[1]}]@{first.offset}" if first else "?",
+            batch.events,
+            docs,
+            type(exc).__name__,
+            str(exc)[:200],
+        )
+        return False
+
+    def _split(
+        self, batch: PendingBatch[A], docs: int, exc: Exception
+    ) -> tuple[PendingBatch[A], PendingBatch[A]]:
+        self.stats.splits += 1
+        halves = batch.split(self._factory)
+        log.warning(
+            "%s commit of %d documents / %d messages failed as too large or too slow (%s: %s); split into "
+            "batches of %d and %d messages, next batches sealed at %d documents",
+            self.stream,
+            docs,
+            len(batch.messages),
+            type(exc).__name__,
+            str(exc)[:200],
+            len(halves[0].messages),
+            len(halves[1].messages),
+            self.bound.docs_limit,
+        )
+        return halves
 
     def _log_dead(self, dead: list[DeadLetter]) -> None:
         for d in dead[:5]:
@@ -275,8 +387,19 @@ class Flusher(Generic[A]):
                 d.rejection.detail,
             )
 
-    def _account(self, batch: PendingBatch[A], rejected: dict[str, int], docs: int, took: float) -> None:
+    def _account(
+        self,
+        batch: PendingBatch[A],
+        rejected: dict[str, int],
+        docs: int,
+        size: int,
+        commit_seconds: float,
+        took: float,
+    ) -> None:
         s = self.stats
+        s.commit_bytes += size
+        s.max_commit_bytes = max(s.max_commit_bytes, size)
+        s.max_commit_docs = max(s.max_commit_docs, docs)
         s.events += batch.events
         s.skipped += batch.skipped
         for reason, n in rejected.items():
@@ -287,17 +410,30 @@ class Flusher(Generic[A]):
         s.last_flush_at = time.time()
         s.observe(took)
         log.info(
-            "flushed %s: %d events, %d rejected, %d replayed skipped, %d docs in %.3fs (offsets %s)",
+            "flushed %s: %d events, %d rejected, %d replayed skipped, %d docs, %d bytes in %.3fs "
+            "(commit %.3fs; offsets %s)",
             self.stream,
             batch.events,
             sum(rejected.values()),
             batch.skipped,
             docs,
+            size,
             took,
+            commit_seconds,
             {f"{t}[{p}]": r for (t, p), r in batch.offsets.items()},
         )
 
-    async def _retry(self, what: str, op: Callable[[], Awaitable[object]], events: int) -> None:
+    async def _retry(
+        self,
+        what: str,
+        op: Callable[[], Awaitable[object]],
+        events: int,
+        give_up: Callable[[Exception], bool] | None = None,
+    ) -> None:
+        """Run ``op`` until it succeeds, logging and counting each failure, backing off.
+
+        ``give_up`` may end the loop by re-raising a failure (the commit splits its batch).
+        """
         delay = min(0.5, self.max_backoff)
         while True:
             try:
@@ -306,6 +442,8 @@ class Flusher(Generic[A]):
             except (asyncio.CancelledError, FenceConflict):
                 raise
             except Exception as exc:  # any store/broker failure: keep the batch, back off
+                if give_up is not None and give_up(exc):
+                    raise
                 self.stats.retries += 1
                 log.warning(
                     "%s failed (%s: %s); %d events held unacked, retrying in %.1fs",

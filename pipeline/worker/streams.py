@@ -41,9 +41,8 @@ def stream_specs(settings: Settings, db: AsyncDatabase[dict[str, Any]]) -> tuple
     """Every stream kind of a worker, and the name cache the hits stream resolves through."""
     s = settings
     mode = check_mode(s.schema)
-    names = NameCache(
-        NameStore(db, mode), namespace_limit(s.props_max_names, s.props_max_values), s.name_store_doc_cap
-    )
+    limit = namespace_limit(s.props_max_names, s.props_max_values)
+    names = NameCache(NameStore(db, mode, s.read_chunk), limit, s.name_store_doc_cap)
     prop_keys = PropKeys(names, mode)
 
     async def resolve_props(agg: HitCounts) -> None:

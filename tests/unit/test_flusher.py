@@ -11,13 +11,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from pymongo.errors import OperationFailure
 
 from pipeline.aggregate.hits import HitCounts
 from pipeline.aggregate.updates import DocUpdate
 from pipeline.ingest.hits import HitDecoder
 from pipeline.schemas import hits_fields
-from pipeline.sinks.offsets import Fence, FenceConflict, check_fences
+from pipeline.sinks.offsets import Committed, Fence, FenceConflict, check_fences
 from pipeline.worker.deadletter import DeadLetter
+from pipeline.worker.bounds import CommitBound
 from pipeline.worker.flusher import Flusher
 
 TP0 = ("hits", 0)
@@ -28,9 +30,14 @@ class ModelStore:
 
     exactly_once = True
 
-    def __init__(self, log: list[str], fail_commits: int = 0) -> None:
+    def __init__(self, log: list[str], fail_commits: int = 0, too_large_above: int = 0) -> None:
         self.log = log
         self.fail_commits = fail_commits
+        #: Commits of more documents than this fail as MongoDB's TransactionTooLargeForCache (0: never).
+        self.too_large_above = too_large_above
+        #: Documents of every commit attempt, and the fences of every successful one.
+        self.attempts: list[int] = []
+        self.committed_fences: list[list[Fence]] = []
         self.counters: dict[str, Counter[str]] = {}
         self.offsets: dict[tuple[str, int], dict[str, Any]] = {}
         self.lose_ack_once = False
@@ -38,23 +45,31 @@ class ModelStore:
     async def load_positions(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         return {tp: self.offsets.get(tp, {}).get("next") for tp in tps}
 
-    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> bool:
+    async def commit(
+        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str
+    ) -> Committed:
+        docs = len({u.id for u in updates})
+        self.attempts.append(docs)
         if self.fail_commits > 0:
             self.fail_commits -= 1
             self.log.append("commit-failed")
             raise ConnectionError("store down")
+        if self.too_large_above and docs > self.too_large_above:
+            self.log.append("too-large")
+            raise OperationFailure("transaction too large for cache", code=388)
         if check_fences(fences, self.offsets, flush_id):
             self.log.append("already")
-            return True
+            return Committed(already=True)
         for u in updates:
             self.counters.setdefault(u.id, Counter()).update(u.inc)
         for f in fences:
             self.offsets[(f.topic, f.partition)] = {"next": f.next, "flush": flush_id}
+        self.committed_fences.append(list(fences))
         self.log.append(f"commit:{sum(1 for u in updates if u.collection != 'preagg_ops')}")
         if self.lose_ack_once:
             self.lose_ack_once = False
             raise ConnectionError("commit acknowledgement lost")
-        return False
+        return Committed(False, 100 * docs)
 
     def total(self) -> int:
         return sum(
@@ -67,7 +82,10 @@ def hit(ts: int = 1, page: str = "/") -> bytes:
 
 
 def make(
-    store: ModelStore | None = None, bound: int = 1000, own_log: bool = False
+    store: ModelStore | None = None,
+    bound: int = 1000,
+    own_log: bool = False,
+    commit: CommitBound | None = None,
 ) -> tuple[Flusher[HitCounts], list[str], ModelStore]:
     """A flusher on ``store``; its log is the store's unless ``own_log``."""
     log: list[str] = [] if own_log or store is None else store.log
@@ -92,6 +110,7 @@ def make(
         max_pending_keys=bound,
         max_backoff=0.01,
         on_fenced=fenced,
+        bound=commit,
     )
     return f, log, store
 
@@ -265,3 +284,106 @@ def test_name_store_failures_are_retried_before_the_commit_and_nothing_is_lost()
     asyncio.run(go())
     assert log == ["names-failed", "names-failed", "names:[('k', 'v')]", "commit:2", "ack:m0"]
     assert f.stats.retries == 2
+
+
+def day_hit(day: int, page: str = "/") -> bytes:
+    """A hit on ``page`` on day ``day`` (one new daily and monthly document per day and page)."""
+    return hit(ts=86_400 * (20_000 + day), page=page)
+
+
+def assert_contiguous(store: ModelStore, tp: tuple[str, int], first: int, end: int) -> None:
+    """The committed fences of ``tp`` chain from ``first`` to ``end`` with neither gap nor overlap."""
+    fences = [f for fs in store.committed_fences for f in fs if (f.topic, f.partition) == tp]
+    assert fences, "nothing committed"
+    assert fences[0].expected in (None, first)
+    for a, b in zip(fences, fences[1:], strict=False):
+        assert b.expected == a.next
+    assert fences[-1].next == end
+
+
+def test_batch_is_sealed_at_the_document_bound_and_fences_stay_contiguous() -> None:
+    """A backlog of many documents becomes several bounded commits, one after another per partition."""
+    f, _, store = make(commit=CommitBound(max_docs=20, max_bytes=10**9, target_seconds=60))
+    tp1 = ("hits", 1)
+
+    async def go() -> None:
+        for o in range(100):  # each message touches a new daily + monthly document
+            await f.receive(TP0 if o % 3 else tp1, o, day_hit(o), f"m{o}")
+        await f.flush()
+
+    asyncio.run(go())
+    assert f.stats.sealed >= 4
+    assert max(store.attempts) <= 20, store.attempts
+    assert store.total() == 100 and f.stats.events == 100
+    assert_contiguous(store, TP0, 1, 99)
+    assert_contiguous(store, tp1, 0, 100)
+
+
+def test_batch_is_sealed_at_the_byte_bound_once_bytes_per_item_are_known() -> None:
+    bound = CommitBound(max_docs=10**6, max_bytes=1_000, target_seconds=60)
+    f, _, store = make(commit=bound)
+
+    async def go() -> None:
+        await feed(f, range(0, 3))
+        await f.flush()  # learns the bytes per item from the commit's reported size
+        assert bound.bytes_per_item > 0
+        for o in range(3, 60):
+            await f.receive(TP0, o, day_hit(o), f"m{o}")
+        await f.flush()
+
+    asyncio.run(go())
+    per_commit_items = [a // 2 for a in store.attempts[1:]]
+    assert all(i * bound.bytes_per_item <= 1_000 + 2 * bound.bytes_per_item for i in per_commit_items)
+    assert f.stats.sealed >= 2 and store.total() == 60
+    assert_contiguous(store, TP0, 0, 60)
+
+
+def test_too_large_commit_is_split_not_resent_and_the_bound_shrinks() -> None:
+    """TransactionTooLargeForCache: the next attempts are halves, never the same batch again."""
+    store = ModelStore([], too_large_above=12)
+    f, log, _ = make(store, commit=CommitBound(max_docs=10_000, max_bytes=10**9, target_seconds=60))
+
+    async def go() -> None:
+        for o in range(40):
+            await f.receive(TP0, o, day_hit(o), f"m{o}")
+        await f.flush()
+
+    asyncio.run(go())
+    first = store.attempts[0]
+    assert first > 12 and store.attempts.count(first) == 1  # never resent as it was
+    # each too-large batch was tried once and replaced by its two halves, which fit or split again
+    failed = [a for a in store.attempts if a > 12]
+    assert len(store.attempts) == 2 * len(failed) + 1 and len(failed) == f.stats.splits
+    assert f.stats.splits >= 1 and f.bound.docs_limit <= 40
+    assert store.total() == 40 and [e for e in log if e.startswith("ack")] == [f"ack:m{o}" for o in range(40)]
+    assert_contiguous(store, TP0, 0, 40)
+
+
+def test_a_message_too_large_alone_is_logged_counted_and_retried() -> None:
+    """One message cannot be split: a clear, counted condition, retried with backoff, never dropped."""
+    store = ModelStore([], too_large_above=3)
+    f, _, _ = make(store, commit=CommitBound(max_docs=10_000, max_bytes=10**9, target_seconds=60))
+    packed = b"\n".join(day_hit(d) for d in range(4))  # 8 documents in one message
+
+    async def go() -> None:
+        await f.receive(TP0, 0, packed, "m0")
+        task = asyncio.create_task(f.flush())
+        while f.stats.unsplittable < 3:
+            await asyncio.sleep(0.01)
+        store.too_large_above = 0  # the operator raised the store's limit
+        await task
+
+    asyncio.run(go())
+    assert f.stats.unsplittable >= 3 and f.stats.retries >= 3 and f.stats.splits == 0
+    assert store.total() == 4
+
+
+def test_slow_commits_lower_the_document_bound_and_fast_ones_raise_it() -> None:
+    b = CommitBound(max_docs=2000, max_bytes=10**9, target_seconds=5.0)
+    b.committed(docs=2000, items=2000, size=10**6, seconds=10.0)
+    assert b.docs_limit == 800
+    for _ in range(20):
+        b.committed(docs=b.docs_limit, items=b.docs_limit, size=10**5, seconds=0.5)
+    assert b.docs_limit == 2000
+    b.failed(docs=1000)
+    assert b.docs_limit == 500

@@ -1,0 +1,60 @@
+"""How large a batch may grow before it is sealed: bounded in documents and bytes, adapted to time.
+
+Pure state, no I/O. The flusher asks :meth:`CommitBound.full` after every message
+and tells :meth:`CommitBound.committed` / :meth:`CommitBound.failed` the outcome of
+every commit. The document limit starts at ``max_docs``; a commit slower than
+``target_seconds`` lowers it in proportion, a failure that a smaller transaction
+avoids halves it below the failed batch, and fast commits let it grow back by a
+quarter at a time. Bytes are estimated from the aggregate's item count and the
+bytes per item of recent commits (the store reports the real figure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The document limit never goes below this (a single message may still exceed it).
+MIN_DOCS = 16
+
+
+@dataclass
+class CommitBound:
+    """The adaptive sealing rule of one stream's batches."""
+
+    max_docs: int
+    max_bytes: int
+    target_seconds: float
+    docs_limit: int = 0
+    #: Bytes of updates per aggregate item, as measured (0: nothing measured yet).
+    bytes_per_item: float = 0.0
+    shrinks: int = 0
+
+    def __post_init__(self) -> None:
+        if self.docs_limit <= 0:
+            self.docs_limit = self.max_docs
+
+    def full(self, docs: int, items: int) -> bool:
+        """True when a batch of ``docs`` documents and ``items`` items must be sealed."""
+        if docs >= self.docs_limit:
+            return True
+        return self.bytes_per_item > 0 and items * self.bytes_per_item >= self.max_bytes
+
+    def committed(self, docs: int, items: int, size: int, seconds: float) -> None:
+        """Learn from a successful commit: its bytes per item, and whether it took too long."""
+        if items > 0 and size > 0:
+            per_item = size / items
+            self.bytes_per_item = (
+                per_item if self.bytes_per_item == 0 else 0.7 * self.bytes_per_item + 0.3 * per_item
+            )
+        if seconds > self.target_seconds and docs > MIN_DOCS:
+            wanted = int(docs * self.target_seconds / seconds * 0.8)
+            if wanted < self.docs_limit:
+                self.docs_limit = max(MIN_DOCS, wanted)
+                self.shrinks += 1
+        elif seconds < self.target_seconds / 2 and docs >= self.docs_limit // 2:
+            self.docs_limit = min(self.max_docs, max(self.docs_limit + 1, int(self.docs_limit * 1.25)))
+
+    def failed(self, docs: int) -> None:
+        """A commit of ``docs`` documents failed for its size or duration: aim at half of it."""
+        self.docs_limit = max(MIN_DOCS, min(self.docs_limit, docs // 2))
+        self.shrinks += 1
