@@ -213,10 +213,12 @@ class Settings:
     #: a bigger array.
     name_store_doc_cap: int = 1000
     #: Most documents one commit (one MongoDB transaction) writes: a batch is sealed,
-    #: and committed on its own, once its planned documents reach this. Larger: fewer
-    #: transactions in a backfill; smaller: shorter transactions, less cache pressure
-    #: on the primary and less work redone after a conflict. The flusher lowers it by
-    #: itself while commits are slow or fail for their size (see ``commit_target_seconds``).
+    #: and committed on its own, once its planned documents reach this (or its bytes
+    #: ``commit_max_bytes``, whichever comes first). Larger: more events aggregated
+    #: per document write when many documents are live, fewer transactions in a
+    #: backfill; smaller: shorter transactions, less cache pressure on the primary and
+    #: less work redone after a conflict. The flusher lowers it by itself while
+    #: commits are slow or fail for their size (see ``commit_target_seconds``).
     commit_max_docs: int = 2000
     #: Most bytes of update statements in one commit. A batch is sealed when its
     #: estimated bytes reach this; a commit whose real statements exceed it is split
@@ -236,9 +238,9 @@ class Settings:
     #: primary or a hung server shows up as a logged, retried error, not a hang.
     mongo_timeout: float = 20.0
     #: Ids per ``$in`` when documents are read by id (sketches, filters, names). The
-    #: embedded store answers ``$in`` in time quadratic in its length; 100 costs
-    #: MongoDB one round trip per 100 documents (docs/benchmarks.md).
-    read_chunk: int = 100
+    #: embedded store answers ``$in`` in time quadratic in its length (fastest at
+    #: 20-100); 50 costs MongoDB one round trip per 50 documents (docs/benchmarks.md).
+    read_chunk: int = 50
     #: Seconds a worker may take to stop after SIGTERM/SIGINT, whatever is
     #: unreachable. Past it the process exits at once; what was not committed is
     #: not committed (exactly-once makes that safe: it is consumed again).

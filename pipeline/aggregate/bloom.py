@@ -13,6 +13,15 @@ the words with bits set. Adding members is one upsert with ``$bit: {"b.17": {or:
 mask}}`` per touched word: atomic on the server, commutative, idempotent (OR).
 Testing a key is a query with ``{"b.<w>": {$bitsAllSet: [positions]}}`` per word
 its bits fall in, evaluated on the server.
+
+A filter that is read and rewritten anyway (the listens "heard" filter, merged in
+the same read-modify-write as its document's sketches) is stored as one BinData
+instead: the filter's bits as an unsigned little-endian number, trailing zero
+bytes dropped, which is how ``$bitsAllSet`` reads BinData (MongoDB manual,
+``$bitsAllSet``: "BinData values ... are interpreted as though they are
+arbitrary-length unsigned little-endian numbers", zero-extended). One field
+instead of up to ``m / 64``: an update that sets one binary costs the embedded
+store a third of one that ORs 150 words (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -98,6 +107,38 @@ def contains(words: Mapping[str, int], spec: BloomSpec, key: Id) -> bool:
         if stored & mask != mask:
             return False
     return True
+
+
+def masks_value(masks: Mapping[int, int]) -> int:
+    """Word index → mask, as one number (bit ``64 * w + b`` for bit ``b`` of word ``w``)."""
+    out = 0
+    for w, mask in masks.items():
+        out |= (mask & _MASK64) << (WORD * w)
+    return out
+
+
+def filter_value(stored: object) -> int:
+    """The bits of a stored filter: BinData (little-endian number) or a sub-document of int64 words."""
+    if isinstance(stored, bytes | bytearray):  # bson.Binary is a bytes
+        return int.from_bytes(stored, "little")
+    if isinstance(stored, Mapping):
+        return masks_value({int(w): int(v) for w, v in stored.items()})
+    return 0
+
+
+def filter_bytes(value: int) -> bytes:
+    """A filter's bits as BinData content: little-endian, without trailing zero bytes."""
+    return value.to_bytes((value.bit_length() + 7) // 8, "little")
+
+
+def contains_value(value: int, spec: BloomSpec, key: Id) -> bool:
+    """Test ``key`` against a filter's bits (:func:`filter_value`): no false negatives."""
+    return all(value >> pos & 1 for pos in spec.positions(key))
+
+
+def binary_contains_query(field: str, spec: BloomSpec, key: Id) -> dict[str, object]:
+    """Server-side test of a BinData filter: one ``$bitsAllSet`` with ``key``'s positions."""
+    return {field: {"$bitsAllSet": sorted(set(spec.positions(key)))}}
 
 
 def members_bits(keys: Iterable[Id], spec: BloomSpec) -> dict[int, int]:

@@ -5,7 +5,7 @@ One document per (user, tag)::
     {_id: "i7|i13", u: 7, t: 13,
      w: {"1": {d: "20261116", s: BinData}, ..., "7": {...}},   # ISO weekday slots
      a: BinData,                                               # whole history
-     f: {"0": int64, ...}}                                     # Bloom filter of songs heard
+     f: BinData}                                               # Bloom filter of songs heard
 
 Slot rule (the seed's ``w1..w7``): an event of day D goes to the slot of D's
 weekday; a slot holding an older date is replaced (a new week), the same date is
@@ -13,7 +13,8 @@ unioned, a newer date means the event is more than a week older than the slot an
 only the whole sketch takes it. Sketches merge by union inside the flush's
 transaction (read, union, write), so a replayed flush changes nothing. The
 "heard" filter is a real membership structure (:mod:`pipeline.aggregate.bloom`),
-updated with ``$bit or``; the seed's ``whole || hash(x) = whole`` is not one: HLL
+merged (OR) in the same read-modify-write as the sketches and stored as one
+BinData; the seed's ``whole || hash(x) = whole`` is not one: HLL
 registers keep a maximum rank per bucket, and a song's rank can be below its
 bucket's maximum without the song ever having been added.
 """
@@ -26,7 +27,7 @@ from typing import Any
 
 from bson import Binary
 
-from pipeline.aggregate.bloom import BloomSpec, bit_updates, merge_masks
+from pipeline.aggregate.bloom import BloomSpec, filter_bytes, filter_value, masks_value, merge_masks
 from pipeline.aggregate.hll import Sketch, decode, song_hash
 from pipeline.aggregate.keys import Id, id_str
 from pipeline.aggregate.updates import DocUpdate
@@ -122,7 +123,6 @@ class ListenSketches:
                     f["collection"],
                     listen_id(user, tag),
                     {f["user"]: user, f["tag"]: tag},
-                    bit_or=bit_updates(f["heard"], pend.heard),
                     compute=_merger(pend, f, self.p),
                 )
             )
@@ -143,6 +143,9 @@ def _merger(pend: _Pending, f: dict[str, str], p: int) -> Any:
         if stored is not None and f["whole"] in stored:
             whole = decode(bytes(stored[f["whole"]])).union(whole)
         out[f["whole"]] = Binary(whole.encode())
+        # Older documents hold the filter as int64 words (``$bit``); rewritten as BinData here.
+        heard = filter_value((stored or {}).get(f["heard"])) | masks_value(pend.heard)
+        out[f["heard"]] = Binary(filter_bytes(heard))
         return out
 
     return compute

@@ -3,7 +3,9 @@
 Top tags: one indexed read of the user's (user, tag) documents; per tag the union
 of the weekday slots dated within the last N days, estimated in the query layer.
 Heard: the (user, tag) document's Bloom filter tested by the server with
-``$bitsAllSet`` (no false negatives; false positives at about the configured rate).
+``$bitsAllSet`` on its BinData (no false negatives; false positives at about the
+configured rate). Documents written before the filter became BinData hold int64
+words; the query tests both layouts until such a document is next written.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.aggregate.bloom import BloomSpec, contains_query
+from pipeline.aggregate.bloom import (
+    BloomSpec,
+    binary_contains_query,
+    contains_query,
+    contains_value,
+    filter_value,
+)
 from pipeline.aggregate.hll import decode, union_all
 from pipeline.aggregate.keys import Id
 from pipeline.aggregate.listens import listen_fields, listen_id
@@ -56,7 +64,8 @@ async def heard(
 ) -> bool:
     """Whether ``user`` has heard ``song`` under ``tag`` (Bloom filter, server side)."""
     f = listen_fields(mode)
-    query = {"_id": listen_id(user, tag), **contains_query(f["heard"], spec, song)}
+    either = [binary_contains_query(f["heard"], spec, song), contains_query(f["heard"], spec, song)]
+    query = {"_id": listen_id(user, tag), "$or": either}
     return await db[f["collection"]].find_one(query, {"_id": 1}) is not None
 
 
@@ -71,7 +80,5 @@ async def recommend(
     """``candidates`` without the songs ``user`` has (probably) heard under ``tag``."""
     f = listen_fields(mode)
     doc = await db[f["collection"]].find_one({"_id": listen_id(user, tag)}, {f["heard"]: 1})
-    from pipeline.aggregate.bloom import contains
-
-    words = (doc or {}).get(f["heard"], {})
-    return [c for c in candidates if not contains(words, spec, c)]
+    bits = filter_value((doc or {}).get(f["heard"]))
+    return [c for c in candidates if not contains_value(bits, spec, c)]

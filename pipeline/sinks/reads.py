@@ -2,8 +2,8 @@
 
 One ``find({key: {$in: ids}})`` per chunk instead of one for the whole set: the
 embedded SecantusDB answers ``$in`` in time quadratic in the number of values
-(3,000 ids in one query 10.4 s; in chunks of 100, 0.47 s: docs/benchmarks.md),
-while on MongoDB a chunk of 100 costs one more round trip per 100 documents and
+(3,000 ids in one query 17 s; in chunks of 50, 0.66 s: docs/benchmarks.md), while
+on MongoDB a chunk of 50 costs one more round trip per 50 documents and
 keeps every reply far below the 16 MB batch limit. Chunks run one after another:
 inside a transaction a session runs one operation at a time.
 """
@@ -17,7 +17,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
 
 #: Values per ``$in`` (see :data:`pipeline.settings.Settings.read_chunk`).
-READ_CHUNK = 100
+READ_CHUNK = 50
 
 
 def chunks(values: Iterable[Any], size: int) -> list[list[Any]]:

@@ -5,8 +5,11 @@ and tells :meth:`CommitBound.committed` / :meth:`CommitBound.failed` the outcome
 every commit. The document limit starts at ``max_docs``; a commit slower than
 ``target_seconds`` lowers it in proportion, a failure that a smaller transaction
 avoids halves it below the failed batch, and fast commits let it grow back by a
-quarter at a time. Bytes are estimated from the aggregate's item count and the
-bytes per item of recent commits (the store reports the real figure).
+quarter at a time. Bytes are estimated from the batch's documents and the bytes
+per document of recent commits (the store reports the real figure). The estimate
+may be wrong in either direction when documents change shape (a backfill after a
+live stream); the sink refuses a commit over the byte bound before writing, and
+the batch is split.
 """
 
 from __future__ import annotations
@@ -25,29 +28,29 @@ class CommitBound:
     max_bytes: int
     target_seconds: float
     docs_limit: int = 0
-    #: Bytes of updates per aggregate item, as measured (0: nothing measured yet).
-    bytes_per_item: float = 0.0
+    #: Bytes of update statements per document, as measured (0: nothing measured yet).
+    bytes_per_doc: float = 0.0
     shrinks: int = 0
 
     def __post_init__(self) -> None:
         if self.docs_limit <= 0:
             self.docs_limit = self.max_docs
 
-    def full(self, docs: int, items: int) -> bool:
-        """True when a batch of ``docs`` documents and ``items`` items must be sealed."""
+    def full(self, docs: int) -> bool:
+        """True when a batch planning ``docs`` documents must be sealed."""
         if docs >= self.docs_limit:
             return True
-        return self.bytes_per_item > 0 and items * self.bytes_per_item >= self.max_bytes
+        return self.bytes_per_doc > 0 and docs * self.bytes_per_doc >= self.max_bytes
 
-    def committed(self, docs: int, items: int, size: int, seconds: float) -> None:
-        """Learn from a successful commit: its bytes per item, and whether it took too long."""
-        if items > 0 and size > 0:
-            per_item = size / items
-            self.bytes_per_item = (
-                per_item if self.bytes_per_item == 0 else 0.7 * self.bytes_per_item + 0.3 * per_item
+    def committed(self, docs: int, size: int, seconds: float) -> None:
+        """Learn from a successful commit: its bytes per document, and whether it took too long."""
+        if docs > 0 and size > 0:
+            per_doc = size / docs
+            self.bytes_per_doc = (
+                per_doc if self.bytes_per_doc == 0 else 0.7 * self.bytes_per_doc + 0.3 * per_doc
             )
         if seconds > self.target_seconds and docs > MIN_DOCS:
-            wanted = int(docs * self.target_seconds / seconds * 0.8)
+            wanted = int(docs * self.target_seconds / seconds * 0.9)
             if wanted < self.docs_limit:
                 self.docs_limit = max(MIN_DOCS, wanted)
                 self.shrinks += 1

@@ -182,7 +182,7 @@ class Flusher(Generic[A]):
             await self._backpressure()
         self.ingest(tp, offset, value, ack)
         b = self.batch
-        if self.bound.full(b.documents(), len(b.aggregate)):
+        if self.bound.full(b.documents()):
             self.stats.sealed += 1
             self._seal()
             self._on_sealed()
@@ -263,10 +263,12 @@ class Flusher(Generic[A]):
         """Commit the sealed batches, then (unless ``sealed_only``) the one being filled. Serialised.
 
         Batches sealed while this flush runs wait for the next one, so one busy
-        stream does not hold the flush loop.
+        stream does not hold the flush loop. While sealed batches wait (a backlog),
+        the batch being filled is left to grow to the bound: sealing it early would
+        add a small transaction per flush, each paying a commit's fixed cost.
         """
         async with self._lock:
-            if not sealed_only:
+            if not sealed_only and not self.sealed:
                 self._seal()
             todo = len(self.sealed)
             while todo > 0 and self.sealed:
@@ -327,7 +329,7 @@ class Flusher(Generic[A]):
                     "flush %s had committed before its acknowledgement was lost; not rewritten", flush_id
                 )
             self._fault("after-commit")
-            self.bound.committed(docs, len(batch.aggregate), result.bytes, commit_seconds)
+            self.bound.committed(docs, result.bytes, commit_seconds)
         for a in batch.acks:
             await self._ack(a)
         self._account(batch, rejected, docs, result.bytes, commit_seconds, time.monotonic() - started)

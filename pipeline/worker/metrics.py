@@ -77,8 +77,36 @@ class WorkerCollector(Collector):
             "Seconds since the last successful flush (since start if none yet)",
             labels=labels,
         )
+        failed = CounterMetricFamily(
+            "preagg_commit_failures", "Commit attempts that failed (retried or split)", labels=labels
+        )
+        splits = CounterMetricFamily(
+            "preagg_commit_splits", "Batches split in two after a too-large or too-slow commit", labels=labels
+        )
+        unsplittable = CounterMetricFamily(
+            "preagg_commit_unsplittable",
+            "Too-large or too-slow commits of a single message, which cannot be split (retried)",
+            labels=labels,
+        )
+        sealed = CounterMetricFamily(
+            "preagg_batches_sealed", "Batches sealed at the commit bound, not by the timer", labels=labels
+        )
+        commit_bytes = CounterMetricFamily(
+            "preagg_commit_bytes", "BSON bytes of update statements committed", labels=labels
+        )
+        docs_limit = GaugeMetricFamily(
+            "preagg_commit_docs_limit",
+            "Documents at which a batch is sealed now (adapts to commit time)",
+            labels=labels,
+        )
         for f in self.flushers:
             s, name = f.stats, [f.stream]
+            failed.add_metric(name, s.failed_commits)
+            splits.add_metric(name, s.splits)
+            unsplittable.add_metric(name, s.unsplittable)
+            sealed.add_metric(name, s.sealed)
+            commit_bytes.add_metric(name, s.commit_bytes)
+            docs_limit.add_metric(name, f.bound.docs_limit)
             events.add_metric(name, s.events)
             skipped.add_metric(name, s.skipped)
             for reason, n in sorted(s.rejected.items()):
@@ -104,7 +132,7 @@ class WorkerCollector(Collector):
         for (topic, partition), n in sorted(self.lag().items()):
             lag.add_metric([topic, str(partition)], n)
         yield from (events, skipped, rejected, flushes, retries, docs, latency, pending, bound, paused)
-        yield from (paused_s, since, lag)
+        yield from (paused_s, since, lag, failed, splits, unsplittable, sealed, commit_bytes, docs_limit)
         if self.names is not None:
             yield from name_store_metrics(self.names)
 
@@ -148,5 +176,8 @@ def health(
             "seconds_since_flush": round(age, 3),
             "paused": s.paused_since is not None,
             "stale": stale,
+            "sealed_batches": len(f.sealed),
+            "commit_docs_limit": f.bound.docs_limit,
+            "unsplittable_failures": s.unsplittable,
         }
     return {"ok": ok, "streams": streams}

@@ -119,6 +119,10 @@ def test_metrics_and_health_endpoints(settings: Settings) -> None:
         "preagg_backpressure_paused",
         "preagg_name_store_reads_total",
         "preagg_name_overflow_total",
+        'preagg_commit_failures_total{stream="hits"}',
+        'preagg_commit_splits_total{stream="hits"}',
+        'preagg_commit_unsplittable_total{stream="hits"}',
+        'preagg_commit_docs_limit{stream="hits"}',
     ):
         assert series in body, f"{series} missing from:\n{body}"
     events = next(ln for ln in body.splitlines() if ln.startswith('preagg_events_total{stream="hits"}'))

@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 from bson import Binary
 
-from pipeline.aggregate.bloom import BloomSpec
+from pipeline.aggregate.bloom import (
+    BloomSpec,
+    contains_value,
+    filter_bytes,
+    filter_value,
+    masks_value,
+    members_bits,
+)
 from pipeline.aggregate.hll import DENSE, EXPLICIT, EXPLICIT_MAX, SPARSE, Sketch, decode
+from pipeline.aggregate.keys import to_int64
 from pipeline.aggregate.listens import ListenSketches, day_and_slot, listen_fields, merge_slot
 from pipeline.ingest.impressions import ListenDecoder
 from pipeline.ingest.readers import Accepted, Refused, read_lastfm
@@ -80,7 +88,7 @@ def test_plan_merges_into_stored_document() -> None:
         agg.ingest(b'{"user": 1, "tag": "rock", "song": %d, "ts": %d}' % (song, day + song))
     agg.ingest(b'{"user": 1, "tag": "rock", "song": 99, "ts": %d}' % (day - 7 * 86400))  # older week
     (u,) = agg.plan()
-    assert u.compute is not None and u.bit_or
+    assert u.compute is not None and not u.bit_or
     stored = {
         F["slots"]: {"4": {F["date"]: "20251120", F["sketch"]: Binary(sketch_of([100, 101]).encode())}},
         F["whole"]: Binary(sketch_of([100, 101]).encode()),
@@ -94,6 +102,25 @@ def test_plan_merges_into_stored_document() -> None:
     assert len(hashes) == 8 and song_hash(99) not in hashes  # the older week's song is not in the slot
     assert decode(bytes(out[F["whole"]])).estimate() == 9
     assert u.compute(None)[f"{F['slots']}.4"][F["date"]] == "20251120"
+    spec = BloomSpec.for_capacity(100, 0.01)
+    bits = filter_value(out[F["heard"]])
+    assert all(contains_value(bits, spec, song) for song in [*range(6), 99])
+
+
+def test_heard_filter_is_one_binary_that_absorbs_the_older_word_layout() -> None:
+    """Stored int64 words (the layout before BinData) are merged, never lost, and rewritten as BinData."""
+    spec = BloomSpec.for_capacity(100, 0.01)
+    agg = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, spec)
+    agg.ingest(b'{"user": 1, "tag": 2, "song": 7, "ts": 1763596800}')
+    (u,) = agg.plan()
+    assert u.compute is not None
+    old_words = {str(w): to_int64(m) for w, m in members_bits([40, 41], spec).items()}
+    out = u.compute({F["heard"]: old_words})
+    assert isinstance(out[F["heard"]], Binary)
+    bits = filter_value(out[F["heard"]])
+    assert all(contains_value(bits, spec, s) for s in (7, 40, 41))
+    assert bits == masks_value(members_bits([7, 40, 41], spec))
+    assert filter_bytes(bits)[-1] != 0  # no trailing zero bytes: $bitsAllSet zero-extends
 
 
 def test_lastfm_reader_refuses_impossible_dates(tmp_path: Path) -> None:

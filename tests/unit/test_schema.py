@@ -63,4 +63,5 @@ def test_writers_use_the_modes_names(mode: str) -> None:
     fl = f("listens", mode)
     assert set(upd.set_on_insert) == {fl["user"], fl["tag"]}
     assert upd.compute is not None
-    assert set(upd.compute(None)) == {f"{fl['slots']}.2", fl["whole"]}  # 1.7e9 is a Tuesday
+    # 1.7e9 is a Tuesday
+    assert set(upd.compute(None)) == {f"{fl['slots']}.2", fl["whole"], fl["heard"]}
