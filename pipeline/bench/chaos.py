@@ -26,6 +26,12 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--duration", type=float, default=30.0, help="seconds over which the stream is produced")
     ap.add_argument("--out", default="bench-results/chaos.json")
+    ap.add_argument(
+        "--commit-max-docs",
+        type=int,
+        default=None,
+        help="seal batches at this many documents (small: many sealed batches per flush under the faults)",
+    )
     args = ap.parse_args()
     runs: list[dict[str, Any]] = []
     with embedded("preagg-chaos-") as (base, _):
@@ -36,6 +42,8 @@ def main() -> None:
                 session_timeout=6.0,
                 max_pending_keys=2_000,
             ).named(f"chaos-{seed}")
+            if args.commit_max_docs:
+                settings = settings.with_(commit_max_docs=args.commit_max_docs)
             began = time.strftime("%X")
 
             def say(message: str, seed: int = seed) -> None:

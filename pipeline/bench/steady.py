@@ -110,7 +110,7 @@ def relations(rng: random.Random, n: int, now: float, truth: Counter[Key]) -> Ev
     return out
 
 
-def listens(users: int = 240, tags: int = 25) -> Callable[[random.Random, int, float, Counter[Key]], Events]:
+def listens(users: int = 120, tags: int = 25) -> Callable[[random.Random, int, float, Counter[Key]], Events]:
     """``users`` x ``tags`` (user, tag) documents, 2,000 songs, times within the last 5 days."""
 
     def make(rng: random.Random, n: int, now: float, truth: Counter[Key]) -> Events:
@@ -234,7 +234,7 @@ def per_minute(samples: list[tuple[float, int]], began: float, minutes: int) -> 
     return [round((at(began + 60 * (i + 1)) - at(began + 60 * i)) / 60, 1) for i in range(minutes)]
 
 
-def steady(base: Settings, kind: str, minutes: int, drain_limit: float = 180) -> dict[str, Any]:
+def steady(base: Settings, kind: str, minutes: int, drain_limit: float = 120) -> dict[str, Any]:
     """One kind's live stream through one worker for ``minutes``: throughput per minute, flushes."""
     stream = STREAMS[kind]
     settings = base.named(f"steady-{kind}")
@@ -367,7 +367,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=int, default=3)
     ap.add_argument("--only", nargs="*", help="steady kinds and/or 'backfill', 'reads'")
     ap.add_argument("--set", nargs="*", default=[], help="settings for the workers: NAME=VALUE")
-    ap.add_argument("--listens-users", type=int, default=240, help="users x 25 tags = listens documents")
+    ap.add_argument("--listens-users", type=int, default=120, help="users x 25 tags = listens documents")
     args = ap.parse_args()
     STREAMS["listens"] = Stream("listens_topic", STREAMS["listens"].rate, listens(args.listens_users))
     overrides = dict(kv.split("=", 1) for kv in args.set)

@@ -42,6 +42,12 @@ from pipeline.sinks.offsets import (
 )
 from pipeline.sinks.reads import READ_CHUNK, find_in
 
+#: Seconds a commit waits to reach the primary before it fails (and is retried, logged). Under a
+#: client-side timeout PyMongo selects a server for as long as the whole deadline allows
+#: (``get_server_selection_timeout``), so without this check an unreachable store would be
+#: a silent ``commit_timeout``-long wait per attempt instead of a logged failure.
+REACH_TIMEOUT = 10.0
+
 #: Values of ``Settings.commit_mode``.
 EXACTLY_ONCE = "exactly_once"
 AT_LEAST_ONCE = "at_least_once"
@@ -210,6 +216,8 @@ class MongoSink:
         :class:`~pipeline.sinks.errors.CommitTooLarge`, before writing anything, when
         the statements exceed :attr:`max_bytes`.
         """
+        with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+            await self.client.admin.command("ping")
         with pymongo.timeout(self.commit_timeout):
             return await self._commit(updates, fences, flush_id)
 

@@ -36,11 +36,17 @@ class CommitBound:
         if self.docs_limit <= 0:
             self.docs_limit = self.max_docs
 
-    def full(self, docs: int) -> bool:
-        """True when a batch planning ``docs`` documents must be sealed."""
-        if docs >= self.docs_limit:
+    def full(self, docs: int, step: int = 0) -> bool:
+        """True when a batch planning ``docs`` documents must be sealed.
+
+        ``step``: documents the last message added, the guess for the next one. A batch
+        is sealed when one more such message would pass a bound, so that batches end
+        below the bounds, not one (packed) message above them.
+        """
+        ahead = docs + step
+        if ahead > self.docs_limit or docs >= self.docs_limit:
             return True
-        return self.bytes_per_doc > 0 and docs * self.bytes_per_doc >= self.max_bytes
+        return self.bytes_per_doc > 0 and ahead * self.bytes_per_doc > self.max_bytes
 
     def committed(self, docs: int, size: int, seconds: float) -> None:
         """Learn from a successful commit: its bytes per document, and whether it took too long."""
@@ -57,7 +63,13 @@ class CommitBound:
         elif seconds < self.target_seconds / 2 and docs >= self.docs_limit // 2:
             self.docs_limit = min(self.max_docs, max(self.docs_limit + 1, int(self.docs_limit * 1.25)))
 
-    def failed(self, docs: int) -> None:
-        """A commit of ``docs`` documents failed for its size or duration: aim at half of it."""
+    def failed(self, docs: int, size: int = 0) -> None:
+        """A commit of ``docs`` documents failed for its size or duration: aim at half of it.
+
+        ``size``: the bytes the store measured when it refused the commit for its size,
+        a better estimate of the bytes per document than recent successes.
+        """
         self.docs_limit = max(MIN_DOCS, min(self.docs_limit, docs // 2))
+        if docs > 0 and size > 0:
+            self.bytes_per_doc = max(self.bytes_per_doc, size / docs)
         self.shrinks += 1

@@ -36,7 +36,7 @@ from typing import Generic, Protocol
 
 from pipeline.aggregate.updates import DocUpdate, split_wide
 from pipeline.ingest.envelope import unpack
-from pipeline.sinks.errors import shrinks
+from pipeline.sinks.errors import CommitTooLarge, shrinks
 from pipeline.sinks.offsets import Committed, Fence, FenceConflict
 from pipeline.worker.batch import TP, A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
@@ -180,9 +180,11 @@ class Flusher(Generic[A]):
                     await self._on_gap(tp, stored, offset)
         if self.pending_keys() >= self.max_pending_keys or len(self.sealed) >= MAX_SEALED:
             await self._backpressure()
-        self.ingest(tp, offset, value, ack)
         b = self.batch
-        if self.bound.full(b.documents()):
+        before = b.documents()
+        self.ingest(tp, offset, value, ack)
+        after = b.documents()
+        if self.bound.full(after, after - before):
             self.stats.sealed += 1
             self._seal()
             self._on_sealed()
@@ -340,7 +342,7 @@ class Flusher(Generic[A]):
         self.stats.failed_commits += 1
         if not shrinks(exc):
             return False
-        self.bound.failed(docs)
+        self.bound.failed(docs, exc.size if isinstance(exc, CommitTooLarge) else 0)
         if batch.splittable():
             return True
         self.stats.unsplittable += 1
