@@ -75,8 +75,9 @@ def hits(props: bool) -> Callable[[random.Random, int, float, Counter[Key]], Eve
     def make(rng: random.Random, n: int, now: float, truth: Counter[Key]) -> Events:
         out = []
         for i, p in enumerate(_zipf(rng, 200, n)):
-            site, page, ts = SITES[i % 5], f"/page/{p}", now + rng.random()
-            ev: dict[str, Any] = {"site": site, "page": page, "ts": round(ts, 3)}
+            # the truth buckets the time the event carries (rounded), as the worker does
+            site, page, ts = SITES[i % 5], f"/page/{p}", round(now + rng.random(), 3)
+            ev: dict[str, Any] = {"site": site, "page": page, "ts": ts}
             if props:
                 ev["props"] = {
                     "country": COUNTRIES[p % 10],
@@ -90,24 +91,20 @@ def hits(props: bool) -> Callable[[random.Random, int, float, Counter[Key]], Eve
     return make
 
 
-def impressions(rng: random.Random, n: int, now: float, truth: Counter[Key]) -> Events:
-    """5,000 users shown 1,000 Zipf items."""
-    items = _zipf(rng, 1000, n)
-    out = []
-    for it in items:
-        u = rng.randrange(5000)
-        out.append((orjson.dumps({"user": u, "item": it, "ts": round(now, 3)}), str(u).encode()))
-    return out
+def pairs(items: int, timed: bool) -> Callable[[random.Random, int, float, Counter[Key]], Events]:
+    """5,000 users x ``items`` Zipf items (impressions carry a time, relations need none)."""
 
+    def make(rng: random.Random, n: int, now: float, truth: Counter[Key]) -> Events:
+        out = []
+        for it in _zipf(rng, items, n):
+            u = rng.randrange(5000)
+            ev: dict[str, Any] = (
+                {"user": u, "item": it, "ts": round(now, 3)} if timed else {"user": u, "item": it}
+            )
+            out.append((orjson.dumps(ev), str(u).encode()))
+        return out
 
-def relations(rng: random.Random, n: int, now: float, truth: Counter[Key]) -> Events:
-    """5,000 users related to 2,000 Zipf items (filters revisited every flush)."""
-    items = _zipf(rng, 2000, n)
-    out = []
-    for it in items:
-        u = rng.randrange(5000)
-        out.append((orjson.dumps({"user": u, "item": it}), str(u).encode()))
-    return out
+    return make
 
 
 def listens(users: int = 120, tags: int = 25) -> Callable[[random.Random, int, float, Counter[Key]], Events]:
@@ -128,8 +125,8 @@ def listens(users: int = 120, tags: int = 25) -> Callable[[random.Random, int, f
 STREAMS: dict[str, Stream] = {
     "hits": Stream("hits_topic", 30_000, hits(False)),
     "hits-props": Stream("hits_topic", 15_000, hits(True)),
-    "impressions": Stream("impressions_topic", 20_000, impressions),
-    "relations": Stream("relations_topic", 15_000, relations),
+    "impressions": Stream("impressions_topic", 20_000, pairs(1000, timed=True)),
+    "relations": Stream("relations_topic", 15_000, pairs(2000, timed=False)),
     "listens": Stream("listens_topic", 4_000, listens()),
 }
 
@@ -294,7 +291,7 @@ def _audit(settings: Settings, truth: Counter[Key]) -> int:
 
 
 def backfill(base: Settings, events: int = 1_200_000, days: int = 30, pages: int = 250) -> dict[str, Any]:
-    """``events`` hits over ``days`` days and ``pages`` x 2 sites, produced first, then drained."""
+    """``events`` hits, ``days`` days, ``pages`` x 2 sites, in time order: produced first, then drained."""
     settings = base.named("backfill")
     rng = random.Random(3)
     end = time.time() - 86400
@@ -303,9 +300,11 @@ def backfill(base: Settings, events: int = 1_200_000, days: int = 30, pages: int
 
     async def produce() -> None:
         async with EventProducer(settings, settings.hits_topic, 100) as p:
+            start = end - days * 86400
             for i in range(events):
+                # a log replayed in time order (up to a minute out of order), as a backfill is
                 site, page = ("a.example", "b.example")[i % 2], f"/p/{rng.randrange(pages)}"
-                ts = round(end - rng.random() * days * 86400, 3)
+                ts = round(start + days * 86400 * i / events - rng.random() * 60, 3)
                 truth[(site, page, minute_of(ts))] += 1
                 await p.send_raw(orjson.dumps({"site": site, "page": page, "ts": ts}), site.encode())
 
