@@ -209,7 +209,7 @@ async def _offer(settings: Settings, topic: str, stream: Stream, seconds: float,
     began = time.monotonic()
     async with EventProducer(settings, topic, 100) as p:
         tick = 0
-        while (elapsed := time.monotonic() - began) < seconds:
+        while time.monotonic() - began < seconds:
             n = int(stream.rate * (tick + 1) * 0.5) - sent  # half-second ticks, catching up if late
             for line, key in stream.make(rng, n, time.time(), truth):
                 await p.send_raw(line, key)
@@ -217,7 +217,6 @@ async def _offer(settings: Settings, topic: str, stream: Stream, seconds: float,
             await p.flush()
             tick += 1
             await asyncio.sleep(max(0.0, began + tick * 0.5 - time.monotonic()))
-        del elapsed
     return sent
 
 

@@ -77,8 +77,8 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
     }
 
 
-def build_app(settings: Settings) -> faust.App:
-    """The worker's Faust app for the given (resolved) settings."""
+def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
+    """The worker's Faust app for the given (resolved) settings, and its flushers (one per stream)."""
     conf = faust_settings(settings)
     Path(conf["datadir"]).parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(settings.group_id, **conf)
@@ -143,7 +143,6 @@ def build_app(settings: Settings) -> faust.App:
         )
         flushers.append(flusher)
         _add_agent(app, spec.name, spec.topic, settings.partitions, flusher)
-    app.preagg_flushers = flushers  # type: ignore[attr-defined]  # read by run_worker's stop deadline
 
     _add_web_pages(app, settings, flushers, names, started)
 
@@ -195,7 +194,7 @@ def build_app(settings: Settings) -> faust.App:
     async def start_flush_loop() -> None:
         flush_loop.append(asyncio.get_running_loop().create_task(flush_forever()))
 
-    return app
+    return app, flushers
 
 
 def _add_web_pages(
@@ -315,8 +314,7 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     auto-creates topics on a subscription would otherwise pick its own default.
     """
     asyncio.run(ensure_topics(settings, *settings.stream_topics))
-    app = build_app(settings)
-    flushers: list[Flusher[Any]] = app.preagg_flushers  # type: ignore[attr-defined]
+    app, flushers = build_app(settings)
 
     def left() -> str:
         counts = {f.stream: f.uncommitted_events() for f in flushers}

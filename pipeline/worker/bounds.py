@@ -30,7 +30,6 @@ class CommitBound:
     docs_limit: int = 0
     #: Bytes of update statements per document, as measured (0: nothing measured yet).
     bytes_per_doc: float = 0.0
-    shrinks: int = 0
 
     def __post_init__(self) -> None:
         if self.docs_limit <= 0:
@@ -59,7 +58,6 @@ class CommitBound:
             wanted = int(docs * self.target_seconds / seconds * 0.9)
             if wanted < self.docs_limit:
                 self.docs_limit = max(MIN_DOCS, wanted)
-                self.shrinks += 1
         elif seconds < self.target_seconds / 2 and docs >= self.docs_limit // 2:
             self.docs_limit = min(self.max_docs, max(self.docs_limit + 1, int(self.docs_limit * 1.25)))
 
@@ -72,4 +70,3 @@ class CommitBound:
         self.docs_limit = max(MIN_DOCS, min(self.docs_limit, docs // 2))
         if docs > 0 and size > 0:
             self.bytes_per_doc = max(self.bytes_per_doc, size / docs)
-        self.shrinks += 1

@@ -107,8 +107,6 @@ class FlushStats:
     #: Batches sealed because they reached the commit bound (not by the flush timer).
     sealed: int = 0
     commit_bytes: int = 0
-    max_commit_bytes: int = 0
-    max_commit_docs: int = 0
 
     def observe(self, seconds: float) -> None:
         """Record one flush's latency in the histogram."""
@@ -156,8 +154,8 @@ class Flusher(Generic[A]):
         self.batch: PendingBatch[A] = new_batch(factory)
         #: Batches sealed and not yet committed, oldest first (contiguous per partition).
         self.sealed: collections.deque[PendingBatch[A]] = collections.deque()
-        self.in_flight_keys = 0
-        self.in_flight_events = 0
+        #: The batch being committed (taken off ``sealed``), for the memory bound and the stop report.
+        self.in_flight: PendingBatch[A] | None = None
         self.positions = Positions()
         #: Partitions whose position was just loaded and whose first message is awaited.
         self._fresh: set[TP] = set()
@@ -218,11 +216,15 @@ class Flusher(Generic[A]):
 
     def pending_keys(self) -> int:
         """Items in memory: the batch being filled, the sealed ones and the one being written."""
-        return self.batch.pending_keys() + sum(b.pending_keys() for b in self.sealed) + self.in_flight_keys
+        return sum(b.pending_keys() for b in self._uncommitted())
 
     def uncommitted_events(self) -> int:
         """Events taken from Kafka and not committed yet (what a stop now would leave to replay)."""
-        return self.batch.events + sum(b.events for b in self.sealed) + self.in_flight_events
+        return sum(b.events for b in self._uncommitted())
+
+    def _uncommitted(self) -> list[PendingBatch[A]]:
+        """The batch being filled, the sealed ones and the one being committed."""
+        return [self.batch, *self.sealed, *([self.in_flight] if self.in_flight else [])]
 
     def _seal(self) -> None:
         """Close the batch being filled: it commits on its own, after the sealed ones before it."""
@@ -275,14 +277,14 @@ class Flusher(Generic[A]):
             todo = len(self.sealed)
             while todo > 0 and self.sealed:
                 head = self.sealed.popleft()
-                self.in_flight_keys, self.in_flight_events = head.pending_keys(), head.events
+                self.in_flight = head
                 try:
                     halves = await self._flush(head)
                 except FenceConflict:
                     self.sealed.clear()  # later batches start where the dropped one ended
                     return
                 finally:
-                    self.in_flight_keys = self.in_flight_events = 0
+                    self.in_flight = None
                 if halves is None:
                     todo -= 1
                 else:
@@ -402,8 +404,6 @@ class Flusher(Generic[A]):
     ) -> None:
         s = self.stats
         s.commit_bytes += size
-        s.max_commit_bytes = max(s.max_commit_bytes, size)
-        s.max_commit_docs = max(s.max_commit_docs, docs)
         s.events += batch.events
         s.skipped += batch.skipped
         for reason, n in rejected.items():

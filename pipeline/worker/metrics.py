@@ -24,6 +24,46 @@ LagSource = Callable[[], dict[tuple[str, int], int]]
 
 CONTENT_TYPE = "text/plain; version=0.0.4"
 
+#: Per-stream series of the bounded commits: (type, name, help, value of one flusher).
+COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
+    (
+        "counter",
+        "preagg_commit_failures",
+        "Commit attempts that failed (retried or split)",
+        lambda f: f.stats.failed_commits,
+    ),
+    (
+        "counter",
+        "preagg_commit_splits",
+        "Batches split in two after a too-large or too-slow commit",
+        lambda f: f.stats.splits,
+    ),
+    (
+        "counter",
+        "preagg_commit_unsplittable",
+        "Too-large or too-slow commits of a single message, which cannot be split (retried)",
+        lambda f: f.stats.unsplittable,
+    ),
+    (
+        "counter",
+        "preagg_batches_sealed",
+        "Batches sealed at the commit bound, not by the timer",
+        lambda f: f.stats.sealed,
+    ),
+    (
+        "counter",
+        "preagg_commit_bytes",
+        "BSON bytes of update statements committed",
+        lambda f: f.stats.commit_bytes,
+    ),
+    (
+        "gauge",
+        "preagg_commit_docs_limit",
+        "Documents at which a batch is sealed now (adapts to commit time)",
+        lambda f: f.bound.docs_limit,
+    ),
+]
+
 
 class WorkerCollector(Collector):
     """Exposes the figures of a worker's flushers and its consumer lag."""
@@ -77,36 +117,19 @@ class WorkerCollector(Collector):
             "Seconds since the last successful flush (since start if none yet)",
             labels=labels,
         )
-        failed = CounterMetricFamily(
-            "preagg_commit_failures", "Commit attempts that failed (retried or split)", labels=labels
-        )
-        splits = CounterMetricFamily(
-            "preagg_commit_splits", "Batches split in two after a too-large or too-slow commit", labels=labels
-        )
-        unsplittable = CounterMetricFamily(
-            "preagg_commit_unsplittable",
-            "Too-large or too-slow commits of a single message, which cannot be split (retried)",
-            labels=labels,
-        )
-        sealed = CounterMetricFamily(
-            "preagg_batches_sealed", "Batches sealed at the commit bound, not by the timer", labels=labels
-        )
-        commit_bytes = CounterMetricFamily(
-            "preagg_commit_bytes", "BSON bytes of update statements committed", labels=labels
-        )
-        docs_limit = GaugeMetricFamily(
-            "preagg_commit_docs_limit",
-            "Documents at which a batch is sealed now (adapts to commit time)",
-            labels=labels,
-        )
+        commit_series = [
+            (
+                CounterMetricFamily(name, doc, labels=labels)
+                if kind == "counter"
+                else GaugeMetricFamily(name, doc, labels=labels),
+                value,
+            )
+            for kind, name, doc, value in COMMIT_SERIES
+        ]
         for f in self.flushers:
             s, name = f.stats, [f.stream]
-            failed.add_metric(name, s.failed_commits)
-            splits.add_metric(name, s.splits)
-            unsplittable.add_metric(name, s.unsplittable)
-            sealed.add_metric(name, s.sealed)
-            commit_bytes.add_metric(name, s.commit_bytes)
-            docs_limit.add_metric(name, f.bound.docs_limit)
+            for family, value in commit_series:
+                family.add_metric(name, value(f))
             events.add_metric(name, s.events)
             skipped.add_metric(name, s.skipped)
             for reason, n in sorted(s.rejected.items()):
@@ -132,7 +155,8 @@ class WorkerCollector(Collector):
         for (topic, partition), n in sorted(self.lag().items()):
             lag.add_metric([topic, str(partition)], n)
         yield from (events, skipped, rejected, flushes, retries, docs, latency, pending, bound, paused)
-        yield from (paused_s, since, lag, failed, splits, unsplittable, sealed, commit_bytes, docs_limit)
+        yield from (paused_s, since, lag)
+        yield from (family for family, _ in commit_series)
         if self.names is not None:
             yield from name_store_metrics(self.names)
 
