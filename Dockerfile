@@ -4,6 +4,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY pipeline ./pipeline
 COPY schemas ./schemas
-RUN pip install --no-cache-dir -e .
+# A regular (not editable) install: the wheel carries schemas/ as pipeline/_schemas.
+RUN pip install --no-cache-dir .
 ENTRYPOINT ["preagg"]
 CMD ["worker"]

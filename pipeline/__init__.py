@@ -4,10 +4,19 @@ The public API is small: settings, the producer, and the queries. Everything els
 is an implementation module that may change.
 """
 
+from pipeline.kinds.hits.files import hit_key
+from pipeline.kinds.hits.query import hits_series
 from pipeline.producer import EventProducer
-from pipeline.query.hits import hits_series
 from pipeline.services.embedded import EmbeddedServices, resolve
 from pipeline.settings import Settings
-from pipeline.sinks.mongo import mongo_client
+from pipeline.store.client import mongo_client
 
-__all__ = ["EmbeddedServices", "EventProducer", "Settings", "hits_series", "mongo_client", "resolve"]
+__all__ = [
+    "EmbeddedServices",
+    "EventProducer",
+    "Settings",
+    "hit_key",
+    "hits_series",
+    "mongo_client",
+    "resolve",
+]

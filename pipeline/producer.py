@@ -1,13 +1,14 @@
 """Producer API: send events to a topic, packed per partition.
 
-Each event has a key (for hits: site and page) that decides its partition, so one
-site/page always lands on one partition and is aggregated by one worker. Events of
-one partition are packed ``pack_size`` to a message (NDJSON, see
-:mod:`pipeline.ingest.envelope`); ``pack_size=1`` sends classic single-event
+Each event has a key (for hits: site and page, :func:`pipeline.kinds.hits.files.hit_key`)
+that decides its partition, so one site/page always lands on one partition and is
+aggregated by one worker. Events of one partition are packed ``pack_size`` to a message (NDJSON, see
+:mod:`pipeline.core.envelope`); ``pack_size=1`` sends classic single-event
 messages, keyed, which land on the same partitions.
 
-    async with EventProducer(settings, settings.hits_topic) as p:
-        await p.send_hit("example.com", "/index.html", time.time())
+    async with EventProducer(settings, settings.topic("hits")) as p:
+        hit = {"site": "example.com", "page": "/", "ts": time.time()}
+        await p.send_event(hit, hit_key("example.com", "/"))
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from pipeline.ingest.envelope import pack
-from pipeline.ingest.readers import Record, Refused, Skipped, hit_key
+from pipeline.core.envelope import pack
+from pipeline.files import Record, Refused, Skipped
 from pipeline.kafka import ensure_topics, partition_for
 from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
@@ -90,10 +91,6 @@ class EventProducer:
         """Queue one event given as a dict."""
         await self.send_raw(orjson.dumps(event), key)
 
-    async def send_hit(self, site: str, page: str, ts: float | str) -> None:
-        """Queue one web hit."""
-        await self.send_event({"site": site, "page": page, "ts": ts}, hit_key(site, page))
-
     async def _send_partition(self, part: int) -> None:
         lines = self._buffers.pop(part, [])
         if not lines:
@@ -114,6 +111,16 @@ class EventProducer:
         for part in list(self._buffers):
             await self._send_partition(part)
         await self._drain()
+
+
+async def send_lines(
+    settings: Settings, topic: str, lines: Iterable[tuple[bytes, bytes]], pack_size: int | None = None
+) -> int:
+    """Send already encoded events with their partition keys, packed; returns the events sent."""
+    async with EventProducer(settings, topic, pack_size) as p:
+        for line, key in lines:
+            await p.send_raw(line, key)
+    return p.sent_events
 
 
 @dataclass

@@ -12,70 +12,112 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit, urlunsplit
 
-_INTS = {
-    "partitions",
-    "max_pending_keys",
-    "max_fields_per_update",
-    "max_event_bytes",
-    "pack_size",
-    "web_port",
-    "relation_user_capacity",
-    "relation_item_capacity",
-    "listen_hll_precision",
-    "listen_heard_capacity",
-    "props_max_names",
-    "props_max_values",
-    "props_max_per_event",
-    "props_max_bytes",
-    "name_store_doc_cap",
-    "commit_max_docs",
-    "commit_max_bytes",
-    "read_chunk",
-}
-_FLOATS = {
-    "flush_interval",
-    "future_skew",
-    "session_timeout",
-    "health_max_flush_age",
-    "relation_fpr",
-    "listen_heard_fpr",
-    "commit_target_seconds",
-    "commit_timeout",
-    "mongo_timeout",
-    "shutdown_timeout",
-}
+from pipeline.core.fields import FieldMode
 
+T = TypeVar("T")
 
-def env_name(field_name: str) -> str:
-    """The environment variable of a setting: ``PREAGG_`` + its upper-case name."""
-    return f"PREAGG_{field_name.upper()}"
+CommitMode = Literal["exactly_once", "at_least_once"]
+KafkaSecurity = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+
+#: The stream kinds a deployment runs unless ``PREAGG_KINDS`` says otherwise (pipeline/kinds/).
+BUILTIN_KINDS = ("hits", "impressions", "relations", "listens")
 
 
 class SettingsError(ValueError):
     """A ``PREAGG_*`` variable holds a value the setting cannot take; the message names it."""
 
 
-#: Settings that take one of a few words.
-_CHOICES = {"schema": ("compact", "readable"), "commit_mode": ("exactly_once", "at_least_once")}
+def env_name(field_name: str, prefix: str = "PREAGG_") -> str:
+    """The environment variable of a setting: the prefix + its upper-case name."""
+    return f"{prefix}{field_name.upper()}"
 
 
-def _convert(name: str, raw: str) -> Any:
+def _parse(var: str, raw: str, hint: Any) -> Any:
+    """``raw`` as a value of the annotated type ``hint``; the error names the variable."""
+    if get_origin(hint) in (UnionType, Union):  # X | None: an empty variable is left unset by the caller
+        hint = next(a for a in get_args(hint) if a is not type(None))
+    if get_origin(hint) is Literal:
+        choices = get_args(hint)
+        if raw not in choices:
+            raise SettingsError(f"{var}={raw!r}: expected one of {', '.join(map(str, choices))}")
+        return raw
+    if get_origin(hint) is tuple:
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
     try:
-        if name in _INTS:
-            return int(raw)
-        if name in _FLOATS:
-            return float(raw)
+        if hint is bool:
+            if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(raw)
+            return raw.lower() in ("1", "true", "yes", "on")
+        if hint in (int, float, Path, str):
+            return hint(raw)
     except ValueError:
-        kind = "an integer" if name in _INTS else "a number"
-        raise SettingsError(f"{env_name(name)}={raw!r}: expected {kind}") from None
-    if name in _CHOICES and raw not in _CHOICES[name]:
-        raise SettingsError(f"{env_name(name)}={raw!r}: expected one of {', '.join(_CHOICES[name])}")
-    if name == "home":
-        return Path(raw)
-    return raw
+        kind = {int: "an integer", float: "a number", bool: "true or false"}.get(hint, str(hint))
+        raise SettingsError(f"{var}={raw!r}: expected {kind}") from None
+    raise TypeError(f"{var}: settings of type {hint!r} cannot be read from the environment")
+
+
+def read_env(cls: type[T], prefix: str, environ: Mapping[str, str]) -> T:
+    """An instance of the frozen dataclass ``cls`` from ``<prefix><FIELD>`` variables.
+
+    Each value is converted to its field's annotated type (``int``, ``float``, ``bool``,
+    ``Path``, ``str``, a ``Literal`` of words, a ``tuple[str, ...]`` written with commas,
+    or any of them ``| None``); unset or empty variables keep their defaults.
+    """
+    hints = get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if not f.init or f.metadata.get("env") is False:
+            continue
+        var = env_name(f.name, prefix)
+        raw = environ.get(var)
+        if raw:
+            values[f.name] = _parse(var, raw, hints[f.name])
+    return cls(**values)
+
+
+def write_env(obj: object, prefix: str) -> dict[str, str]:
+    """The ``<prefix><FIELD>`` variables that :func:`read_env` turns back into ``obj``."""
+    out = {}
+    for f in fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        if value is None or not f.init or f.metadata.get("env") is False:
+            continue
+        out[env_name(f.name, prefix)] = ",".join(value) if isinstance(value, tuple) else str(value)
+    return out
+
+
+def kind_prefix(kind: str) -> str:
+    """Prefix of one stream kind's variables: ``PREAGG_HITS_`` for ``hits``."""
+    return f"PREAGG_{kind.upper().replace('-', '_')}_"
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """What every stream kind's settings have; a kind's own dataclass extends it.
+
+    Read from ``PREAGG_<KIND>_<FIELD>`` (``PREAGG_HITS_TOPIC``...).
+    """
+
+    #: Input topic of the kind (empty: the kind's name).
+    topic: str = ""
+
+
+S = TypeVar("S", bound=StreamSettings)
+S_co = TypeVar("S_co", bound=StreamSettings, covariant=True)
+
+
+class KindSettingsSource(Protocol[S_co]):
+    """What :meth:`Settings.of` needs of a stream kind: its name and its settings type."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def settings_type(self) -> type[S_co]: ...
 
 
 def redact_url(text: str) -> str:
@@ -109,27 +151,6 @@ class Settings:
     mongo_url: str | None = None
     #: Database holding the pre-aggregated collections.
     db: str = "preagg"
-    #: Topic of raw web hits.
-    hits_topic: str = "hits"
-    #: Topic of impressions (user was shown item).
-    impressions_topic: str = "impressions"
-    #: Topic of user–item relations (likes, ratings of 4 or more).
-    relations_topic: str = "relations"
-    #: Target false-positive rate of the relation Bloom filters. Lower: bigger filters.
-    relation_fpr: float = 0.005
-    #: Items a user's filter is sized for (its false-positive rate passes ``relation_fpr``
-    #: once the user has more relations). Size it near the 99th percentile.
-    relation_user_capacity: int = 300
-    #: Users an item's filter is sized for.
-    relation_item_capacity: int = 300
-    #: Topic of listens (user heard song, tagged tag).
-    listens_topic: str = "listens"
-    #: HyperLogLog precision of listen sketches: 2^p registers, standard error
-    #: 1.04 / sqrt(2^p) (p = 12: 1.6%, 3 KB dense). Higher: more accurate, bigger.
-    listen_hll_precision: int = 12
-    #: Songs a (user, tag) "heard" filter is sized for, and its false-positive rate.
-    listen_heard_capacity: int = 1000
-    listen_heard_fpr: float = 0.01
     #: Topic receiving rejected input with its reason and original bytes.
     deadletter_topic: str = "preagg-deadletter"
     #: Partitions of topics the project creates. More partitions allow more worker
@@ -175,12 +196,12 @@ class Settings:
     #: MongoDB transaction guarded by offset fences (needs a replica set, a sharded
     #: cluster or the embedded store). ``at_least_once``: plain bulk writes, for a
     #: standalone mongod; a crash between write and Kafka commit double counts.
-    commit_mode: str = "exactly_once"
+    commit_mode: CommitMode = "exactly_once"
     #: ``/health`` reports unhealthy when data is pending and the last successful
     #: flush is older than this many seconds (store down or too slow).
     health_max_flush_age: float = 30.0
     #: Kafka security: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL``.
-    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_security_protocol: KafkaSecurity = "PLAINTEXT"
     #: SASL mechanism (``PLAIN``, ``SCRAM-SHA-256``, ``SCRAM-SHA-512``) when SASL is on.
     kafka_sasl_mechanism: str = "PLAIN"
     #: SASL user name.
@@ -197,17 +218,7 @@ class Settings:
     #: ``preagg schema`` lists, property names and values as sent). Compact saves
     #: space in every document; readable is easier to query by hand. Choose once per
     #: database: a worker refuses a database written in the other mode.
-    schema: str = "compact"
-    #: Most distinct custom property names per site, and most distinct values per
-    #: property. Past them, new names (values) are counted under the token ``other``:
-    #: a producer sending unbounded names (a user id as a name) cannot grow the name
-    #: store or the documents without bound. Higher: more detail, bigger documents.
-    props_max_names: int = 1000
-    props_max_values: int = 10_000
-    #: Most custom properties on one hit, and longest property name or value in
-    #: UTF-8 bytes; a hit over either limit is dead-lettered (``props``).
-    props_max_per_event: int = 32
-    props_max_bytes: int = 128
+    schema: FieldMode = "compact"
     #: Names one name-store document holds before the next document starts (the
     #: seed's array cap). Larger: fewer documents to read cold; each push rewrites
     #: a bigger array.
@@ -250,24 +261,35 @@ class Settings:
     #: (``before-commit``, ``mid-commit`` or ``after-commit``). Empty in production.
     fault: str = ""
 
+    #: The stream kinds this deployment runs, comma-separated: built-in kind names
+    #: (``hits``, ``impressions``, ``relations``, ``listens``) or ``module:attribute``
+    #: of a kind defined elsewhere. A worker consumes the topics of exactly these;
+    #: fewer kinds per worker let each kind scale on its own replicas.
+    kinds: tuple[str, ...] = BUILTIN_KINDS
+    #: Per kind, its own settings (``PREAGG_<KIND>_*``), read by :meth:`from_env`;
+    #: a kind missing here has its defaults. Use :meth:`of` to read one.
+    streams: Mapping[str, StreamSettings] = field(
+        default_factory=dict, hash=False, repr=False, metadata={"env": False}
+    )
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read settings from ``PREAGG_<FIELD>`` variables; unset or empty ones keep their defaults."""
+        """Read ``PREAGG_<FIELD>`` and each kind's ``PREAGG_<KIND>_<FIELD>``; unset or empty: defaults."""
+        from pipeline.kinds import load_kinds
+
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(env_name(f.name))
-            if raw:
-                values[f.name] = _convert(f.name, raw)
-        return cls(**values)
+        base = read_env(cls, "PREAGG_", env)
+        streams = {
+            k.name: read_env(k.settings_type, kind_prefix(k.name), env) for k in load_kinds(base.kinds)
+        }
+        return replace(base, streams=streams)
 
     def to_env(self) -> dict[str, str]:
         """``PREAGG_*`` variables that reproduce these settings in a child process."""
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is not None and f.name != "worker_id":
-                out[env_name(f.name)] = str(value)
+        out = write_env(self, "PREAGG_")
+        out.pop(env_name("worker_id"), None)
+        for name, stream in self.streams.items():
+            out.update(write_env(stream, kind_prefix(name)))
         return out
 
     def __repr__(self) -> str:
@@ -276,19 +298,41 @@ class Settings:
             for f in fields(self)
             if f.repr
         )
-        return f"Settings({shown})"
+        return f"Settings({shown}, streams={dict(self.streams)!r})"
+
+    def of(self, kind: KindSettingsSource[S]) -> S:
+        """The settings of one stream kind (its defaults unless the environment or a copy set them)."""
+        got = self.streams.get(kind.name)
+        if not isinstance(got, kind.settings_type):
+            got = kind.settings_type()
+        if not got.topic:
+            got = replace(got, topic=kind.name)
+        return got
+
+    def with_stream(self, kind: KindSettingsSource[S], **changes: object) -> Settings:
+        """A copy with some settings of one kind changed."""
+        changed = replace(self.of(kind), **changes)  # type: ignore[arg-type]
+        return replace(self, streams={**self.streams, kind.name: changed})
+
+    def topic(self, kind: str) -> str:
+        """Input topic of the kind named ``kind`` (one of :attr:`kinds`)."""
+        from pipeline.kinds import kind_in
+
+        topic: str = self.of(kind_in(self.kinds, kind)).topic
+        return topic
 
     def named(self, tag: str) -> Settings:
         """A copy whose database, topics and group carry ``tag``: runs that share servers stay apart."""
-        return self.with_(
+        from pipeline.kinds import load_kinds
+
+        out = self.with_(
             db=f"preagg_{tag}".replace("-", "_"),
-            hits_topic=f"hits-{tag}",
-            impressions_topic=f"impressions-{tag}",
-            relations_topic=f"relations-{tag}",
-            listens_topic=f"listens-{tag}",
             deadletter_topic=f"deadletter-{tag}",
             group_id=f"preagg-{tag}",
         )
+        for kind in load_kinds(self.kinds):
+            out = out.with_stream(kind, topic=f"{kind.name}-{tag}")
+        return out
 
     def with_(self, **changes: object) -> Settings:
         """A copy with some settings changed."""
@@ -297,7 +341,9 @@ class Settings:
     @property
     def stream_topics(self) -> list[str]:
         """The input topics the workers consume, one per stream kind."""
-        return [self.hits_topic, self.impressions_topic, self.relations_topic, self.listens_topic]
+        from pipeline.kinds import load_kinds
+
+        return [self.of(k).topic for k in load_kinds(self.kinds)]
 
     @property
     def fields_per_update(self) -> int:

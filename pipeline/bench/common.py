@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import EventProducer
+from pipeline.producer import send_lines
 from pipeline.services.embedded import EmbeddedServices, for_embedded
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
@@ -55,20 +55,14 @@ def latency_ms(times_ms: list[float]) -> dict[str, float]:
     }
 
 
-async def send_events(settings: Settings, topic: str, events: list[tuple[bytes, bytes]]) -> None:
-    async with EventProducer(settings, topic, 100) as p:
-        for line, key in events:
-            await p.send_raw(line, key)
-
-
 def timed_worker_run(settings: Settings, topic: str, events: list[tuple[bytes, bytes]], name: str) -> float:
     """Warm a worker, then time ``events`` from first send to all committed."""
-    asyncio.run(send_events(settings, topic, events[:1]))
+    asyncio.run(send_lines(settings, topic, events[:1]))
     w = WorkerProcess(settings, name).start()
     try:
         asyncio.run(wait_caught_up(settings, [topic], timeout=120, poll=0.2))
         began = time.perf_counter()
-        asyncio.run(send_events(settings, topic, events[1:]))
+        asyncio.run(send_lines(settings, topic, events[1:]))
         asyncio.run(wait_caught_up(settings, [topic], timeout=900, poll=0.1))
         return time.perf_counter() - began
     finally:

@@ -27,13 +27,14 @@ import orjson
 from pymongo import MongoClient
 
 from pipeline.bench.common import embedded, step, write_results
-from pipeline.ingest.hits import HitDecoder
-from pipeline.ingest.readers import Accepted, hit_key, read_hits
+from pipeline.files import Accepted
+from pipeline.kinds.hits import KIND as HITS
+from pipeline.kinds.hits.files import hit_key, read_hits
+from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import EventProducer
-from pipeline.schemas import hits_fields
+from pipeline.producer import EventProducer, send_lines
 from pipeline.settings import Settings
-from pipeline.sinks.offsets import OFFSETS_COLLECTION
+from pipeline.store.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
 
 ACCESS_LOG = Path(__file__).resolve().parents[2].parent / "shared/data/access-logs/apache_logs"
@@ -88,9 +89,7 @@ def naive_log_hit(mongo_url: str, db: str, events: list[tuple[bytes, bytes]]) ->
 
 async def _produce(settings: Settings, events: list[tuple[bytes, bytes]], pack: int) -> float:
     started = time.perf_counter()
-    async with EventProducer(settings, settings.hits_topic, pack) as p:
-        for line, key in events:
-            await p.send_raw(line, key)
+    await send_lines(settings, settings.topic("hits"), events, pack)
     return time.perf_counter() - started
 
 
@@ -104,14 +103,15 @@ def _docs_written(settings: Settings) -> int:
 
 def pipeline_run(base: Settings, name: str, events: list[tuple[bytes, bytes]], pack: int) -> dict[str, Any]:
     """Warm worker on an empty topic, then produce ``events`` and time until all are committed."""
-    settings = base.with_(hits_topic=f"bench-{name}", group_id=f"bench-{name}", db=f"bench_{name}")
+    settings = base.with_(group_id=f"bench-{name}", db=f"bench_{name}")
+    settings = settings.with_stream(HITS, topic=f"bench-{name}")
     asyncio.run(_produce(settings, events[:1], 1))  # creates the topic; the worker warms up on it
     worker = WorkerProcess(settings, f"bench-{name}").start()
     try:
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120, poll=0.2))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120, poll=0.2))
         started = time.perf_counter()
         produce_s = asyncio.run(_produce(settings, events[1:], pack))
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=900, poll=0.1))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=900, poll=0.1))
         took = time.perf_counter() - started
     finally:
         worker.terminate()
@@ -142,7 +142,7 @@ async def _freshness(settings: Settings, rate: float, seconds: float, probes_per
             page = d[f.metadata][f.page]
             seen.setdefault(page, time.time())
 
-    async with EventProducer(settings, settings.hits_topic, pack_size=100) as p:
+    async with EventProducer(settings, settings.topic("hits"), pack_size=100) as p:
         bg = realtime_events(int(rate * seconds), seed=5, span=60)
         step = 1 / rate
         t0 = time.time()
@@ -173,13 +173,12 @@ async def _freshness(settings: Settings, rate: float, seconds: float, probes_per
 
 def freshness_run(base: Settings, rate: float = 5000, seconds: float = 20) -> dict[str, Any]:
     """Freshness under steady load with the default 1 s flush interval."""
-    settings = base.with_(
-        hits_topic="bench-fresh", group_id="bench-fresh", db="bench_fresh", flush_interval=1.0
-    )
+    settings = base.with_(group_id="bench-fresh", db="bench_fresh", flush_interval=1.0)
+    settings = settings.with_stream(HITS, topic="bench-fresh")
     asyncio.run(_produce(settings, realtime_events(1), 1))
     worker = WorkerProcess(settings, "bench-fresh").start()
     try:
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120, poll=0.2))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120, poll=0.2))
         lat = asyncio.run(_freshness(settings, rate, seconds, probes_per_s=5))
     finally:
         worker.terminate()
@@ -199,7 +198,7 @@ def access_log_run(base: Settings) -> dict[str, Any] | None:
     """Replay of the public Apache access log (10k lines, 4 days) through the pipeline."""
     if not ACCESS_LOG.exists():
         return None
-    dec = HitDecoder.for_settings(base)
+    dec = HITS.decoder(base, base.of(HITS))
     recs = list(read_hits([str(ACCESS_LOG)], "clf", dec, "semicomplete.com"))
     events = [(r.raw, r.key) for r in recs if isinstance(r, Accepted)]
     res = pipeline_run(base, "accesslog", events, 100)

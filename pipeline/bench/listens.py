@@ -29,16 +29,18 @@ import orjson
 from datasketch import HyperLogLog
 from pymongo import MongoClient
 
-from pipeline.aggregate.bloom import BloomSpec, contains
-from pipeline.aggregate.hll import Sketch, decode
-from pipeline.aggregate.listens import listen_fields, listen_id
 from pipeline.bench.common import embedded, latency_ms, step, write_results
-from pipeline.ingest.readers import Accepted, Refused, read_lastfm
+from pipeline.core.bloom import BloomSpec, contains
+from pipeline.core.hll import Sketch, decode
+from pipeline.files import Accepted, Refused
+from pipeline.kinds.listens import KIND as LISTENS
+from pipeline.kinds.listens.files import read_lastfm
+from pipeline.kinds.listens.layout import listen_fields, listen_id
+from pipeline.kinds.listens.query import top_tags
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import EventProducer
-from pipeline.query.listens import top_tags
+from pipeline.producer import send_lines
 from pipeline.settings import Settings
-from pipeline.sinks.mongo import mongo_client
+from pipeline.store.client import mongo_client
 from pipeline.worker.process import WorkerProcess
 
 LASTFM = Path(__file__).resolve().parents[2].parent / "shared/data/lastfm-2k/user_taggedartists.dat"
@@ -80,12 +82,6 @@ def sizes() -> dict[str, Any]:
     return out
 
 
-async def _send(settings: Settings, events: list[tuple[bytes, bytes]]) -> None:
-    async with EventProducer(settings, settings.listens_topic, 100) as p:
-        for line, key in events:
-            await p.send_raw(line, key)
-
-
 def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
     """The real data set through one worker, then accuracy, false positives and latency."""
     if not LASTFM.exists():
@@ -99,18 +95,19 @@ def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
     for raw, _ in events:
         e = orjson.loads(raw)
         exact[(e["user"], e["tag"])].add(e["song"])
-    asyncio.run(_send(settings, events[:1]))
+    asyncio.run(send_lines(settings, settings.topic("listens"), events[:1]))
     w = WorkerProcess(settings, "bench-listens").start()
     try:
-        asyncio.run(wait_caught_up(settings, [settings.listens_topic], timeout=120, poll=0.2))
+        asyncio.run(wait_caught_up(settings, [settings.topic("listens")], timeout=120, poll=0.2))
         began = time.perf_counter()
-        asyncio.run(_send(settings, events[1:]))
-        asyncio.run(wait_caught_up(settings, [settings.listens_topic], timeout=1800, poll=0.2))
+        asyncio.run(send_lines(settings, settings.topic("listens"), events[1:]))
+        asyncio.run(wait_caught_up(settings, [settings.topic("listens")], timeout=1800, poll=0.2))
         took = time.perf_counter() - began
     finally:
         w.terminate()
     f = listen_fields(settings.schema)
-    spec = BloomSpec.for_capacity(settings.listen_heard_capacity, settings.listen_heard_fpr)
+    ls = settings.of(LISTENS)
+    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     coll = client[settings.db][f["collection"]]
     bands: dict[str, list[float]] = defaultdict(list)
@@ -179,8 +176,8 @@ def heard_fpr_at_capacity(capacity: int, p: float, probes: int = 100_000) -> flo
     """False-positive rate of one "heard" filter holding exactly its capacity."""
     spec = BloomSpec.for_capacity(capacity, p)
     words: dict[str, int] = {}
-    from pipeline.aggregate.bloom import members_bits
-    from pipeline.aggregate.keys import to_int64
+    from pipeline.core.bloom import members_bits
+    from pipeline.core.ids import to_int64
 
     words = {str(w): to_int64(m) for w, m in members_bits(range(capacity), spec).items()}
     return sum(contains(words, spec, x) for x in range(10**9, 10**9 + probes)) / probes

@@ -34,15 +34,17 @@ import bson
 import orjson
 from pymongo import MongoClient
 
-from pipeline.aggregate.hits import HitCounts
 from pipeline.bench.common import coll_stats, embedded, step, timed_worker_run, write_results
-from pipeline.ingest.hits import HitDecoder
-from pipeline.ingest.readers import Accepted, read_hits
-from pipeline.names import NameCache, NameStore
-from pipeline.names.props import PropKeys, namespace_limit
-from pipeline.schemas import field_names, hits_fields
+from pipeline.files import Accepted
+from pipeline.kinds.hits.aggregate import HitCounts
+from pipeline.kinds.hits.decode import HitDecoder
+from pipeline.kinds.hits.files import read_hits
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.props import PropKeys, namespace_limit
 from pipeline.settings import Settings
-from pipeline.sinks.mongo import mongo_client
+from pipeline.store.client import mongo_client
+from pipeline.store.names import NameCache, NameStore
+from pipeline.store.names.store import names_fields
 
 ACCESS_LOG = Path(__file__).resolve().parents[2].parent / "shared/data/access-logs/apache_logs"
 SITE = "semicomplete.com"
@@ -72,7 +74,7 @@ def doc_sizes(settings: Settings) -> dict[str, Any]:
         db = client[settings.db]
         f = hits_fields(settings.schema)
         sizes = [len(bson.encode(d)) for d in db[f.daily.collection].find()]
-        names = field_names("names", settings.schema)["collection"]
+        names = names_fields(settings.schema)["collection"]
         return {
             "daily_docs": len(sizes),
             "daily_bson_bytes_mean": round(statistics.fmean(sizes), 1),
@@ -90,7 +92,7 @@ def variant(base: Settings, mode: str, props: bool, events: list[tuple[bytes, by
     """One worker over the events in one schema mode: throughput, then document sizes."""
     tag = f"{mode}-{'props' if props else 'plain'}"
     settings = base.named(f"bprops-{tag}").with_(schema=mode)
-    took = timed_worker_run(settings, settings.hits_topic, events, f"bench-{tag}")
+    took = timed_worker_run(settings, settings.topic("hits"), events, f"bench-{tag}")
     return {
         "mode": mode,
         "props": props,

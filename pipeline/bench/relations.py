@@ -29,21 +29,24 @@ import bson
 import orjson
 from pymongo import ASCENDING, InsertOne, MongoClient
 
-from pipeline.aggregate.bloom import contains
-from pipeline.aggregate.keys import id_bytes
-from pipeline.aggregate.relations import relation_sides
 from pipeline.bench.common import coll_stats, embedded, latency_ms, step, timed_worker_run, write_results
-from pipeline.ingest.readers import Accepted, read_movielens
-from pipeline.query.relations import related_items
+from pipeline.core.bloom import contains
+from pipeline.core.ids import id_bytes
+from pipeline.files import Accepted
+from pipeline.kinds.impressions import KIND as IMPRESSIONS
+from pipeline.kinds.relations import KIND as RELATIONS
+from pipeline.kinds.relations.files import read_movielens
+from pipeline.kinds.relations.layout import relation_sides
+from pipeline.kinds.relations.query import related_items
 from pipeline.settings import Settings
-from pipeline.sinks.mongo import mongo_client
+from pipeline.store.client import mongo_client
 
 MOVIELENS = Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k/u.data"
 
 
 def impressions(base: Settings, n: int) -> dict[str, Any]:
     """Throughput and sizes of impression counting."""
-    settings = base.with_(impressions_topic="bench-imp", group_id="bench-imp", db="bench_imp")
+    settings = base.with_(group_id="bench-imp", db="bench_imp").with_stream(IMPRESSIONS, topic="bench-imp")
     rng = random.Random(1)
     now = time.time()
     items = [rng.paretovariate(1.2) for _ in range(2_000)]
@@ -53,7 +56,7 @@ def impressions(base: Settings, n: int) -> dict[str, Any]:
         events.append(
             (orjson.dumps({"user": user, "item": item, "ts": now - rng.random() * 3600}), id_bytes(user))
         )
-    took = timed_worker_run(settings, settings.impressions_topic, events, "bench-imp")
+    took = timed_worker_run(settings, settings.topic("impressions"), events, "bench-imp")
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     db = client[settings.db]
     sample = list(db.imp_pairs.aggregate([{"$sample": {"size": 1000}}]))
@@ -83,12 +86,16 @@ def relations(base: Settings, queries: int) -> dict[str, Any] | None:
     """False-positive rates, sizes and query latency on MovieLens 100k."""
     if not MOVIELENS.exists():
         return None
-    settings = base.with_(relations_topic="bench-rel", group_id="bench-rel", db="bench_rel")
+    settings = base.with_(group_id="bench-rel", db="bench_rel")
+    settings = settings.with_stream(RELATIONS, topic="bench-rel")
     recs = [r for r in read_movielens([str(MOVIELENS)]) if isinstance(r, Accepted)]
     pairs = {(e["user"], e["item"]) for e in (orjson.loads(r.raw) for r in recs)}
-    took = timed_worker_run(settings, settings.relations_topic, [(r.raw, r.key) for r in recs], "bench-rel")
+    took = timed_worker_run(
+        settings, settings.topic("relations"), [(r.raw, r.key) for r in recs], "bench-rel"
+    )
     s = settings
-    sides = relation_sides(s.relation_user_capacity, s.relation_item_capacity, s.relation_fpr, s.schema)
+    rs = s.of(RELATIONS)
+    sides = relation_sides(rs.user_capacity, rs.item_capacity, rs.fpr, s.schema)
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     db = client[settings.db]
     users = {d["_id"]: d for d in db.rel_users.find()}
@@ -120,7 +127,7 @@ def relations(base: Settings, queries: int) -> dict[str, Any] | None:
             "fpr_overall": round(fp_total / probes, 5),
             "fpr_mean_per_filter": round(statistics.mean(rates), 5),
             "fpr_max_per_filter": round(max(rates), 5),
-            "filters_above_target": sum(r > settings.relation_fpr for r in rates),
+            "filters_above_target": sum(r > settings.of(RELATIONS).fpr for r in rates),
             "bson_bytes_per_doc_mean": round(statistics.mean(len(bson.encode(d)) for d in docs.values()), 1),
         }
     # exact junction collection in the same store, indexed both ways

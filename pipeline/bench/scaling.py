@@ -30,13 +30,14 @@ from typing import Any
 
 from pipeline.bench.common import embedded, write_results
 from pipeline.bench.hits import realtime_events
-from pipeline.ops.audit import audit_hits
+from pipeline.kinds.hits import KIND as HITS
+from pipeline.kinds.hits.audit import audit_hits
+from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import EventProducer
-from pipeline.schemas import hits_fields
+from pipeline.producer import send_lines
 from pipeline.services.embedded import EmbeddedServices, free_port
 from pipeline.settings import Settings
-from pipeline.sinks.mongo import mongo_client
+from pipeline.store.client import mongo_client
 from pipeline.worker.process import WorkerProcess
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -64,9 +65,8 @@ def _assigned(port: int) -> int:
 
 
 def _settings_for(base: Settings, name: str) -> Settings:
-    return base.with_(
-        hits_topic=f"bench-{name}", group_id=f"bench-{name}", db=f"bench_{name}".replace("-", "_")
-    )
+    settings = base.with_(group_id=f"bench-{name}", db=f"bench_{name}".replace("-", "_"))
+    return settings.with_stream(HITS, topic=f"bench-{name}")
 
 
 def _start_sharing(settings: Settings, workers: int, name: str, poll: float) -> list[WorkerProcess]:
@@ -95,16 +95,16 @@ def run(
     """Time ``events`` through ``workers`` replicas, from first send to all committed."""
     name = f"{base.db}-scale{workers}"
     settings = _settings_for(base, name)
-    asyncio.run(_produce(settings, events[:1]))  # creates the topic
+    asyncio.run(send_lines(settings, settings.topic("hits"), events[:1]))  # creates the topic
     procs = _start_sharing(settings, workers, name, 0.5)
     try:
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120, poll=0.2))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120, poll=0.2))
         cpu0 = _cpu(procs, svc)
         me0 = time.process_time()
         busy0, total0 = machine_busy()
         started = time.perf_counter()
-        asyncio.run(_produce(settings, events[1:]))
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=900, poll=0.1))
+        asyncio.run(send_lines(settings, settings.topic("hits"), events[1:]))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=900, poll=0.1))
         took = time.perf_counter() - started
         busy1, total1 = machine_busy()
         cpu1 = _cpu(procs, svc)
@@ -131,14 +131,14 @@ def drain(
     """Drain mode: a produced backlog consumed by ``workers`` replicas; ledger events per second."""
     name = f"{base.db}-drain{workers}"
     settings = _settings_for(base, name)
-    asyncio.run(_produce(settings, events))
+    asyncio.run(send_lines(settings, settings.topic("hits"), events))
     procs = _start_sharing(settings, workers, name, 0.05)
     try:
         cpu0 = _cpu(procs, svc)
         counted0 = asyncio.run(_ledger_events(settings))
         busy0, total0 = machine_busy()
         started = time.perf_counter()
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=900, poll=0.1))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=900, poll=0.1))
         took = time.perf_counter() - started
         busy1, total1 = machine_busy()
         cpu1 = _cpu(procs, svc)
@@ -166,12 +166,6 @@ async def _ledger_events(settings: Settings) -> int:
         return ledger_totals(await read_ledger(client[settings.db], settings.group_id)).events
     finally:
         await client.close()
-
-
-async def _produce(settings: Settings, events: list[tuple[bytes, bytes]]) -> None:
-    async with EventProducer(settings, settings.hits_topic, 100) as p:
-        for line, key in events:
-            await p.send_raw(line, key)
 
 
 async def _audit(settings: Settings, events: list[tuple[bytes, bytes]]) -> list[str]:

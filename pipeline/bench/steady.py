@@ -34,17 +34,17 @@ from typing import Any
 import orjson
 from pymongo import MongoClient
 
-from pipeline.aggregate.hits import Key
 from pipeline.bench.common import embedded, step, write_results
-from pipeline.ingest.timeparse import minute_of
-from pipeline.ops.audit import audit_hits
+from pipeline.core.times import minute_of
+from pipeline.kinds.hits.aggregate import Key
+from pipeline.kinds.hits.audit import audit_hits
+from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
-from pipeline.schemas import hits_fields
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
-from pipeline.sinks.mongo import mongo_client
-from pipeline.sinks.offsets import OFFSETS_COLLECTION
+from pipeline.store.client import mongo_client
+from pipeline.store.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
 
 Events = list[tuple[bytes, bytes]]
@@ -298,7 +298,7 @@ def backfill(base: Settings, events: int = 1_200_000, days: int = 30, pages: int
     began = time.monotonic()
 
     async def produce() -> None:
-        async with EventProducer(settings, settings.hits_topic, 100) as p:
+        async with EventProducer(settings, settings.topic("hits"), 100) as p:
             start = end - days * 86400
             for i in range(events):
                 # a log replayed in time order (up to a minute out of order), as a backfill is
@@ -314,7 +314,7 @@ def backfill(base: Settings, events: int = 1_200_000, days: int = 30, pages: int
     try:
         _wait_assigned(port)
         started = time.monotonic()
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=1800, poll=0.5))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=1800, poll=0.5))
         took = time.monotonic() - started
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             metrics = r.read().decode()

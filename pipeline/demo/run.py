@@ -13,19 +13,20 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.demo.traffic import generate
-from pipeline.ingest.hits import HitDecoder
-from pipeline.ingest.readers import Accepted, read_hits
+from pipeline.files import Accepted
+from pipeline.kinds.hits import KIND as HITS
+from pipeline.kinds.hits.files import read_hits
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.query import busiest_page, hits_series
+from pipeline.kinds.hits.query_props import prop_counts
+from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.producer import produce_records
-from pipeline.query.hits import busiest_page, hits_series
-from pipeline.query.props import prop_counts
 from pipeline.query.render import plot_png, sparkline
-from pipeline.schemas import hits_fields
 from pipeline.services.embedded import EmbeddedServices, for_embedded
 from pipeline.settings import Settings
-from pipeline.sinks.mongo import mongo_client
+from pipeline.store.client import mongo_client
 from pipeline.worker.process import WorkerProcess
 
 
@@ -51,7 +52,7 @@ async def _demo(
     now = time.time()
     traffic = None
     if files:
-        decoder = HitDecoder.for_settings(settings)
+        decoder = HITS.decoder(settings, settings.of(HITS))
         records = list(read_hits(files, fmt, decoder, site))
         expected: int | None = sum(isinstance(r, Accepted) for r in records)
         print(f"replaying {len(records)} lines from {', '.join(files)}")
@@ -63,13 +64,13 @@ async def _demo(
             f"generated {traffic.valid} hits on 3 sites over 3 days (5% late, out of order) "
             f"and {sum(traffic.bad.values())} bad lines {dict(traffic.bad)}"
         )
-    summary = await produce_records(settings, settings.hits_topic, records)
+    summary = await produce_records(settings, settings.topic("hits"), records)
     print(summary.text())
 
     worker = WorkerProcess(settings, "demo-worker").start()
     started = time.monotonic()
     try:
-        await wait_caught_up(settings, [settings.hits_topic], timeout=600)
+        await wait_caught_up(settings, [settings.topic("hits")], timeout=600)
         took = time.monotonic() - started
     finally:
         worker.terminate()

@@ -10,7 +10,7 @@ processes while a known stream is produced at a steady pace:
 * restart any worker that exits on its own (fenced: 75; injected fault: 137).
 
 When production ends, the last faults are cleared, the group catches up, and every
-counter is audited against the truth (:mod:`pipeline.ops.audit`), together with the
+counter is audited against the truth (:mod:`pipeline.kinds.hits.audit`), together with the
 per-worker event totals and dead-letter counts of the ops documents.
 """
 
@@ -24,14 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.demo.traffic import generate
-from pipeline.ops.audit import audit_hits
+from pipeline.kinds.hits.audit import audit_hits
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import group_lag
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.producer import EventProducer
-from pipeline.schemas import hits_fields
 from pipeline.settings import Settings
-from pipeline.sinks.mongo import mongo_client
+from pipeline.store.client import mongo_client
 from pipeline.worker.flusher import EXIT_FENCED
 from pipeline.worker.process import WorkerProcess
 
@@ -69,7 +69,7 @@ def _produce_paced(settings: Settings, lines: list[tuple[bytes, bytes]], duratio
         chunks = 40
         step = max(1, len(lines) // chunks)
         began = time.monotonic()
-        async with EventProducer(settings, settings.hits_topic, pack) as p:
+        async with EventProducer(settings, settings.topic("hits"), pack) as p:
             for i in range(0, len(lines), step):
                 for line, key in lines[i : i + step]:
                     await p.send_raw(line, key)
@@ -179,7 +179,7 @@ def _catch_up(settings: Settings, crew: _Crew, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         crew.reap()
-        lags = asyncio.run(group_lag(settings, [settings.hits_topic]))
+        lags = asyncio.run(group_lag(settings, [settings.topic("hits")]))
         if lags and all(p.lag == 0 for p in lags):
             return
         if time.monotonic() > deadline:

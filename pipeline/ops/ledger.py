@@ -1,7 +1,7 @@
 """Read the partition ledgers (``preagg_offsets``): exact per-partition progress of a group.
 
 Each flush adds its figures to the ledger documents of its partitions in the same
-transaction as its aggregates (:mod:`pipeline.sinks.offsets`), so these totals are
+transaction as its aggregates (:mod:`pipeline.store.offsets`), so these totals are
 exactly what MongoDB holds: status, the chaos audit and the demo read them here.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.sinks.offsets import OFFSETS_COLLECTION
+from pipeline.store.offsets import OFFSETS_COLLECTION
 
 
 @dataclass
@@ -25,11 +25,6 @@ class LedgerTotals:
     docs: int = 0
     flushes: int = 0
     last_flush_at: float = 0.0
-
-    @property
-    def rejected_total(self) -> int:
-        """Refused events over all reasons."""
-        return sum(self.rejected.values())
 
 
 async def read_ledger(

@@ -16,36 +16,29 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import faust
 from faust.types import TP, EventT, StreamT
+from prometheus_client.core import Metric
 from pymongo import AsyncMongoClient
 
+from pipeline.core.fields import check_mode
 from pipeline.kafka import ensure_topics
-from pipeline.names import NameCache
-from pipeline.schemas import check_mode, hits_fields
+from pipeline.kinds import Kind, Stream, StreamContext, load_kinds
 from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
-from pipeline.sinks.mongo import (
-    EXACTLY_ONCE,
-    MongoSink,
-    claim_schema_mode,
-    ensure_hits_indexes,
-    ensure_impression_indexes,
-    ensure_listen_indexes,
-    mongo_client,
-    supports_transactions,
-)
+from pipeline.store.client import mongo_client
+from pipeline.store.meta import claim_schema_mode, ensure_indexes, supports_transactions
+from pipeline.store.sink import EXACTLY_ONCE, MongoSink
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.faults import fault_hook
 from pipeline.worker.flusher import Flusher, OnGap, exit_to_resume
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
 from pipeline.worker.shutdown import BoundedWorker
-from pipeline.worker.streams import stream_specs
 
 log = logging.getLogger("preagg.worker")
 
@@ -120,14 +113,16 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
 
     on_gap = _gap_handler(app, sink)
 
-    streams, names = stream_specs(settings, db)
+    kinds = load_kinds(settings.kinds)
+    ctx = StreamContext(settings, check_mode(settings.schema), db)
+    streams = [(kind, kind.stream(ctx, settings.of(kind))) for kind in kinds]
     flushers: list[Flusher[Any]] = []
     #: Set when a batch is sealed at its commit bound: the flush loop commits it at once.
     sealed = asyncio.Event()
-    for spec in streams:
+    for kind, stream in streams:
         flusher: Flusher[Any] = Flusher(
-            spec.name,
-            spec.factory,
+            kind.name,
+            stream.factory,
             sink,
             send_dead,
             ack,
@@ -135,16 +130,18 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             settings.fields_per_update,
             fault=fault,
             on_gap=on_gap,
-            prepare=spec.prepare,
+            before_plan=stream.before_plan,
+            before_plan_label=stream.before_plan_label,
             bound=CommitBound(
                 settings.commit_max_docs, settings.commit_max_bytes, settings.commit_target_seconds
             ),
             on_sealed=sealed.set,
         )
         flushers.append(flusher)
-        _add_agent(app, spec.name, spec.topic, settings.partitions, flusher)
+        _add_agent(app, kind.name, settings.of(kind).topic, settings.partitions, flusher)
 
-    _add_web_pages(app, settings, flushers, names, started)
+    extra_metrics = [stream.metrics for _, stream in streams if stream.metrics is not None]
+    _add_web_pages(app, settings, flushers, extra_metrics, started)
 
     async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
         # Positions may have moved while another worker held a partition: reload lazily.
@@ -155,11 +152,11 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
 
     @app.task
     async def prepare() -> None:
-        await prepare_store(settings, client, names)
+        await prepare_store(settings, client, streams)
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,
-            ", ".join(spec.topic for spec in streams),
+            ", ".join(settings.stream_topics),
             settings.db,
             settings.commit_mode,
             settings.web_port or "off",
@@ -198,7 +195,11 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
 
 
 def _add_web_pages(
-    app: faust.App, settings: Settings, flushers: list[Flusher[Any]], names: NameCache, started: float
+    app: faust.App,
+    settings: Settings,
+    flushers: list[Flusher[Any]],
+    extra_metrics: list[Callable[[], Iterable[Metric]]],
+    started: float,
 ) -> None:
     """Prometheus ``/metrics`` and ``/health`` on the worker's web server."""
 
@@ -213,7 +214,7 @@ def _add_web_pages(
                     out[key] = max(0, hw - (f.consumed.get(key) or f.positions.get(key) or 0))
         return out
 
-    collector = WorkerCollector(flushers, consumer_lag, started, names)
+    collector = WorkerCollector(flushers, consumer_lag, started, extra_metrics)
 
     @app.page("/metrics")
     async def metrics(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
@@ -228,9 +229,9 @@ def _add_web_pages(
 
 
 async def prepare_store(
-    settings: Settings, client: AsyncMongoClient[dict[str, Any]], names: NameCache
+    settings: Settings, client: AsyncMongoClient[dict[str, Any]], streams: Sequence[tuple[Kind[Any], Stream]]
 ) -> None:
-    """Checks and indexes before the first flush: transactions, schema mode, indexes."""
+    """Checks and indexes before the first flush: transactions, field-name mode, each kind's indexes."""
     db = client[settings.db]
     mode = check_mode(settings.schema)
     if settings.commit_mode == EXACTLY_ONCE and not await supports_transactions(client, settings.db):
@@ -251,10 +252,10 @@ async def prepare_store(
             mode,
         )
         raise SystemExit(2)
-    await ensure_hits_indexes(db, hits_fields(mode))
-    await names.store.ensure_indexes()
-    await ensure_impression_indexes(db, mode)
-    await ensure_listen_indexes(db, mode)
+    for kind, stream in streams:
+        await ensure_indexes(db, kind.indexes(mode))
+        if stream.setup is not None:
+            await stream.setup()
 
 
 def _gap_handler(app: faust.App, sink: MongoSink) -> OnGap:

@@ -2,7 +2,7 @@
 
 Per source partition a batch keeps the offsets it covers (``[first, last]``) and
 the stored position it started from (``start``): together they are the fence its
-commit checks and moves (see :mod:`pipeline.sinks.offsets`).
+commit checks and moves (see :mod:`pipeline.store.offsets`).
 
 A batch also keeps the messages it took (their events as bytes, their ack
 handles) until it commits, so that a batch too large or too slow to commit can be
@@ -14,30 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
-from pipeline.aggregate.updates import DocUpdate
-from pipeline.ingest.validate import Rejection
-from pipeline.sinks.offsets import Fence
+from pipeline.core.aggregator import Aggregator
+from pipeline.store.offsets import TP, Fence
 from pipeline.worker.deadletter import DeadLetter
 
-
-class Aggregator(Protocol):
-    """Per-window state of one stream kind (initialize = construct, agg = ingest, result = plan)."""
-
-    def ingest(self, raw: bytes) -> Rejection | None: ...
-
-    def __len__(self) -> int: ...
-
-    def documents(self) -> int:
-        """At least the number of documents :meth:`plan` writes (cheap: called per message)."""
-        ...
-
-    def plan(self) -> list[DocUpdate]: ...
-
-
 A = TypeVar("A", bound=Aggregator)
-TP = tuple[str, int]
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from pipeline.ingest.validate import Rejection
+from pipeline.core.rejection import Rejection
 
 
 @dataclass(frozen=True, slots=True)

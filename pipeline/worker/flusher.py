@@ -16,7 +16,7 @@ fence); only then ack its Kafka messages so that Faust commits their offsets.
   the agent stops consuming once pending items reach the bound (backpressure).
 * Every commit is bounded (:mod:`pipeline.worker.bounds`): a batch is sealed once
   its documents or estimated bytes reach the commit bound, and a commit that fails
-  because it is too large or too slow (:func:`pipeline.sinks.errors.shrinks`) is
+  because it is too large or too slow (:func:`pipeline.store.errors.shrinks`) is
   split into two contiguous halves instead of being sent again as it was.
 
 See docs/exactly-once.md for the argument in full.
@@ -34,11 +34,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol
 
-from pipeline.aggregate.updates import DocUpdate, split_wide
-from pipeline.ingest.envelope import unpack
-from pipeline.sinks.errors import CommitTooLarge, shrinks
-from pipeline.sinks.offsets import Committed, Fence, FenceConflict
-from pipeline.worker.batch import TP, A, PendingBatch, new_batch
+from pipeline.core.envelope import unpack
+from pipeline.core.updates import DocUpdate, split_wide
+from pipeline.store.errors import CommitTooLarge, shrinks
+from pipeline.store.offsets import TP, Committed, Fence, FenceConflict
+from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.positions import Positions
@@ -131,7 +131,8 @@ class Flusher(Generic[A]):
         fault: Fault | None = None,
         on_fenced: Callable[[FenceConflict], None] | None = None,
         on_gap: OnGap | None = None,
-        prepare: Callable[[A], Awaitable[object]] | None = None,
+        before_plan: Callable[[A], Awaitable[object]] | None = None,
+        before_plan_label: str = "before plan",
         bound: CommitBound | None = None,
         on_sealed: Callable[[], None] | None = None,
     ) -> None:
@@ -147,7 +148,9 @@ class Flusher(Generic[A]):
         self._on_fenced = on_fenced or exit_fenced
         self._on_gap = on_gap
         #: I/O a batch needs before it can plan (the name store's tokens), retried as writes are.
-        self._prepare = prepare
+        #: A step the kind runs on a batch before its plan (hits: resolve name-store tokens).
+        self._before_plan = before_plan
+        self._before_plan_label = before_plan_label
         #: When a batch is sealed (documents, bytes, time per commit).
         self.bound = bound or CommitBound(2000, 8_000_000, 5.0)
         self._on_sealed = on_sealed or (lambda: None)
@@ -295,9 +298,9 @@ class Flusher(Generic[A]):
         """Commit one batch and ack it; or return its two halves when it must be split."""
         started = time.monotonic()
         rejected = batch.rejected_by_reason()
-        if self._prepare is not None:
-            prepare, aggregate = self._prepare, batch.aggregate
-            await self._retry("name store", lambda: prepare(aggregate), batch.events)
+        if self._before_plan is not None:
+            step, aggregate = self._before_plan, batch.aggregate
+            await self._retry(self._before_plan_label, lambda: step(aggregate), batch.events)
         plan = batch.aggregate.plan()
         docs = len(plan)
         fences = batch.fences(docs)

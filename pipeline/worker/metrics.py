@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pipeline.names import NameCache
 from pipeline.worker.flusher import LATENCY_BUCKETS, Flusher
 
 #: ``(topic, partition) -> messages behind the partition's end`` for assigned partitions.
@@ -73,10 +72,11 @@ class WorkerCollector(Collector):
         flushers: Sequence[Flusher[Any]],
         lag: LagSource,
         started: float | None = None,
-        names: NameCache | None = None,
+        extra: Sequence[Callable[[], Iterable[Metric]]] = (),
     ) -> None:
         self.flushers = flushers
-        self.names = names
+        #: Metrics the kinds add (hits: the name store's).
+        self.extra = extra
         self.lag = lag
         self.started = started if started is not None else time.time()
 
@@ -157,22 +157,8 @@ class WorkerCollector(Collector):
         yield from (events, skipped, rejected, flushes, retries, docs, latency, pending, bound, paused)
         yield from (paused_s, since, lag)
         yield from (family for family, _ in commit_series)
-        if self.names is not None:
-            yield from name_store_metrics(self.names)
-
-
-def name_store_metrics(names: NameCache) -> Iterator[Metric]:
-    """Round trips of the name store (none in a steady stream) and names counted as ``other``."""
-    reads = CounterMetricFamily("preagg_name_store_reads", "Bulk reads of the name store")
-    reads.add_metric([], names.store.reads)
-    writes = CounterMetricFamily("preagg_name_store_writes", "Appends and document creations")
-    writes.add_metric([], names.store.writes)
-    other = CounterMetricFamily(
-        "preagg_name_overflow",
-        "Names past their namespace's limit, counted as 'other' (once per flush they appear in)",
-    )
-    other.add_metric([], names.overflow_names)
-    yield from (reads, writes, other)
+        for more in self.extra:
+            yield from more()
 
 
 def exposition(collector: WorkerCollector) -> bytes:

@@ -9,14 +9,14 @@ The authority on "counted" is the offsets document MongoDB stores with each flus
 * A batch remembers, per partition, the cursor it started from: the value MongoDB
   must still hold when the batch commits (the fence).
 
-Pure logic: loading from and writing to MongoDB live in :mod:`pipeline.sinks.offsets`.
+Pure logic: loading from and writing to MongoDB live in :mod:`pipeline.store.offsets`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-TP = tuple[str, int]
+from pipeline.store.offsets import TP
 
 
 class Positions:

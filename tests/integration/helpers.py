@@ -9,18 +9,16 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 
-from pipeline.cli import on_db
+from pipeline.cli_common import on_db
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import EventProducer
+from pipeline.producer import send_lines
 from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
 
 
 async def produce(settings: Settings, lines: Iterable[tuple[bytes, bytes]], pack: int) -> None:
-    async with EventProducer(settings, settings.hits_topic, pack) as p:
-        for line, key in lines:
-            await p.send_raw(line, key)
+    await send_lines(settings, settings.topic("hits"), lines, pack)
 
 
 def run_worker_to_end(
@@ -29,7 +27,7 @@ def run_worker_to_end(
     """Start a worker, wait until the group committed everything, SIGTERM it (exit code 0)."""
     w = WorkerProcess(settings, name).start()
     try:
-        asyncio.run(wait_caught_up(settings, topics or [settings.hits_topic], timeout=timeout))
+        asyncio.run(wait_caught_up(settings, topics or [settings.topic("hits")], timeout=timeout))
     finally:
         rc = w.terminate()
     assert rc == 0, w.log_path.read_text()[-3000:]

@@ -10,8 +10,8 @@ import json
 import sys
 import time
 
-from pipeline.names import NameCache, NameStore
-from pipeline.sinks.mongo import mongo_client
+from pipeline.store.client import mongo_client
+from pipeline.store.names import NameCache, NameStore
 
 
 async def main(url: str, db: str, mode: str, cap: int, limit: int, start: float, names: list[str]) -> None:

@@ -21,10 +21,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pipeline.aggregate.bloom import BloomSpec, contains_value, filter_value
-from pipeline.aggregate.hll import decode
-from pipeline.aggregate.keys import id_bytes
-from pipeline.aggregate.listens import listen_fields, listen_id
+from pipeline.core.bloom import BloomSpec, contains_value, filter_value
+from pipeline.core.hll import decode
+from pipeline.core.ids import id_bytes
+from pipeline.kinds.listens import KIND as LISTENS
+from pipeline.kinds.listens.layout import listen_fields, listen_id
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.producer import EventProducer
@@ -56,7 +57,7 @@ def listens_round(rng: random.Random, truth: dict[tuple[int, int], set[int]]) ->
 
 
 async def send(settings: Settings, lines: list[bytes]) -> None:
-    async with EventProducer(settings, settings.listens_topic, PACK) as p:
+    async with EventProducer(settings, settings.topic("listens"), PACK) as p:
         for line in lines:
             await p.send_raw(line, id_bytes(int(orjson.loads(line)["user"])))
 
@@ -69,9 +70,9 @@ def test_flushes_touching_thousands_of_stored_documents_stay_bounded_and_exact(s
     worker = WorkerProcess(settings, "bounded").start()
     try:
         asyncio.run(send(settings, first))
-        asyncio.run(wait_caught_up(settings, [settings.listens_topic], timeout=300))
+        asyncio.run(wait_caught_up(settings, [settings.topic("listens")], timeout=300))
         asyncio.run(send(settings, second))  # the same 3,000 documents, now stored: read-modify-write
-        asyncio.run(wait_caught_up(settings, [settings.listens_topic], timeout=300))
+        asyncio.run(wait_caught_up(settings, [settings.topic("listens")], timeout=300))
     finally:
         rc = worker.terminate()
     log = worker.log_path.read_text()
@@ -88,7 +89,8 @@ def test_flushes_touching_thousands_of_stored_documents_stay_bounded_and_exact(s
     print(f"\n{len(commits)} commits, {log.count('split into')} split for their size, max {max(commits)}")
 
     f = listen_fields(settings.schema)
-    spec = BloomSpec.for_capacity(settings.listen_heard_capacity, settings.listen_heard_fpr)
+    ls = settings.of(LISTENS)
+    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
 
     def check(db):  # type: ignore[no-untyped-def]
         async def run():  # type: ignore[no-untyped-def]
@@ -129,7 +131,7 @@ def test_sigterm_with_broker_and_store_gone_exits_within_the_bound(tmp_path: Pat
     worker = WorkerProcess(settings, "stopper").start()
     try:
         asyncio.run(produce(settings, lines[:300], 10))
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120))
         svc.stop_store()
         asyncio.run(produce(settings, lines[300:], 10))  # consumed, never committable
         time.sleep(3.0)

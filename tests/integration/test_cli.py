@@ -125,7 +125,7 @@ def test_produce_and_query_impressions_and_relations(settings: Settings, tmp_pat
     )
     out = preagg(settings, "produce", "impressions", str(imps))
     assert "sent 3 events" in out and "rejected 1 lines: schema=1" in out
-    run_worker_to_end(settings, topics=[settings.impressions_topic, settings.relations_topic])
+    run_worker_to_end(settings, topics=[settings.topic("impressions"), settings.topic("relations")])
 
     assert json.loads(preagg(settings, "query", "impressions", "--user", "1", "--json")) == [
         {"item": 10, "count": 2}

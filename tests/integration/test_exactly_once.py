@@ -1,7 +1,7 @@
 """Exactly-once on the real services: crashes inside and right after a flush's commit, then a chaos drill.
 
 Every test ends with an audit of every stored counter against the truth
-(:func:`pipeline.ops.audit.audit_hits`) and of the partition ledgers' event totals.
+(:func:`pipeline.kinds.hits.audit.audit_hits`) and of the partition ledgers' event totals.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import urllib.request
 
 import pytest
 
-from pipeline.demo.traffic import Traffic, generate
-from pipeline.ops.audit import audit_hits
+from pipeline.kinds.hits.audit import audit_hits
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.traffic import Traffic, generate
 from pipeline.ops.chaos import run_chaos
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.schemas import hits_fields
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
@@ -65,7 +65,7 @@ def test_crash_around_commit_counts_every_event_once(settings: Settings, fault: 
     try:
         from pipeline.ops.lag import wait_caught_up
 
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=180))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10).read().decode()
     finally:
         assert w.terminate() == 0, w.log_path.read_text()[-3000:]
@@ -96,7 +96,7 @@ def test_metrics_and_health_endpoints(settings: Settings) -> None:
     try:
         from pipeline.ops.lag import wait_caught_up
 
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120))
         time.sleep(1.0)
         with urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10) as r:
             content_type = r.headers["Content-Type"]

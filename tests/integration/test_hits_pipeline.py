@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from pipeline.demo.traffic import generate
-from pipeline.ingest.readers import hit_key
-from pipeline.ingest.timeparse import minute_of
+from pipeline.core.times import minute_of
+from pipeline.kinds.hits.files import hit_key
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.query import hits_series
+from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.query.hits import hits_series
 from pipeline.query.series import floor
-from pipeline.schemas import hits_fields
 from pipeline.settings import Settings
 
 from .helpers import dead_letters, produce, run_worker_to_end, with_db
@@ -103,7 +103,7 @@ def test_exact_counts_by_minute_hour_day_month_and_dead_letters(settings: Settin
     assert counted_dead == dict(expected_dead)
     letters = dead_letters(settings)
     assert Counter(d["reason"] for d in letters) == expected_dead
-    assert all(d["topic"] == settings.hits_topic and "detail" in d for d in letters)
+    assert all(d["topic"] == settings.topic("hits") and "detail" in d for d in letters)
     assert any(d.get("raw_b64") for d in letters)  # the non-UTF-8 line kept byte for byte
     import base64
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pipeline.aggregate.keys import id_bytes
-from pipeline.aggregate.relations import relation_sides
+from pipeline.core.ids import id_bytes
+from pipeline.kinds.impressions.query import items_of_user, top_items, users_of_item
+from pipeline.kinds.relations import KIND as RELATIONS
+from pipeline.kinds.relations.layout import relation_sides
+from pipeline.kinds.relations.query import related_items, related_users
 from pipeline.producer import EventProducer
-from pipeline.query.impressions import items_of_user, top_items, users_of_item
-from pipeline.query.relations import related_items, related_users
 from pipeline.settings import Settings
 
 from .helpers import run_worker_to_end, with_db
@@ -51,8 +52,8 @@ def test_impression_counts_exact_with_multiplicity_and_queries(settings: Setting
         keys.append(id_bytes(user))
     lines.append(b'{"user": 1, "item": 2, "ts": "yesterday"}')
     keys.append(b"x")
-    asyncio.run(send(settings, settings.impressions_topic, lines, keys))
-    run_worker_to_end(settings, topics=[settings.impressions_topic])
+    asyncio.run(send(settings, settings.topic("impressions"), lines, keys))
+    run_worker_to_end(settings, topics=[settings.topic("impressions")])
 
     async def check(db):  # type: ignore[no-untyped-def]
         for user in ("alice", 3):
@@ -77,15 +78,15 @@ def test_impression_counts_exact_with_multiplicity_and_queries(settings: Setting
 
 
 def test_relations_no_false_negatives_bounded_false_positives_and_cli(settings: Settings) -> None:
-    settings = settings.with_(relation_user_capacity=60, relation_item_capacity=60, relation_fpr=0.01)
+    settings = settings.with_stream(RELATIONS, user_capacity=60, item_capacity=60, fpr=0.01)
     rng = random.Random(8)
     related: set[tuple[int, int]] = set()
     while len(related) < 2_000:
         related.add((rng.randrange(60), rng.randrange(80)))
     lines = [orjson.dumps({"user": u, "item": i}) for u, i in sorted(related)]
     lines += lines[:100]  # duplicates change nothing
-    asyncio.run(send(settings, settings.relations_topic, lines, [b"k"] * len(lines)))
-    run_worker_to_end(settings, topics=[settings.relations_topic])
+    asyncio.run(send(settings, settings.topic("relations"), lines, [b"k"] * len(lines)))
+    run_worker_to_end(settings, topics=[settings.topic("relations")])
     sides = relation_sides(60, 60, 0.01)
 
     async def check(db):  # type: ignore[no-untyped-def]

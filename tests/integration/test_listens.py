@@ -11,10 +11,11 @@ from datetime import UTC, date, datetime, timedelta
 import orjson
 import pytest
 
-from pipeline.aggregate.bloom import BloomSpec
-from pipeline.aggregate.keys import id_bytes
+from pipeline.core.bloom import BloomSpec
+from pipeline.core.ids import id_bytes
+from pipeline.kinds.listens import KIND as LISTENS
+from pipeline.kinds.listens.query import heard, recommend, top_tags
 from pipeline.producer import EventProducer
-from pipeline.query.listens import heard, recommend, top_tags
 from pipeline.settings import Settings
 
 from .helpers import run_worker_to_end, with_db
@@ -43,13 +44,14 @@ def test_top_tags_and_heard_against_truth(settings: Settings, schema: str) -> No
     lines.append(b'{"user": 1, "tag": "rock", "song": 1}')  # no ts: dead letter
 
     async def send() -> None:
-        async with EventProducer(settings, settings.listens_topic, 50) as p:
+        async with EventProducer(settings, settings.topic("listens"), 50) as p:
             for line in lines:
                 await p.send_raw(line, id_bytes(1))
 
     asyncio.run(send())
-    run_worker_to_end(settings, topics=[settings.listens_topic])
-    spec = BloomSpec.for_capacity(settings.listen_heard_capacity, settings.listen_heard_fpr)
+    run_worker_to_end(settings, topics=[settings.topic("listens")])
+    ls = settings.of(LISTENS)
+    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
 
     def exact(tag: str, days: int) -> int:
         lo = TODAY - timedelta(days=days - 1)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from pipeline.names.layout import OTHER
-from pipeline.schemas import field_names
 from pipeline.settings import Settings
+from pipeline.store.names.layout import OTHER
+from pipeline.store.names.store import names_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def _register_concurrently(
 
 
 def _docs(settings: Settings) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    f = field_names("names", settings.schema)
+    f = names_fields(settings.schema)
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     try:
         docs = list(client[settings.db][f["collection"]].find({f["namespace"]: "n/site"}))

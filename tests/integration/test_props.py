@@ -13,16 +13,18 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.ingest.readers import hit_key
 from pipeline.kafka import partition_for
-from pipeline.names.layout import OTHER
+from pipeline.kinds.hits import KIND as HITS
+from pipeline.kinds.hits.files import hit_key
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.query import hits_series
+from pipeline.kinds.hits.query_props import OTHER_LABEL, prop_counts
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.query.hits import hits_series
-from pipeline.query.props import OTHER_LABEL, prop_counts
-from pipeline.schemas import field_names, hits_fields
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
+from pipeline.store.names.layout import OTHER
+from pipeline.store.names.store import names_fields
 from pipeline.worker.process import WorkerProcess
 
 from .helpers import dead_letters, produce, run_worker_to_end, with_db
@@ -78,9 +80,8 @@ def expected(times1: int, times2: int) -> Counter[tuple[str, str]]:
 
 @pytest.mark.parametrize("schema", ["compact", "readable"])
 def test_props_counted_per_day_under_tokens_with_limits(settings: Settings, schema: str) -> None:
-    settings = settings.with_(
-        schema=schema, props_max_names=3, props_max_values=2, name_store_doc_cap=2, props_max_bytes=20
-    )
+    settings = settings.with_(schema=schema, name_store_doc_cap=2)
+    settings = settings.with_stream(HITS, props_max_names=3, props_max_values=2, props_max_bytes=20)
     asyncio.run(produce(settings, hits(PHASE1, 10), pack=7))
     run_worker_to_end(settings)
     oversize = orjson.dumps(
@@ -96,7 +97,7 @@ def test_props_counted_per_day_under_tokens_with_limits(settings: Settings, sche
             db, "sh.op", "/b", date(2020, 1, 31), date(2020, 1, 31), "country", fields
         )
         series = await hits_series(db, "sh.op", None, DAYS[0], DAYS[1], "day", fields)
-        names = field_names("names", schema)
+        names = names_fields(schema)
         stored = [d async for d in db[names["collection"]].find()]
         sample = await db[fields.daily.collection].find_one({})
         rejected = ledger_totals(await read_ledger(db, settings.group_id)).rejected
@@ -116,7 +117,7 @@ def test_props_counted_per_day_under_tokens_with_limits(settings: Settings, sche
     assert got["hits"] == 10 * len(PHASE1) + 6 * len(PHASE2)
     assert got["rejected"] == {"props": 1}
     assert [d["reason"] for d in dead_letters(settings)] == ["props"]
-    nf = field_names("names", schema)
+    nf = names_fields(schema)
     for d in got["stored"]:
         assert len(d[nf["list"]]) <= d[nf["cap"]] <= 2
     by_ns: dict[str, list[str]] = {}
@@ -181,7 +182,7 @@ def _assigned(port: int) -> list[str]:
 
 def test_three_worker_processes_meet_the_same_1000_new_names_at_once(settings: Settings) -> None:
     """Real workers, one per partition, each flushing the same 1,000 unseen names in its first batch."""
-    settings = settings.with_(props_max_per_event=32, name_store_doc_cap=100)
+    settings = settings.with_(name_store_doc_cap=100).with_stream(HITS, props_max_per_event=32)
     names = [f"attr-{i:04d}" for i in range(1000)]
     ports = [free_port() for _ in range(3)]
     workers = [WorkerProcess(settings.with_(web_port=p), f"w{i}").start() for i, p in enumerate(ports)]
@@ -189,7 +190,7 @@ def test_three_worker_processes_meet_the_same_1000_new_names_at_once(settings: S
         deadline = time.monotonic() + 120
         last: list[list[str]] = []
         while True:  # every worker holds hits partitions, the same as a poll ago: the group is settled
-            held = [sorted(a for a in _assigned(p) if a.startswith(settings.hits_topic)) for p in ports]
+            held = [sorted(a for a in _assigned(p) if a.startswith(settings.topic("hits"))) for p in ports]
             if all(held) and held == last:
                 break
             assert time.monotonic() < deadline, held
@@ -219,7 +220,7 @@ def test_three_worker_processes_meet_the_same_1000_new_names_at_once(settings: S
                     )
                 )
         asyncio.run(produce(settings, lines, pack=100))
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=300))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=300))
     finally:
         codes = [w.terminate() for w in workers]
     assert codes == [0, 0, 0]

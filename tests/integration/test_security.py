@@ -13,7 +13,7 @@ import uuid
 import pytest
 from pymongo import MongoClient
 
-from pipeline.demo.traffic import generate
+from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
@@ -41,7 +41,7 @@ def test_mongo_credentials_work_and_stay_secret(settings: Settings) -> None:
     asyncio.run(produce(secured, traffic.lines, pack=20))
     w = WorkerProcess(secured, "secured").start()
     try:
-        asyncio.run(wait_caught_up(secured, [secured.hits_topic], timeout=120))
+        asyncio.run(wait_caught_up(secured, [secured.topic("hits")], timeout=120))
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{secured.web_port}/metrics", timeout=5).read()
         health = urllib.request.urlopen(f"http://127.0.0.1:{secured.web_port}/health", timeout=5).read()
     finally:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo.traffic import generate
-from pipeline.ops.audit import audit_hits
+from pipeline.kinds.hits.audit import audit_hits
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.schemas import hits_fields
 from pipeline.services.embedded import EmbeddedServices, for_embedded, free_port
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
@@ -82,7 +82,7 @@ def test_store_down_20s_pauses_at_bound_then_resumes_exactly(tmp_path: Path) -> 
     worker = WorkerProcess(settings, "outage").start()
     try:
         asyncio.run(produce(settings, first, PACK))
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=120))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120))
         rss_before = rss_kib(worker.pid)
 
         svc.stop_store()
@@ -98,7 +98,7 @@ def test_store_down_20s_pauses_at_bound_then_resumes_exactly(tmp_path: Path) -> 
             statuses.add(health(web))
         producer.join()
         svc.start_store()
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=180))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
         assert health(web) == 200
     finally:
         rc = worker.terminate()

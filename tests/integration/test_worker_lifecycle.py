@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from pipeline.demo.traffic import generate
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import group_lag, wait_caught_up
-from pipeline.schemas import hits_fields
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
 
@@ -37,12 +37,12 @@ def test_sigterm_mid_stream_then_restart_loses_nothing(settings: Settings) -> No
     asyncio.run(produce(settings, traffic.lines[half:], pack=20))  # more arrives while it runs
     assert w.terminate() == 0, w.log_path.read_text()[-3000:]
     stopped_at = with_db(settings, _total)
-    lag = sum(p.lag for p in asyncio.run(group_lag(settings, [settings.hits_topic])))
+    lag = sum(p.lag for p in asyncio.run(group_lag(settings, [settings.topic("hits")])))
     assert stopped_at < traffic.valid and lag > 0, "the stop should have landed mid-stream"
 
     w2 = WorkerProcess(settings, "second").start()
     try:
-        asyncio.run(wait_caught_up(settings, [settings.hits_topic], timeout=180))
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
     finally:
         assert w2.terminate() == 0
     assert with_db(settings, _total) == traffic.valid

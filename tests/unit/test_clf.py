@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.ingest.clf import ClfError, parse_line
+from pipeline.kinds.hits.clf import ClfError, parse_line
 
 GOOD = (
     '83.149.9.216 - - [17/May/2015:10:05:03 +0000] "GET /presentations/kibana-search.png HTTP/1.1" '

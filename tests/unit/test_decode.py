@@ -1,8 +1,8 @@
 import orjson
 
-from pipeline.ingest.envelope import pack, unpack
-from pipeline.ingest.hits import HitDecoder
-from pipeline.ingest.validate import Rejection
+from pipeline.core.envelope import pack, unpack
+from pipeline.core.rejection import Rejection
+from pipeline.kinds.hits.decode import HitDecoder
 
 NOW = 1_700_000_000.0
 

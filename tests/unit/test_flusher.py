@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from pymongo.errors import OperationFailure
 
-from pipeline.aggregate.hits import HitCounts
-from pipeline.aggregate.updates import DocUpdate
-from pipeline.ingest.hits import HitDecoder
-from pipeline.schemas import hits_fields
-from pipeline.sinks.offsets import Committed, Fence, FenceConflict, check_fences
+from pipeline.core.updates import DocUpdate
+from pipeline.kinds.hits.aggregate import HitCounts
+from pipeline.kinds.hits.decode import HitDecoder
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.store.offsets import Committed, Fence, FenceConflict, check_fences
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
@@ -273,7 +273,8 @@ def test_name_store_failures_are_retried_before_the_commit_and_nothing_is_lost()
         ack,
         max_pending_keys=100,
         max_backoff=0.01,
-        prepare=prepare,
+        before_plan=prepare,
+        before_plan_label="name store",
     )
 
     async def go() -> None:

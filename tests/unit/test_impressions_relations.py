@@ -10,16 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.aggregate.bloom import BloomSpec, contains, members_bits
-from pipeline.aggregate.impressions import ImpressionCounts, impression_fields
-from pipeline.aggregate.keys import pair_key, to_int64
-from pipeline.aggregate.relations import RelationFilters, relation_sides
-from pipeline.ingest.impressions import ImpressionDecoder, RelationDecoder
-from pipeline.ingest.readers import Accepted, Refused, Skipped, read_movielens
+from pipeline.core.bloom import BloomSpec, contains, members_bits
+from pipeline.core.ids import pair_key, to_int64
+from pipeline.files import Accepted, Refused, Skipped
+from pipeline.kinds.impressions.aggregate import ImpressionCounts
+from pipeline.kinds.impressions.decode import ImpressionDecoder
+from pipeline.kinds.impressions.layout import impression_fields
+from pipeline.kinds.relations.aggregate import RelationFilters
+from pipeline.kinds.relations.decode import RelationDecoder
+from pipeline.kinds.relations.files import read_movielens
+from pipeline.kinds.relations.layout import relation_sides
 
 KEYS_SCRIPT = (
-    "from pipeline.aggregate.keys import pair_key; "
-    "print([pair_key(1, 2), pair_key('u', 'ä'), pair_key(7, '7')])"
+    "from pipeline.core.ids import pair_key; print([pair_key(1, 2), pair_key('u', 'ä'), pair_key(7, '7')])"
 )
 
 

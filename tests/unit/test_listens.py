@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from bson import Binary
 
-from pipeline.aggregate.bloom import (
+from pipeline.core.bloom import (
     BloomSpec,
     contains_value,
     filter_bytes,
@@ -16,11 +16,13 @@ from pipeline.aggregate.bloom import (
     masks_value,
     members_bits,
 )
-from pipeline.aggregate.hll import DENSE, EXPLICIT, EXPLICIT_MAX, SPARSE, Sketch, decode
-from pipeline.aggregate.keys import to_int64
-from pipeline.aggregate.listens import ListenSketches, day_and_slot, listen_fields, merge_slot
-from pipeline.ingest.impressions import ListenDecoder
-from pipeline.ingest.readers import Accepted, Refused, read_lastfm
+from pipeline.core.hll import DENSE, EXPLICIT, EXPLICIT_MAX, SPARSE, Sketch, decode
+from pipeline.core.ids import to_int64
+from pipeline.files import Accepted, Refused
+from pipeline.kinds.listens.aggregate import ListenSketches, day_and_slot, merge_slot
+from pipeline.kinds.listens.decode import ListenDecoder
+from pipeline.kinds.listens.files import read_lastfm
+from pipeline.kinds.listens.layout import listen_fields
 
 
 def sketch_of(items: range | list[int]) -> Sketch:
@@ -96,7 +98,7 @@ def test_plan_merges_into_stored_document() -> None:
     out = u.compute(stored)
     slot = out[f"{F['slots']}.4"]
     assert slot[F["date"]] == "20251120"
-    from pipeline.aggregate.hll import song_hash
+    from pipeline.core.hll import song_hash
 
     hashes = decode(bytes(slot[F["sketch"]])).hashes or set()
     assert len(hashes) == 8 and song_hash(99) not in hashes  # the older week's song is not in the slot

@@ -3,8 +3,8 @@ import sys
 
 from aiokafka.partitioner import DefaultPartitioner
 
-from pipeline.ingest.readers import hit_key
 from pipeline.kafka import partition_for
+from pipeline.kinds.hits.files import hit_key
 
 
 def test_partition_matches_kafka_default_partitioner() -> None:

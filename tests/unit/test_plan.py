@@ -1,11 +1,12 @@
 from collections import Counter
 from datetime import UTC, datetime
 
-from pipeline.aggregate.hits import HitCounts, daily_id, escape_site, monthly_id, plan_hits
-from pipeline.aggregate.updates import split_wide
-from pipeline.ingest.hits import HitDecoder
-from pipeline.ingest.timeparse import minute_of
-from pipeline.schemas import hits_fields
+from pipeline.core.ids import escape_part
+from pipeline.core.times import minute_of
+from pipeline.core.updates import split_wide
+from pipeline.kinds.hits.aggregate import HitCounts, plan_hits
+from pipeline.kinds.hits.decode import HitDecoder
+from pipeline.kinds.hits.layout import daily_id, hits_fields, monthly_id
 
 F = hits_fields("readable")
 
@@ -41,7 +42,7 @@ def test_one_upsert_per_document_with_combined_increments() -> None:
 def test_ids_are_unambiguous_with_slashes_in_site() -> None:
     d = datetime(2020, 1, 2).date()
     assert daily_id(d, "a/b", "/c") != daily_id(d, "a", "/b/c")
-    assert escape_site("x%2Fy/z") == "x%252Fy%2Fz"
+    assert escape_part("x%2Fy/z") == "x%252Fy%2Fz"
     assert monthly_id(d, "s", "/p") == "202001/s//p"
 
 

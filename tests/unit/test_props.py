@@ -6,12 +6,14 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline.aggregate.hits import HitCounts
-from pipeline.ingest.clf import agent_family, clf_props, parse_line
-from pipeline.ingest.hits import HitDecoder
-from pipeline.ingest.validate import Rejection
-from pipeline.names.cache import NameCache
-from pipeline.names.layout import (
+from pipeline.core.rejection import Rejection
+from pipeline.kinds.hits.aggregate import HitCounts
+from pipeline.kinds.hits.clf import agent_family, clf_props, parse_line
+from pipeline.kinds.hits.decode import HitDecoder
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.props import PropKeys, namespace_limit
+from pipeline.store.names.cache import NameCache
+from pipeline.store.names.layout import (
     OTHER,
     READABLE_OTHER,
     Namespace,
@@ -22,8 +24,7 @@ from pipeline.names.layout import (
     unescape_key,
     values_namespace,
 )
-from pipeline.names.props import PropKeys, namespace_limit
-from pipeline.schemas import field_names, hits_fields
+from pipeline.store.names.store import names_fields
 
 T = datetime(2020, 3, 1, 12, 30, tzinfo=UTC).timestamp()
 
@@ -105,7 +106,7 @@ def test_readable_keys_escape_and_round_trip() -> None:
 
 
 def doc(ns: str, seq: int, least: int, cap: int, names: list[str]) -> dict[str, Any]:
-    f = field_names("names", "readable")
+    f = names_fields("readable")
     return {
         "_id": doc_id(ns, seq),
         f["namespace"]: ns,
@@ -116,7 +117,7 @@ def doc(ns: str, seq: int, least: int, cap: int, names: list[str]) -> dict[str, 
 
 
 def test_learn_gives_positions_and_detects_torn_reads() -> None:
-    f = field_names("names", "readable")
+    f = names_fields("readable")
     ns = learn("n", [doc("n", 1, 2, 2, ["c"]), doc("n", 0, 0, 2, ["a", "b"])], f)
     assert ns is not None and ns.tokens == {"a": 0, "b": 1, "c": 2}
     assert (ns.seq, ns.least, ns.cap, ns.length, ns.size) == (1, 2, 2, 1, 3)
@@ -137,7 +138,7 @@ class FakeStore:
     """The name store's three operations on a dict, with its guards (the cache's logic without a server)."""
 
     def __init__(self) -> None:
-        self.f = field_names("names", "readable")
+        self.f = names_fields("readable")
         self.docs: dict[str, dict[str, Any]] = {}
         self.reads = self.writes = 0
 

@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from pipeline.aggregate.bloom import BloomSpec
-from pipeline.aggregate.impressions import ImpressionCounts, impression_fields
-from pipeline.aggregate.listens import ListenSketches
-from pipeline.aggregate.relations import RelationFilters, relation_sides
-from pipeline.ingest.impressions import ImpressionDecoder, ListenDecoder, RelationDecoder
-from pipeline.schemas import SCHEMA_MODES, check_mode, collection_kinds, field_names, schema_table
+from pipeline.core.bloom import BloomSpec
+from pipeline.core.fields import FIELD_MODES, STORE_SCHEMAS, check_mode, documents, field_names, schema_table
+from pipeline.kinds import REGISTRY, kind_named
+from pipeline.kinds.impressions.aggregate import ImpressionCounts
+from pipeline.kinds.impressions.decode import ImpressionDecoder
+from pipeline.kinds.impressions.layout import impression_fields
+from pipeline.kinds.listens.aggregate import ListenSketches
+from pipeline.kinds.listens.decode import ListenDecoder
+from pipeline.kinds.relations.aggregate import RelationFilters
+from pipeline.kinds.relations.decode import RelationDecoder
+from pipeline.kinds.relations.layout import relation_sides
+
+FOLDERS = [kind_named(k).folder for k in REGISTRY] + [STORE_SCHEMAS]
+
+
+def folder_of(doc: str) -> Path:
+    return next(folder for folder in FOLDERS if doc in documents(folder))
 
 
 def test_every_kind_has_distinct_short_names_and_readable_names_are_the_keys() -> None:
-    for kind in collection_kinds():
-        compact, readable = field_names(kind, "compact"), field_names(kind, "readable")
+    docs = [(folder, doc) for folder in FOLDERS for doc in documents(folder)]
+    collections = [documents(folder)[doc]["collection"] for folder, doc in docs]
+    assert len(set(collections)) == len(collections), "two kinds write one collection"
+    for folder, kind in docs:
+        compact, readable = field_names(folder, kind, "compact"), field_names(folder, kind, "readable")
         assert compact["collection"] == readable["collection"]
         fields = [k for k in compact if k != "collection"]
         assert all(readable[k] == k for k in fields)
@@ -24,8 +40,8 @@ def test_every_kind_has_distinct_short_names_and_readable_names_are_the_keys() -
 
 
 def test_schema_table_lists_every_field_with_a_meaning() -> None:
-    for mode in SCHEMA_MODES:
-        rows = schema_table(mode)
+    for mode in FIELD_MODES:
+        rows = schema_table(FOLDERS, mode)
         assert {r["collection"] for r in rows} >= {
             "hits_daily",
             "hits_monthly",
@@ -41,9 +57,11 @@ def test_schema_table_lists_every_field_with_a_meaning() -> None:
         check_mode("short")
 
 
-@pytest.mark.parametrize("mode", SCHEMA_MODES)
+@pytest.mark.parametrize("mode", FIELD_MODES)
 def test_writers_use_the_modes_names(mode: str) -> None:
-    f = field_names
+    def f(doc: str, mode: str) -> dict[str, str]:
+        return field_names(folder_of(doc), doc, mode)
+
     imp = ImpressionCounts(ImpressionDecoder(1000, 300, clock=lambda: 2e9), impression_fields(mode))
     assert imp.ingest(b'{"user": 1, "item": 2, "ts": 1.7e9}') is None
     written = {k for u in imp.plan() for k in (*u.set_on_insert, *u.inc)}

@@ -1,6 +1,6 @@
 from datetime import UTC, datetime
 
-from pipeline.cli import parse_time
+from pipeline.cli_common import parse_time
 from pipeline.query.series import buckets, floor, zero_filled
 
 

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from dataclasses import fields
+from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 
-from pipeline.settings import Settings, SettingsError
+from pipeline.kinds import load_kinds
+from pipeline.kinds.hits import KIND as HITS
+from pipeline.kinds.listens import KIND as LISTENS
+from pipeline.kinds.relations import KIND as RELATIONS
+from pipeline.settings import BUILTIN_KINDS, Settings, SettingsError, _parse
 
 
 def test_bad_variables_name_themselves() -> None:
@@ -22,3 +30,58 @@ def test_bad_variables_name_themselves() -> None:
         with pytest.raises(SettingsError, match=re.escape(says)):
             Settings.from_env(env)
     assert Settings.from_env({"PREAGG_SCHEMA": "readable"}).schema == "readable"
+
+
+def test_every_setting_is_read_with_its_annotated_type() -> None:
+    s = Settings.from_env(
+        {
+            "PREAGG_COMMIT_MAX_DOCS": "300",
+            "PREAGG_COMMIT_TIMEOUT": "12.5",
+            "PREAGG_MAX_FIELDS_PER_UPDATE": "0",
+            "PREAGG_HOME": "/tmp/x",
+            "PREAGG_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "PREAGG_HITS_PROPS_MAX_NAMES": "7",
+            "PREAGG_RELATIONS_FPR": "0.01",
+            "PREAGG_LISTENS_HLL_PRECISION": "10",
+            "PREAGG_IMPRESSIONS_TOPIC": "imp-x",
+        }
+    )
+    assert (s.commit_max_docs, s.commit_timeout, s.max_fields_per_update) == (300, 12.5, 0)
+    assert s.home == Path("/tmp/x") and s.kafka_security_protocol == "SASL_SSL"
+    assert s.of(HITS).props_max_names == 7 and s.of(HITS).topic == "hits"
+    assert s.of(RELATIONS).fpr == 0.01 and s.of(LISTENS).hll_precision == 10
+    assert s.topic("impressions") == "imp-x"
+    with pytest.raises(
+        SettingsError, match=re.escape("PREAGG_HITS_PROPS_MAX_BYTES='big': expected an integer")
+    ):
+        Settings.from_env({"PREAGG_HITS_PROPS_MAX_BYTES": "big"})
+    with pytest.raises(
+        SettingsError, match="PREAGG_KAFKA_SECURITY_PROTOCOL='TLS': expected one of PLAINTEXT"
+    ):
+        Settings.from_env({"PREAGG_KAFKA_SECURITY_PROTOCOL": "TLS"})
+
+
+def test_no_setting_has_a_type_the_environment_cannot_give() -> None:
+    """A new setting of an unsupported type fails here, not silently as a str at run time."""
+    for cls in (Settings, *(k.settings_type for k in load_kinds(BUILTIN_KINDS))):
+        hints = get_type_hints(cls)
+        for f in fields(cls):
+            if f.metadata.get("env") is not False:
+                with contextlib.suppress(SettingsError):  # a bad value is fine; a TypeError is not
+                    _parse(f.name, "1", hints[f.name])
+
+
+def test_kinds_are_chosen_by_name_or_module_path_and_round_trip_to_a_child_process() -> None:
+    s = Settings.from_env({"PREAGG_KINDS": "hits, listens", "PREAGG_LISTENS_HEARD_FPR": "0.02"})
+    assert s.kinds == ("hits", "listens")
+    assert s.stream_topics == ["hits", "listens"]
+    again = Settings.from_env(s.to_env())
+    assert again.kinds == s.kinds and again.of(LISTENS).heard_fpr == 0.02 and again.streams == s.streams
+    tagged = s.named("t1")
+    assert tagged.stream_topics == ["hits-t1", "listens-t1"] and tagged.of(LISTENS).heard_fpr == 0.02
+    with pytest.raises(SettingsError, match="unknown stream kind 'clicks'"):
+        Settings.from_env({"PREAGG_KINDS": "hits,clicks"})
+    with pytest.raises(SettingsError, match="named twice"):
+        Settings.from_env({"PREAGG_KINDS": "hits,pipeline.kinds.hits:KIND"})
+    plugin = Settings.from_env({"PREAGG_KINDS": "pipeline.kinds.relations:KIND"})
+    assert plugin.stream_topics == ["relations"]

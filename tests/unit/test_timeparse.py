@@ -2,7 +2,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.ingest.timeparse import TimeError, minute_of, parse_ts
+from pipeline.core.times import TimeError, minute_of, parse_ts
 
 
 def test_iso_with_offset_and_z_and_epoch_agree() -> None:

@@ -1,1 +1,0 @@
-"""Pure in-memory aggregation and flush planning (no I/O)."""

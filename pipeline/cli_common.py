@@ -1,0 +1,70 @@
+"""Helpers every ``preagg`` subcommand shares, the kinds' own included: settings, times, ids, output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+from pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from pymongo.asynchronous.database import AsyncDatabase
+
+_REL = re.compile(r"^now(?:([+-])(\d+)([smhdw]))?$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+T = TypeVar("T")
+Db: TypeAlias = "AsyncDatabase[dict[str, Any]]"
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """``now``, ``now-60m``, ``now-2d``, an ISO date or datetime (UTC unless an offset is given)."""
+    now = now or datetime.now(UTC)
+    m = _REL.match(text.strip())
+    if m:
+        sign, n, unit = m.groups()
+        delta = timedelta(**{_UNITS[unit]: int(n)}) if n else timedelta()
+        return now + delta if sign == "+" else now - delta
+    dt = datetime.fromisoformat(text)
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
+
+
+def command_settings(resolve: bool = True) -> Settings:
+    """The environment's settings, with the embedded services' URLs filled in when none is set."""
+    from pipeline.services import resolve as resolve_urls
+
+    s = Settings.from_env()
+    return resolve_urls(s) if resolve else s
+
+
+def on_db(s: Settings, query: Callable[[Db], Awaitable[T]]) -> T:
+    """Run one async query against the configured database, then close the client."""
+    from pipeline.store.client import mongo_client
+
+    async def run() -> T:
+        client = mongo_client(s.mongo_url or "")
+        try:
+            return await query(client[s.db])
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def parse_id(text: str) -> int | str:
+    """A user or item id from the command line: digits are an integer id, anything else a string."""
+    return int(text) if text.isdigit() and len(text) < 10 else text
+
+
+def print_rows(rows: list[tuple[Any, Any]], as_json: bool, header: tuple[str, str]) -> None:
+    """Two-column rows as JSON objects or an aligned table."""
+    if as_json:
+        print(json.dumps([{header[0]: a, header[1]: b} for a, b in rows]))
+        return
+    print(f"{header[0]:>20}  {header[1]}")
+    for a, b in rows:
+        print(f"{a!s:>20}  {b}")

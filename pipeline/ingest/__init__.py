@@ -1,1 +1,0 @@
-"""Pure input handling: time parsing, validation, envelopes, file formats."""

@@ -1,0 +1,62 @@
+"""The registry of stream kinds: one folder each under ``pipeline/kinds/``, one line each here.
+
+``PREAGG_KINDS`` picks the kinds a deployment runs, by these names or as
+``module:attribute`` of a :class:`~pipeline.kinds.kind.Kind` defined elsewhere (a
+plugin, or a test's example kind). See docs/design.md, "Adding a stream kind".
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
+
+from pipeline.kinds.kind import Kind, Stream, StreamContext
+from pipeline.settings import SettingsError
+
+#: Built-in kind name → the module whose ``KIND`` it is (imported on first use).
+REGISTRY: dict[str, str] = {
+    "hits": "pipeline.kinds.hits",
+    "impressions": "pipeline.kinds.impressions",
+    "relations": "pipeline.kinds.relations",
+    "listens": "pipeline.kinds.listens",
+}
+
+
+@cache
+def kind_named(spec: str) -> Kind[Any]:
+    """The kind a ``PREAGG_KINDS`` entry names: a registered name or ``module:attribute``."""
+    if ":" in spec:
+        module, _, attr = spec.partition(":")
+    elif spec in REGISTRY:
+        module, attr = REGISTRY[spec], "KIND"
+    else:
+        raise SettingsError(
+            f"PREAGG_KINDS: unknown stream kind {spec!r}: "
+            f"expected one of {', '.join(REGISTRY)} or module:attribute"
+        )
+    kind = getattr(importlib.import_module(module), attr)
+    if not isinstance(kind, Kind):
+        raise SettingsError(f"PREAGG_KINDS: {spec}: {kind!r} is not a stream Kind")
+    return kind
+
+
+def load_kinds(specs: Iterable[str]) -> list[Kind[Any]]:
+    """The kinds of ``specs`` in order; two kinds with one name are refused."""
+    kinds = [kind_named(s) for s in specs]
+    names = [k.name for k in kinds]
+    if len(set(names)) != len(names):
+        raise SettingsError(f"PREAGG_KINDS: stream kinds named twice: {', '.join(names)}")
+    return kinds
+
+
+def kind_in(specs: Iterable[str], name: str) -> Kind[Any]:
+    """The kind called ``name`` among those ``specs`` (``PREAGG_KINDS``) load."""
+    for kind in load_kinds(specs):
+        if kind.name == name:
+            return kind
+    raise SettingsError(f"stream kind {name!r} is not among PREAGG_KINDS ({', '.join(specs)})")
+
+
+__all__ = ["REGISTRY", "Kind", "Stream", "StreamContext", "kind_in", "kind_named", "load_kinds"]

@@ -1,0 +1,88 @@
+"""Web hits: per site/page, counts by minute, hour, day and month, and custom properties.
+
+Everything the kind is lives in this folder: settings (``PREAGG_HITS_*``), decoder,
+aggregator, document layout and indexes, file formats and partition key, queries
+and CLI subcommands; its event schema and field names in ``schemas/hits/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pipeline.core.fields import FieldMode, Index
+from pipeline.files import Record
+from pipeline.kinds.hits import cli, layout
+from pipeline.kinds.hits.aggregate import HitCounts
+from pipeline.kinds.hits.decode import HitDecoder
+from pipeline.kinds.hits.files import hit_key, read_hits
+from pipeline.kinds.hits.props import PropKeys, namespace_limit
+from pipeline.kinds.hits.settings import HitsSettings
+from pipeline.kinds.kind import Kind, Stream, StreamContext
+from pipeline.settings import Settings
+from pipeline.store.names import NameCache, NameStore
+from pipeline.store.names.metrics import name_store_metrics
+
+
+class Hits(Kind[HitsSettings]):
+    """The hits kind."""
+
+    name = "hits"
+    settings_type = HitsSettings
+    folder = layout.FOLDER
+    formats = ("jsonl", "clf")
+    about = "web hits: JSON lines, or access logs (clf)"
+
+    def decoder(self, settings: Settings, s: HitsSettings) -> HitDecoder:
+        return HitDecoder(
+            settings.max_event_bytes,
+            settings.future_skew,
+            max_props=s.props_max_per_event,
+            max_prop_bytes=s.props_max_bytes,
+        )
+
+    def stream(self, ctx: StreamContext, s: HitsSettings) -> Stream:
+        limit = namespace_limit(s.props_max_names, s.props_max_values)
+        names = NameCache(
+            NameStore(ctx.db, ctx.mode, ctx.settings.read_chunk), limit, ctx.settings.name_store_doc_cap
+        )
+        prop_keys = PropKeys(names, ctx.mode)
+        decoder, fields = self.decoder(ctx.settings, s), layout.hits_fields(ctx.mode)
+
+        async def resolve_props(agg: HitCounts) -> None:
+            if agg.props:
+                await prop_keys.resolve(agg.prop_pairs())
+
+        return Stream(
+            lambda: HitCounts(decoder, fields, prop_keys),
+            before_plan=resolve_props,
+            before_plan_label="name store",
+            setup=names.store.ensure_indexes,
+            metrics=lambda: name_store_metrics(names),
+        )
+
+    def indexes(self, mode: FieldMode) -> list[Index]:
+        return layout.indexes(mode)
+
+    def key(self, event: Any) -> bytes:
+        return hit_key(event[0], event[1])
+
+    def add_produce_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--site", help="site of clf lines (default: file name); fills missing sites")
+        parser.add_argument(
+            "--props",
+            action="store_true",
+            help="clf hits: add status, method, referrer host and user-agent family as custom properties",
+        )
+
+    def records(
+        self, paths: Iterable[str], fmt: str, settings: Settings, s: HitsSettings, args: argparse.Namespace
+    ) -> Iterator[Record]:
+        return read_hits(paths, fmt, self.decoder(settings, s), args.site, args.props)
+
+    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        cli.add_queries(sub)
+
+
+KIND = Hits()

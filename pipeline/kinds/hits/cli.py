@@ -1,0 +1,90 @@
+"""``preagg query hits`` and ``preagg query props``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline.cli_common import Db, command_settings, on_db, parse_time
+from pipeline.kinds.hits.layout import hits_fields
+
+
+def cmd_query_hits(args: argparse.Namespace) -> int:
+    """Zero-filled hit series of a site or page as a table, JSON, CSV and/or a PNG."""
+    from pipeline.kinds.hits.query import hits_series
+    from pipeline.query.render import as_csv, as_json, as_table, plot_png, sparkline
+
+    s = command_settings()
+    start, end = parse_time(args.start), parse_time(args.end)
+    if end < start:
+        print("--to is before --from", file=sys.stderr)
+        return 2
+
+    async def run(db: Db) -> list[tuple[datetime, int]]:
+        return await hits_series(db, args.site, args.page, start, end, args.by, hits_fields(s.schema))
+
+    series = on_db(s, run)
+    if args.json:
+        print(as_json(series))
+    elif args.csv:
+        print(as_csv(series), end="")
+    else:
+        print(as_table(series))
+        print(f"total {sum(n for _, n in series)}  " + sparkline([n for _, n in series]))
+    if args.plot:
+        title = f"{args.site}{args.page or ' (all pages)'}: hits per {args.by} (UTC)"
+        print(f"plot written to {plot_png(series, Path(args.plot), title)}", file=sys.stderr)
+    return 0
+
+
+def cmd_query_props(args: argparse.Namespace) -> int:
+    """Custom property counts of a site or page over a range of days."""
+    from pipeline.kinds.hits.query_props import prop_counts
+
+    s = command_settings()
+    start: date = args.start
+    end: date = args.end or start
+
+    async def run(db: Db) -> Any:
+        return await prop_counts(db, args.site, args.page, start, end, args.name, hits_fields(s.schema))
+
+    rows = on_db(s, run)
+    if args.json:
+        print(json.dumps([{"name": r.name, "value": r.value, "count": r.count} for r in rows]))
+        return 0
+    width = max([len(r.name) for r in rows] + [4])
+    print(f"{'name':<{width}}  {'count':>9}  value")
+    for r in rows:
+        print(f"{r.name:<{width}}  {r.count:>9}  {r.value}")
+    return 0
+
+
+def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The hits kind's ``preagg query`` subcommands."""
+    qh = qsub.add_parser("hits", help="zero-filled hit series of a site or page")
+    qh.add_argument("--site", required=True)
+    qh.add_argument("--page", help="one page (default: all pages of the site)")
+    qh.add_argument("--from", dest="start", default="now-60m", help="ISO time or now-60m (default)")
+    qh.add_argument("--to", dest="end", default="now", help="ISO time or now (default)")
+    qh.add_argument("--by", choices=["minute", "hour", "day", "month"], default="minute")
+    fmt = qh.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--csv", action="store_true")
+    qh.add_argument("--plot", metavar="FILE.png")
+    qh.set_defaults(func=cmd_query_hits)
+    qp = qsub.add_parser("props", help="custom property counts of a site or page over a range of days")
+    qp.add_argument("--site", required=True)
+    qp.add_argument("--page", help="one page (default: all pages of the site)")
+    qp.add_argument(
+        "--from", dest="start", type=date.fromisoformat, required=True, help="first UTC day, YYYY-MM-DD"
+    )
+    qp.add_argument(
+        "--to", dest="end", type=date.fromisoformat, help="last UTC day, YYYY-MM-DD (default: --from)"
+    )
+    qp.add_argument("--name", help="one property (default: all)")
+    qp.add_argument("--json", action="store_true")
+    qp.set_defaults(func=cmd_query_props)

@@ -1,0 +1,68 @@
+"""Decoding of hit events, custom properties included (pure)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import orjson
+
+from pipeline.core.decode import TimedDecoder
+from pipeline.core.fields import event_schema
+from pipeline.core.rejection import Rejection
+from pipeline.kinds.hits.layout import FOLDER
+
+Props = tuple[tuple[str, str], ...]
+"""A hit's custom properties as (name, value) pairs, values as text."""
+
+Hit = tuple[str, str, float, Props]
+
+
+def prop_text(value: object) -> str:
+    """A property value as counted: strings as they are, numbers and booleans as JSON text."""
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _oversize(name: str, value: str, limit: int) -> str | None:
+    """Which of a property's name and value is over ``limit`` UTF-8 bytes, if any (for the rejection)."""
+    for what, text in (("name", name), ("value", value)):
+        if len(text.encode("utf-8", "surrogatepass")) > limit:
+            return f"property {what} {text[:40]!r}..."
+    return None
+
+
+class HitDecoder(TimedDecoder):
+    """One line → :data:`Hit` ``(site, page, ts, props)``, or a :class:`Rejection`."""
+
+    def __init__(
+        self,
+        max_bytes: int,
+        future_skew: float,
+        clock: Callable[[], float] = time.time,
+        max_props: int = 32,
+        max_prop_bytes: int = 128,
+    ) -> None:
+        super().__init__("hit", event_schema(FOLDER), ("site", "page"), max_bytes, future_skew, clock)
+        self.max_props = max_props
+        self.max_prop_bytes = max_prop_bytes
+
+    def decode(self, raw: bytes) -> Hit | Rejection:
+        """The hit, or why it is refused."""
+        got = self.decode_event(raw)
+        if isinstance(got, Rejection):
+            return got
+        obj, ts = got
+        given = obj.get("props")
+        if not given:
+            return obj["site"], obj["page"], ts, ()
+        if len(given) > self.max_props:
+            return Rejection("props", f"{len(given)} properties > limit {self.max_props}", raw)
+        limit = self.max_prop_bytes
+        quarter = limit // 4  # UTF-8 takes at most 4 bytes a character: shorter text needs no encoding
+        props = []
+        for name, value in given.items():
+            text = value if value.__class__ is str else prop_text(value)
+            if (len(name) > quarter or len(text) > quarter) and (over := _oversize(name, text, limit)):
+                return Rejection("props", f"{over} over {limit} bytes", raw)
+            props.append((name, text))
+        return obj["site"], obj["page"], ts, tuple(props)

@@ -1,0 +1,100 @@
+"""The hits documents: field names, ``_id`` rules, the (site, page, date) filter and its index.
+
+Documents follow the seed "Pre-Aggregated Reports": one per site/page/UTC day
+(``hits_daily``) and one per site/page/UTC month (``hits_monthly``); both carry their
+metadata (date, site, page) under one field and have one compound index on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from functools import cache
+from typing import Any
+
+from pipeline.core.fields import SCHEMAS, FieldMode, Index, check_mode, field_names
+from pipeline.core.ids import escape_part
+
+#: ``schemas/hits``: the event JSON Schema and these documents' field names.
+FOLDER = SCHEMAS / "hits"
+
+
+def daily_id(day: date, site: str, page: str) -> str:
+    """``_id`` of a daily document: ``YYYYMMDD/<site>/<page>`` (site escaped)."""
+    return f"{day:%Y%m%d}/{escape_part(site)}/{page}"
+
+
+def monthly_id(day: date, site: str, page: str) -> str:
+    """``_id`` of a monthly document: ``YYYYMM/<site>/<page>`` (site escaped)."""
+    return f"{day:%Y%m}/{escape_part(site)}/{page}"
+
+
+@dataclass(frozen=True)
+class DailyFields:
+    """Stored names of the daily hits document."""
+
+    collection: str
+    metadata: str
+    date: str
+    site: str
+    page: str
+    total: str
+    hourly: str
+    minute: str
+    props: str
+
+
+@dataclass(frozen=True)
+class MonthlyFields:
+    """Stored names of the monthly hits document."""
+
+    collection: str
+    metadata: str
+    date: str
+    site: str
+    page: str
+    total: str
+    daily: str
+
+
+@dataclass(frozen=True)
+class HitsFields:
+    """Both hits documents' names, and the mode they come from, as one value to pass around."""
+
+    daily: DailyFields
+    monthly: MonthlyFields
+    mode: FieldMode = "compact"
+
+
+@cache
+def hits_fields(mode: str = "compact") -> HitsFields:
+    """Field names of the hits documents in ``mode``."""
+    return HitsFields(
+        daily=DailyFields(**field_names(FOLDER, "hits_daily", mode)),
+        monthly=MonthlyFields(**field_names(FOLDER, "hits_monthly", mode)),
+        mode=check_mode(mode),
+    )
+
+
+def site_filter(
+    f: DailyFields | MonthlyFields, site: str, page: str | None, first: datetime, last: datetime
+) -> dict[str, Any]:
+    """Filter on the (site, page, date) index: a site's (one page's) documents from ``first`` to ``last``."""
+    flt: dict[str, Any] = {f"{f.metadata}.{f.site}": site}
+    if page is not None:
+        flt[f"{f.metadata}.{f.page}"] = page
+    flt[f"{f.metadata}.{f.date}"] = {"$gte": first, "$lte": last}
+    return flt
+
+
+def indexes(mode: FieldMode) -> list[Index]:
+    """Compound (site, page, date) index on both hits collections, as the seed prescribes."""
+    fields = hits_fields(mode)
+    return [
+        Index(
+            f.collection,
+            ((f"{f.metadata}.{f.site}", 1), (f"{f.metadata}.{f.page}", 1), (f"{f.metadata}.{f.date}", 1)),
+            "site_page_date",
+        )
+        for f in (fields.daily, fields.monthly)
+    ]

@@ -1,0 +1,25 @@
+"""Settings of the hits stream (``PREAGG_HITS_*``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.settings import StreamSettings
+
+
+@dataclass(frozen=True)
+class HitsSettings(StreamSettings):
+    """Topic and custom-property limits of web hits."""
+
+    #: Topic of raw web hits.
+    topic: str = "hits"
+    #: Most distinct custom property names per site, and most distinct values per
+    #: property. Past them, new names (values) are counted under the token ``other``:
+    #: a producer sending unbounded names (a user id as a name) cannot grow the name
+    #: store or the documents without bound. Higher: more detail, bigger documents.
+    props_max_names: int = 1000
+    props_max_values: int = 10_000
+    #: Most custom properties on one hit, and longest property name or value in
+    #: UTF-8 bytes; a hit over either limit is dead-lettered (``props``).
+    props_max_per_event: int = 32
+    props_max_bytes: int = 128

@@ -1,0 +1,41 @@
+"""Impressions (user was shown item): counts per (user, item), per item and per item and day.
+
+Settings ``PREAGG_IMPRESSIONS_*``; event schema and field names in ``schemas/impressions/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pipeline.core.fields import FieldMode, Index
+from pipeline.kinds.impressions import cli, layout
+from pipeline.kinds.impressions.aggregate import ImpressionCounts
+from pipeline.kinds.impressions.decode import ImpressionDecoder
+from pipeline.kinds.impressions.settings import ImpressionsSettings
+from pipeline.kinds.kind import Kind, Stream, StreamContext
+from pipeline.settings import Settings
+
+
+class Impressions(Kind[ImpressionsSettings]):
+    """The impressions kind."""
+
+    name = "impressions"
+    settings_type = ImpressionsSettings
+    folder = layout.FOLDER
+    about = "impressions: JSON lines {user, item, ts}"
+
+    def decoder(self, settings: Settings, s: ImpressionsSettings) -> ImpressionDecoder:
+        return ImpressionDecoder(settings.max_event_bytes, settings.future_skew)
+
+    def stream(self, ctx: StreamContext, s: ImpressionsSettings) -> Stream:
+        decoder, fields = self.decoder(ctx.settings, s), layout.impression_fields(ctx.mode)
+        return Stream(lambda: ImpressionCounts(decoder, fields))
+
+    def indexes(self, mode: FieldMode) -> list[Index]:
+        return layout.indexes(mode)
+
+    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        cli.add_queries(sub)
+
+
+KIND = Impressions()

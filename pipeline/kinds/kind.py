@@ -1,0 +1,111 @@
+"""What a stream kind is: the small interface between one kind's folder and the rest of preagg.
+
+A kind (``pipeline/kinds/<kind>/``) supplies its settings type, its ``schemas/<kind>/``
+folder, a decoder, an aggregator factory (:class:`Stream`), the indexes its
+documents need, how files become its events (``preagg produce``) and its query
+subcommands. The worker, ``preagg setup``-style preparation, the CLI, the settings
+and ``preagg schema`` loop over the registered kinds (:mod:`pipeline.kinds`) and
+know nothing else about them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol
+
+from pipeline.core.aggregator import Aggregator
+from pipeline.core.fields import FieldMode, Index
+from pipeline.core.ids import id_bytes
+from pipeline.core.rejection import Rejection
+from pipeline.files import Record, read_jsonl
+from pipeline.settings import S, Settings
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from pymongo.asynchronous.database import AsyncDatabase
+
+
+class Decoder(Protocol):
+    """One event line → its decoded fields (a tuple) or a :class:`Rejection`."""
+
+    def decode(self, raw: bytes) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Stream:
+    """What one kind gives a worker's runtime."""
+
+    #: A new, empty aggregator (one per batch).
+    factory: Callable[[], Aggregator]
+    #: Called with a batch's aggregator before its plan is built, inside the flusher's
+    #: retry loop (hits: resolve custom-property names to name-store tokens).
+    before_plan: Callable[[Any], Awaitable[object]] | None = None
+    #: What :attr:`before_plan` does, for retry logs ("name store").
+    before_plan_label: str = ""
+    #: Store preparation beyond the kind's :meth:`Kind.indexes` (hits: the name store's index).
+    setup: Callable[[], Awaitable[None]] | None = None
+    #: Prometheus metrics of the kind's own machinery (hits: name-store round trips).
+    metrics: Callable[[], Iterable[Metric]] | None = None
+
+
+@dataclass(frozen=True)
+class StreamContext:
+    """What a kind's :meth:`Kind.stream` may use: the deployment's settings and database."""
+
+    settings: Settings
+    mode: FieldMode
+    db: AsyncDatabase[dict[str, Any]]
+
+
+class Kind(Generic[S]):
+    """One stream kind: subclasses set the class attributes and implement ``decoder`` and ``stream``."""
+
+    #: Kind name: metrics label, ``PREAGG_<NAME>_*`` prefix, default topic, CLI word.
+    name: str
+    #: The kind's settings dataclass (extends :class:`pipeline.settings.StreamSettings`).
+    settings_type: type[S]
+    #: ``schemas/<kind>/``: ``event.schema.json`` and ``fields.json``.
+    folder: Path
+    #: ``preagg produce <kind> --format``: the first is the default.
+    formats: tuple[str, ...] = ("jsonl",)
+    #: One line of help for ``preagg produce <kind>``.
+    about: str = ""
+
+    def decoder(self, settings: Settings, s: S) -> Decoder:
+        """The decoder of one event line with the deployment's limits."""
+        raise NotImplementedError
+
+    def stream(self, ctx: StreamContext, s: S) -> Stream:
+        """The aggregator factory (and extra steps) of one worker."""
+        raise NotImplementedError
+
+    def indexes(self, mode: FieldMode) -> list[Index]:
+        """Secondary indexes of the kind's collections (``_id`` needs none)."""
+        return []
+
+    def key(self, event: Any) -> bytes:
+        """Partition key of a decoded event (default: its first field, the user)."""
+        return id_bytes(event[0])
+
+    def add_produce_options(self, parser: argparse.ArgumentParser) -> None:
+        """Options of ``preagg produce <kind>`` beyond ``--format`` and ``--pack``."""
+
+    def records(
+        self, paths: Iterable[str], fmt: str, settings: Settings, s: S, args: argparse.Namespace
+    ) -> Iterator[Record]:
+        """The events of input files in format ``fmt`` (one of :attr:`formats`)."""
+        if fmt != "jsonl":
+            raise ValueError(f"{self.name}: unknown format {fmt!r}")
+        decoder = self.decoder(settings, s)
+
+        def decode(line: bytes) -> tuple[Any, ...] | Rejection:
+            result: tuple[Any, ...] | Rejection = decoder.decode(line)
+            return result
+
+        return read_jsonl(paths, decode, self.key)
+
+    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """The kind's ``preagg query`` subcommands (each sets ``func``)."""

@@ -1,0 +1,54 @@
+"""Listens: per (user, tag) HyperLogLog sketches of distinct songs by weekday, and a "heard" filter.
+
+Settings ``PREAGG_LISTENS_*``; event schema and field names in ``schemas/listens/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Iterator
+
+from pipeline.core.bloom import BloomSpec
+from pipeline.core.fields import FieldMode, Index
+from pipeline.files import Record
+from pipeline.kinds.kind import Kind, Stream, StreamContext
+from pipeline.kinds.listens import cli, layout
+from pipeline.kinds.listens.aggregate import ListenSketches
+from pipeline.kinds.listens.decode import ListenDecoder
+from pipeline.kinds.listens.files import read_lastfm
+from pipeline.kinds.listens.settings import ListensSettings
+from pipeline.settings import Settings
+
+
+class Listens(Kind[ListensSettings]):
+    """The listens kind."""
+
+    name = "listens"
+    settings_type = ListensSettings
+    folder = layout.FOLDER
+    formats = ("jsonl", "lastfm")
+    about = "listens: JSON lines {user, tag, song, ts}, or Last.fm user_taggedartists.dat"
+
+    def decoder(self, settings: Settings, s: ListensSettings) -> ListenDecoder:
+        return ListenDecoder(settings.max_event_bytes, settings.future_skew)
+
+    def stream(self, ctx: StreamContext, s: ListensSettings) -> Stream:
+        decoder = self.decoder(ctx.settings, s)
+        heard = BloomSpec.for_capacity(s.heard_capacity, s.heard_fpr)
+        return Stream(lambda: ListenSketches(decoder, s.hll_precision, heard, ctx.mode))
+
+    def indexes(self, mode: FieldMode) -> list[Index]:
+        return layout.indexes(mode)
+
+    def records(
+        self, paths: Iterable[str], fmt: str, settings: Settings, s: ListensSettings, args: argparse.Namespace
+    ) -> Iterator[Record]:
+        if fmt == "lastfm":
+            return read_lastfm(paths)
+        return super().records(paths, fmt, settings, s, args)
+
+    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        cli.add_queries(sub)
+
+
+KIND = Listens()

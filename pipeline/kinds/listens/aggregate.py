@@ -1,0 +1,142 @@
+"""Listens: per (user, tag) HyperLogLog sketches by weekday slot and whole, plus a "heard" filter (pure).
+
+One document per (user, tag)::
+
+    {_id: "i7|i13", u: 7, t: 13,
+     w: {"1": {d: "20261116", s: BinData}, ..., "7": {...}},   # ISO weekday slots
+     a: BinData,                                               # whole history
+     f: BinData}                                               # Bloom filter of songs heard
+
+Slot rule (the seed's ``w1..w7``): an event of day D goes to the slot of D's
+weekday; a slot holding an older date is replaced (a new week), the same date is
+unioned, a newer date means the event is more than a week older than the slot and
+only the whole sketch takes it. Sketches merge by union inside the flush's
+transaction (read, union, write), so a replayed flush changes nothing. The
+"heard" filter is a real membership structure (:mod:`pipeline.core.bloom`),
+merged (OR) in the same read-modify-write as the sketches and stored as one
+BinData; the seed's ``whole || hash(x) = whole`` is not one: HLL
+registers keep a maximum rank per bucket, and a song's rank can be below its
+bucket's maximum without the song ever having been added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bson import Binary
+
+from pipeline.core.bloom import BloomSpec, filter_bytes, filter_value, masks_value, merge_masks
+from pipeline.core.hll import Sketch, decode, song_hash
+from pipeline.core.ids import Id
+from pipeline.core.rejection import Rejection
+from pipeline.core.times import day_text, utc
+from pipeline.core.updates import DocUpdate
+from pipeline.kinds.listens.decode import ListenDecoder
+from pipeline.kinds.listens.layout import listen_fields, listen_id
+
+
+def day_and_slot(ts: float) -> tuple[str, str]:
+    """UTC day ``YYYYMMDD`` and its ISO weekday slot ``"1"`` (Monday) to ``"7"``."""
+    d = utc(ts).date()
+    return day_text(d), str(d.isoweekday())
+
+
+def merge_slot(
+    stored: dict[str, Any] | None, day: str, sketch: Sketch, f: dict[str, str]
+) -> dict[str, Any] | None:
+    """The new content of one weekday slot, or ``None`` to leave it as it is."""
+    if stored is None or stored.get(f["date"], "") < day:
+        return {f["date"]: day, f["sketch"]: Binary(sketch.encode())}
+    if stored[f["date"]] == day:
+        merged = decode(bytes(stored[f["sketch"]])).union(sketch)
+        return {f["date"]: day, f["sketch"]: Binary(merged.encode())}
+    return None  # the slot holds a later week: this event only counts in the whole sketch
+
+
+@dataclass
+class _Pending:
+    days: dict[str, Sketch] = field(default_factory=dict)
+    whole: Sketch | None = None
+    heard: dict[int, int] = field(default_factory=dict)
+
+
+class ListenSketches:
+    """The initialize/agg/result aggregator of listens for one flush window."""
+
+    def __init__(self, decoder: ListenDecoder, p: int, heard: BloomSpec, mode: str = "compact") -> None:
+        self.decoder = decoder
+        self.p = p
+        self.heard = heard
+        self.fields = listen_fields(mode)
+        self.pending: dict[tuple[Id, Id], _Pending] = {}
+        #: Day sketches plus whole sketches pending (``len``, kept in O(1): asked per message).
+        self.items = 0
+
+    def ingest(self, raw: bytes) -> Rejection | None:
+        """Add one listen to its (user, tag) day sketch, whole sketch and heard filter."""
+        ev = self.decoder.decode(raw)
+        if isinstance(ev, Rejection):
+            return ev
+        user, tag, song, ts = ev
+        pend = self.pending.get((user, tag))
+        if pend is None:
+            pend = self.pending[(user, tag)] = _Pending()
+        h = song_hash(song)
+        day, _ = day_and_slot(ts)
+        sketch = pend.days.get(day)
+        if sketch is None:
+            sketch = pend.days[day] = Sketch.empty(self.p)
+            self.items += 1
+        sketch.add_hash(h)
+        if pend.whole is None:
+            pend.whole = Sketch.empty(self.p)
+            self.items += 1
+        pend.whole.add_hash(h)
+        merge_masks(pend.heard, self.heard.masks(song))
+        return None
+
+    def __len__(self) -> int:
+        return self.items
+
+    def documents(self) -> int:
+        """One document per touched (user, tag)."""
+        return len(self.pending)
+
+    def plan(self) -> list[DocUpdate]:
+        """One read-modify-write upsert per touched (user, tag) document."""
+        f = self.fields
+        out = []
+        for (user, tag), pend in self.pending.items():
+            out.append(
+                DocUpdate(
+                    f["collection"],
+                    listen_id(user, tag),
+                    {f["user"]: user, f["tag"]: tag},
+                    compute=_merger(pend, f, self.p),
+                )
+            )
+        return out
+
+
+def _merger(pend: _Pending, f: dict[str, str], p: int) -> Any:
+    def compute(stored: dict[str, Any] | None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        slots = (stored or {}).get(f["slots"], {})
+        for day, sketch in sorted(pend.days.items()):
+            slot = str(datetime.strptime(day, "%Y%m%d").isoweekday())
+            current = out.get(f"{f['slots']}.{slot}") or slots.get(slot)
+            new = merge_slot(current, day, sketch, f)
+            if new is not None:
+                out[f"{f['slots']}.{slot}"] = new
+        whole = pend.whole or Sketch.empty(p)
+        if stored is not None and f["whole"] in stored:
+            whole = decode(bytes(stored[f["whole"]])).union(whole)
+        out[f["whole"]] = Binary(whole.encode())
+        # Older documents hold the filter as int64 words (``$bit``); rewritten as BinData here.
+        heard = filter_value((stored or {}).get(f["heard"])) | masks_value(pend.heard)
+        out[f["heard"]] = Binary(filter_bytes(heard))
+        return out
+
+    return compute

@@ -1,0 +1,52 @@
+"""``preagg query top-tags`` and ``preagg query heard``."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from typing import Any
+
+from pipeline.cli_common import Db, command_settings, on_db, parse_id, print_rows
+
+
+def cmd_query_listens(args: argparse.Namespace) -> int:
+    """A user's top tags by distinct songs, or whether a user heard a song under a tag."""
+    from pipeline.core.bloom import BloomSpec
+    from pipeline.kinds.listens import KIND
+    from pipeline.kinds.listens.query import heard, top_tags
+
+    s = command_settings()
+    ls = s.of(KIND)
+    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
+
+    async def run(db: Db) -> Any:
+        if args.what == "heard":
+            return await heard(
+                db, parse_id(args.user), parse_id(args.tag), parse_id(args.song), spec, s.schema
+            )
+        today = datetime.fromisoformat(args.today).date() if args.today else None
+        return await top_tags(db, parse_id(args.user), args.days, args.limit, today, s.schema)
+
+    result = on_db(s, run)
+    if args.what == "heard":
+        print("yes" if result else "no")
+        return 0
+    rows = [(tag, round(n, 1)) for tag, n in result]
+    print_rows(rows, args.json, ("tag", "distinct_songs"))
+    return 0
+
+
+def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The listens kind's ``preagg query`` subcommands."""
+    qt = qsub.add_parser("top-tags", help="a user's tags by estimated distinct songs over the last N days")
+    qt.add_argument("--user", required=True)
+    qt.add_argument("--days", type=int, default=7, choices=range(1, 8), metavar="N (1-7)")
+    qt.add_argument("--limit", type=int, default=10)
+    qt.add_argument("--today", help="the last day of the window (YYYY-MM-DD, default: today UTC)")
+    qt.add_argument("--json", action="store_true")
+    qt.set_defaults(func=cmd_query_listens)
+    qd = qsub.add_parser("heard", help="has this user heard this song under this tag (Bloom filter)")
+    qd.add_argument("--user", required=True)
+    qd.add_argument("--tag", required=True)
+    qd.add_argument("--song", required=True)
+    qd.set_defaults(func=cmd_query_listens)

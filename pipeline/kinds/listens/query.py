@@ -1,0 +1,79 @@
+"""Listen queries: top tags of a user over the last N days, and "has this user heard that song".
+
+Top tags: one indexed read of the user's (user, tag) documents; per tag the union
+of the weekday slots dated within the last N days, estimated in the query layer.
+Heard: the (user, tag) document's Bloom filter tested by the server with
+``$bitsAllSet`` on its BinData (no false negatives; false positives at about the
+configured rate). Documents written before the filter became BinData hold int64
+words; the query tests both layouts until such a document is next written.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from pipeline.core.bloom import BloomSpec, binary_contains_query, contains_query, contains_value, filter_value
+from pipeline.core.hll import decode, union_all
+from pipeline.core.ids import Id
+from pipeline.core.times import day_text
+from pipeline.kinds.listens.layout import listen_fields, listen_id
+
+
+def window(days: int, today: date | None = None) -> tuple[str, str]:
+    """First and last ``YYYYMMDD`` of the last ``days`` days (today included)."""
+    if not 1 <= days <= 7:
+        raise ValueError("days must be between 1 and 7 (the seven weekday slots)")
+    today = today or datetime.now(UTC).date()
+    return day_text(today - timedelta(days=days - 1)), day_text(today)
+
+
+async def top_tags(
+    db: AsyncDatabase[dict[str, Any]],
+    user: Id,
+    days: int,
+    limit: int = 10,
+    today: date | None = None,
+    mode: str = "compact",
+) -> list[tuple[Id, float]]:
+    """Tags of ``user`` ranked by estimated distinct songs over the last ``days`` days."""
+    f = listen_fields(mode)
+    lo, hi = window(days, today)
+    ranked = []
+    async for doc in db[f["collection"]].find({f["user"]: user}, {f["tag"]: 1, f["slots"]: 1}):
+        slots = [
+            decode(bytes(s[f["sketch"]]))
+            for s in (doc.get(f["slots"]) or {}).values()
+            if lo <= s[f["date"]] <= hi
+        ]
+        if slots:
+            ranked.append((doc[f["tag"]], union_all(slots, slots[0].p).estimate()))
+    ranked.sort(key=lambda r: (-r[1], str(r[0])))
+    return ranked[:limit]
+
+
+async def heard(
+    db: AsyncDatabase[dict[str, Any]], user: Id, tag: Id, song: Id, spec: BloomSpec, mode: str = "compact"
+) -> bool:
+    """Whether ``user`` has heard ``song`` under ``tag`` (Bloom filter, server side)."""
+    f = listen_fields(mode)
+    either = [binary_contains_query(f["heard"], spec, song), contains_query(f["heard"], spec, song)]
+    query = {"_id": listen_id(user, tag), "$or": either}
+    return await db[f["collection"]].find_one(query, {"_id": 1}) is not None
+
+
+async def recommend(
+    db: AsyncDatabase[dict[str, Any]],
+    user: Id,
+    tag: Id,
+    candidates: list[Id],
+    spec: BloomSpec,
+    mode: str = "compact",
+) -> list[Id]:
+    """``candidates`` without the songs ``user`` has (probably) heard under ``tag``."""
+    f = listen_fields(mode)
+    doc = await db[f["collection"]].find_one({"_id": listen_id(user, tag)}, {f["heard"]: 1})
+    bits = filter_value((doc or {}).get(f["heard"]))
+    return [c for c in candidates if not contains_value(bits, spec, c)]

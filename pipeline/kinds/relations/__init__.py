@@ -1,0 +1,58 @@
+"""User–item relations: per user a Bloom filter of its items, per item one of its users.
+
+Settings ``PREAGG_RELATIONS_*``; event schema and field names in ``schemas/relations/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Iterator
+
+from pipeline.core.fields import FieldMode, Index
+from pipeline.files import Record
+from pipeline.kinds.kind import Kind, Stream, StreamContext
+from pipeline.kinds.relations import cli, layout
+from pipeline.kinds.relations.aggregate import RelationFilters
+from pipeline.kinds.relations.decode import RelationDecoder
+from pipeline.kinds.relations.files import read_movielens
+from pipeline.kinds.relations.settings import RelationsSettings
+from pipeline.settings import Settings
+
+
+class Relations(Kind[RelationsSettings]):
+    """The relations kind."""
+
+    name = "relations"
+    settings_type = RelationsSettings
+    folder = layout.FOLDER
+    formats = ("jsonl", "movielens")
+    about = "relations: JSON lines {user, item}, or MovieLens u.data (rating >= 4)"
+
+    def decoder(self, settings: Settings, s: RelationsSettings) -> RelationDecoder:
+        return RelationDecoder(settings.max_event_bytes)
+
+    def stream(self, ctx: StreamContext, s: RelationsSettings) -> Stream:
+        decoder = self.decoder(ctx.settings, s)
+        sides = layout.relation_sides(s.user_capacity, s.item_capacity, s.fpr, ctx.mode)
+        return Stream(lambda: RelationFilters(decoder, sides))
+
+    def indexes(self, mode: FieldMode) -> list[Index]:
+        return layout.indexes(mode)
+
+    def records(
+        self,
+        paths: Iterable[str],
+        fmt: str,
+        settings: Settings,
+        s: RelationsSettings,
+        args: argparse.Namespace,
+    ) -> Iterator[Record]:
+        if fmt == "movielens":
+            return read_movielens(paths)
+        return super().records(paths, fmt, settings, s, args)
+
+    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        cli.add_queries(sub)
+
+
+KIND = Relations()

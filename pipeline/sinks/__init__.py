@@ -1,1 +1,0 @@
-"""Writers of planned updates to stores (I/O)."""

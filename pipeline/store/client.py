@@ -1,0 +1,25 @@
+"""The MongoDB client every preagg process uses, with a deadline on every call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymongo import AsyncMongoClient
+
+
+def mongo_client(url: str, timeout: float | None = 20.0, **kwargs: Any) -> AsyncMongoClient[dict[str, Any]]:
+    """An async client with the project's defaults: short server selection and a deadline on every call.
+
+    Dates come back naive (``tz_aware=False``), holding UTC: BSON dates are UTC and the
+    query layer compares them with naive UTC datetimes.
+
+    ``timeout`` (seconds) becomes the client's ``timeoutMS`` (PyMongo's client-side
+    operation timeout): each call, cursor included, ends with a timeout error rather
+    than hanging on a lost primary. ``None`` or ``0``: no deadline.
+    """
+    kwargs.setdefault("tz_aware", False)
+    kwargs.setdefault("serverSelectionTimeoutMS", 10_000)
+    kwargs.setdefault("appname", "preagg")
+    if timeout:
+        kwargs.setdefault("timeoutMS", int(timeout * 1000))
+    return AsyncMongoClient(url, **kwargs)

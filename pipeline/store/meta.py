@@ -1,0 +1,54 @@
+"""What a worker checks and prepares in the database before its first flush.
+
+Transactions (exactly-once needs them), the field-name mode the database is
+written in (one per database), and the indexes the kinds declare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pymongo import AsyncMongoClient, ReturnDocument
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError, OperationFailure
+
+from pipeline.core.fields import Index
+from pipeline.store.offsets import OFFSETS_COLLECTION
+
+META_COLLECTION = "preagg_meta"
+
+
+async def claim_schema_mode(db: AsyncDatabase[dict[str, Any]], mode: str) -> str:
+    """The schema mode the database is written in: ``mode`` if it was unclaimed (atomic)."""
+    doc: dict[str, Any] | None
+    try:
+        doc = await db[META_COLLECTION].find_one_and_update(
+            {"_id": "schema"},
+            {"$setOnInsert": {"mode": mode}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+    except DuplicateKeyError:
+        doc = None
+    if doc is None:  # a lost upsert race: the winner's document exists now
+        doc = await db[META_COLLECTION].find_one({"_id": "schema"})
+    return str((doc or {}).get("mode", mode))
+
+
+async def supports_transactions(client: AsyncMongoClient[dict[str, Any]], db: str) -> bool:
+    """True when the server runs multi-document transactions (not a standalone mongod)."""
+    try:
+        async with client.start_session() as s, await s.start_transaction():
+            await client[db][OFFSETS_COLLECTION].find_one({"_id": "probe"}, session=s)
+    except OperationFailure as exc:
+        if exc.code in (20, 263):  # IllegalOperation: standalone; OperationNotSupportedInTransaction
+            return False
+        raise
+    return True
+
+
+async def ensure_indexes(db: AsyncDatabase[dict[str, Any]], indexes: Iterable[Index]) -> None:
+    """Create the declared indexes (a no-op for those that exist with the same keys)."""
+    for ix in indexes:
+        await db[ix.collection].create_index(list(ix.keys), name=ix.name)

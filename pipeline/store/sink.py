@@ -1,0 +1,233 @@
+"""MongoDB sink: commits a flush's :class:`DocUpdate` list with its source offsets.
+
+One unordered ``bulk_write`` per collection per flush, one ``UpdateOne`` per
+document. Two commit modes (``Settings.commit_mode``, docs/exactly-once.md):
+
+* ``exactly_once`` (default): one transaction holds the offset fences check, every
+  aggregate write and the new offsets; a replayed or zombie flush changes nothing.
+  Needs a replica set, a sharded cluster or the embedded SecantusDB.
+* ``at_least_once``: plain bulk writes, offsets recorded after them for status; a
+  crash between the write and the Kafka commit counts a range twice. For
+  standalone servers only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import bson
+import pymongo
+from bson import Int64
+from pymongo import AsyncMongoClient, UpdateOne, WriteConcern
+from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.read_concern import ReadConcern
+
+from pipeline.core.updates import DocUpdate
+from pipeline.settings import CommitMode
+from pipeline.store.errors import CommitTooLarge
+from pipeline.store.offsets import (
+    OFFSETS_COLLECTION,
+    TP,
+    Committed,
+    Fence,
+    check_fences,
+    offset_doc_update,
+    offset_id,
+)
+from pipeline.store.reads import READ_CHUNK, find_in
+
+#: Seconds a commit waits to reach the primary before it fails (and is retried, logged). Under a
+#: client-side timeout PyMongo selects a server for as long as the whole deadline allows
+#: (``get_server_selection_timeout``), so without this check an unreachable store would be
+#: a silent ``commit_timeout``-long wait per attempt instead of a logged failure.
+REACH_TIMEOUT = 10.0
+
+#: Values of ``Settings.commit_mode``.
+EXACTLY_ONCE: CommitMode = "exactly_once"
+AT_LEAST_ONCE: CommitMode = "at_least_once"
+
+
+def update_document(u: DocUpdate) -> dict[str, Any]:
+    """The update operators of one planned document update."""
+    if u.compute is not None:
+        raise ValueError("read-modify-write updates must be resolved before they are sent")
+    update: dict[str, Any] = {}
+    if u.inc:
+        update["$inc"] = u.inc
+    if u.bit_or:
+        update["$bit"] = {path: {"or": Int64(mask)} for path, mask in u.bit_or.items()}
+    if u.set_on_insert:
+        update["$setOnInsert"] = u.set_on_insert
+    if u.set:
+        update["$set"] = u.set
+    return update
+
+
+def group_operations(updates: Sequence[DocUpdate]) -> tuple[dict[str, list[UpdateOne]], int]:
+    """Upserts grouped by collection, in plan order, and their size in BSON bytes."""
+    by_collection: dict[str, list[UpdateOne]] = defaultdict(list)
+    size = 0
+    for u in updates:
+        update = update_document(u)
+        # q, u and the statement's own framing (upsert flag, keys): what the server receives.
+        size += len(bson.encode({"q": {"_id": u.id}, "u": update})) + 16
+        by_collection[u.collection].append(UpdateOne({"_id": u.id}, update, upsert=True))
+    return by_collection, size
+
+
+class MongoSink:
+    """Commits flushes to one database, with their offsets, in the chosen mode."""
+
+    def __init__(
+        self,
+        client: AsyncMongoClient[dict[str, Any]],
+        db: str,
+        group: str,
+        worker: str,
+        mode: CommitMode = EXACTLY_ONCE,
+        statement_ops: int = 2000,
+        fault: Callable[[str], None] | None = None,
+        max_bytes: int = 8_000_000,
+        commit_timeout: float = 30.0,
+        read_chunk: int = READ_CHUNK,
+    ) -> None:
+        if mode not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+            raise ValueError(f"unknown commit mode {mode!r} (use {EXACTLY_ONCE} or {AT_LEAST_ONCE})")
+        self.client = client
+        self.db = client[db]
+        self.group = group
+        self.worker = worker
+        self.mode = mode
+        self.statement_ops = statement_ops
+        self._fault = fault or (lambda point: None)
+        #: A commit whose statements exceed this many bytes is refused unsent (the flusher splits it).
+        self.max_bytes = max_bytes
+        #: Deadline of one whole commit, seconds (PyMongo's ``timeout()`` around the transaction).
+        self.commit_timeout = commit_timeout
+        self.read_chunk = read_chunk
+
+    @property
+    def exactly_once(self) -> bool:
+        """True when flushes are committed in a transaction with their offset fences."""
+        return self.mode == EXACTLY_ONCE
+
+    async def load_positions(self, tps: Sequence[TP]) -> dict[TP, int | None]:
+        """Stored next offset of each partition for this group (``None``: none stored)."""
+        ids = {offset_id(self.group, t, p): (t, p) for t, p in tps}
+        out: dict[TP, int | None] = dict.fromkeys(tps)
+        async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk):
+            out[ids[d["_id"]]] = d.get("next")
+        return out
+
+    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> Committed:
+        """Write one flush within :attr:`commit_timeout`; report whether it had already committed.
+
+        Raises :class:`~pipeline.store.offsets.FenceConflict` in exactly-once mode
+        when another worker moved a partition's stored offset under this batch, and
+        :class:`~pipeline.store.errors.CommitTooLarge`, before writing anything, when
+        the statements exceed :attr:`max_bytes`.
+        """
+        with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+            await self.client.admin.command("ping")
+        with pymongo.timeout(self.commit_timeout):
+            return await self._commit(updates, fences, flush_id)
+
+    async def _commit(
+        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str
+    ) -> Committed:
+        computed = any(u.compute is not None for u in updates)
+        if not self.exactly_once:
+            if computed:
+                updates = await self._computed(updates, None)
+            ops, size = self._operations(updates)
+            await asyncio.gather(*(self.db[n].bulk_write(o, ordered=False) for n, o in ops.items()))
+            await self._record_offsets(fences, flush_id)
+            return Committed(False, size)
+        already = False
+        size = 0
+
+        async def body(session: AsyncClientSession) -> None:
+            nonlocal already, size
+            offsets = self.db[OFFSETS_COLLECTION]
+            ids = [offset_id(self.group, f.topic, f.partition) for f in fences]
+            stored = {
+                (d["topic"], d["partition"]): d
+                async for d in find_in(offsets, ids, chunk=self.read_chunk, session=session)
+            }
+            already = check_fences(fences, stored, flush_id)
+            if already:
+                return
+            resolved = await self._computed(updates, session) if computed else updates
+            ops, size = self._operations(resolved)
+            for name, collection_ops in ops.items():
+                for i in range(0, len(collection_ops), self.statement_ops):
+                    chunk = collection_ops[i : i + self.statement_ops]
+                    await self.db[name].bulk_write(chunk, ordered=False, session=session)
+            self._fault("mid-commit")
+            now = time.time()
+            await offsets.bulk_write(
+                [
+                    UpdateOne(*offset_doc_update(self.group, f, flush_id, now, self.worker), upsert=True)
+                    for f in fences
+                ],
+                ordered=False,
+                session=session,
+            )
+
+        # One attempt; the flusher's retry loop (which logs, backs off and splits) does the
+        # rest. ``with_transaction`` would retry silently for up to two minutes instead.
+        # The deadline (pymongo.timeout in commit) covers every statement and the commit:
+        # MongoDB's transactionLifetimeLimitSeconds counts from the transaction's start.
+        async with (
+            self.client.start_session() as session,
+            await session.start_transaction(
+                read_concern=ReadConcern("snapshot"),
+                write_concern=WriteConcern("majority"),
+                read_preference=pymongo.ReadPreference.PRIMARY,
+            ),
+        ):
+            await body(session)
+        return Committed(already, size)
+
+    def _operations(self, updates: Sequence[DocUpdate]) -> tuple[dict[str, list[UpdateOne]], int]:
+        ops, size = group_operations(updates)
+        if size > self.max_bytes:
+            raise CommitTooLarge(size, self.max_bytes)
+        return ops, size
+
+    async def _computed(
+        self, updates: Sequence[DocUpdate], session: AsyncClientSession | None
+    ) -> list[DocUpdate]:
+        """Resolve read-modify-write updates against the stored documents (chunked reads by id)."""
+        ids: dict[str, list[Any]] = defaultdict(list)
+        for u in updates:
+            if u.compute is not None:
+                ids[u.collection].append(u.id)
+        stored: dict[tuple[str, Any], dict[str, Any]] = {}
+        for name, keys in ids.items():
+            async for d in find_in(self.db[name], keys, chunk=self.read_chunk, session=session):
+                stored[(name, d["_id"])] = d
+        out = []
+        for u in updates:
+            if u.compute is None:
+                out.append(u)
+                continue
+            fields = u.compute(stored.get((u.collection, u.id)))
+            out.append(DocUpdate(u.collection, u.id, u.set_on_insert, u.inc, {**u.set, **fields}, u.bit_or))
+        return out
+
+    async def _record_offsets(self, fences: Sequence[Fence], flush_id: str) -> None:
+        """At-least-once mode: remember positions for status (not a fence)."""
+        if not fences:
+            return
+        now = time.time()
+        ops = []
+        for f in fences:
+            flt, upd = offset_doc_update(self.group, f, flush_id, now, self.worker)
+            nxt = upd["$set"].pop("next")
+            ops.append(UpdateOne(flt, {**upd, "$max": {"next": nxt}}, upsert=True))
+        await self.db[OFFSETS_COLLECTION].bulk_write(ops, ordered=False)

@@ -1,0 +1,110 @@
+"""An example stream kind, as docs/design.md "Adding a stream kind" builds it: revenue per site and day.
+
+Nothing outside this folder knows it; ``PREAGG_KINDS=...,tests.kinds.purchases:KIND``
+registers it (a built-in kind would add one line to ``pipeline/kinds/__init__.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.decode import TimedDecoder
+from pipeline.core.fields import FieldMode, Index, event_schema, field_names
+from pipeline.core.ids import escape_part
+from pipeline.core.rejection import Rejection
+from pipeline.core.times import day_key
+from pipeline.core.updates import DocUpdate
+from pipeline.kinds import Kind, Stream, StreamContext
+from pipeline.settings import Settings, StreamSettings
+
+FOLDER = Path(__file__).parent / "schema"
+
+
+@dataclass(frozen=True)
+class PurchasesSettings(StreamSettings):
+    """``PREAGG_PURCHASES_*``."""
+
+    topic: str = "purchases"
+
+
+class PurchaseSums:
+    """Aggregator: (site, day) → [purchases, cents] for one batch."""
+
+    def __init__(self, decoder: TimedDecoder, fields: dict[str, str]) -> None:
+        self.decoder, self.fields = decoder, fields
+        self.sums: dict[tuple[str, str], list[int]] = {}
+
+    def ingest(self, raw: bytes) -> Rejection | None:
+        got = self.decoder.decode(raw)
+        if isinstance(got, Rejection):
+            return got
+        site, cents, ts = got
+        acc = self.sums.setdefault((site, day_key(ts)), [0, 0])
+        acc[0] += 1
+        acc[1] += cents
+        return None
+
+    def __len__(self) -> int:
+        return len(self.sums)
+
+    def documents(self) -> int:
+        return len(self.sums)
+
+    def plan(self) -> list[DocUpdate]:
+        f, out = self.fields, []
+        for (site, day), (n, cents) in self.sums.items():
+            u = DocUpdate(f["collection"], f"{day}/{escape_part(site)}", {f["site"]: site, f["day"]: day})
+            u.add(f["count"], n)
+            u.add(f["revenue"], cents)
+            out.append(u)
+        return out
+
+
+def cmd_query_purchases(args: argparse.Namespace) -> int:
+    from pipeline.cli_common import Db, command_settings, on_db, print_rows
+
+    s = command_settings()
+    f = field_names(FOLDER, "purchases_daily", s.schema)
+
+    async def run(db: Db) -> list[tuple[Any, Any]]:
+        docs = db[f["collection"]].find({f["site"]: args.site}).sort(f["day"], 1)
+        return [(d[f["day"]], d[f["revenue"]]) async for d in docs]
+
+    print_rows(on_db(s, run), args.json, ("day", "cents"))
+    return 0
+
+
+class Purchases(Kind[PurchasesSettings]):
+    name = "purchases"
+    settings_type = PurchasesSettings
+    folder = FOLDER
+    about = "purchases: JSON lines {site, cents, ts}"
+
+    def decoder(self, settings: Settings, s: PurchasesSettings) -> TimedDecoder:
+        schema = event_schema(FOLDER)
+        return TimedDecoder(
+            "purchase", schema, ("site", "cents"), settings.max_event_bytes, settings.future_skew
+        )
+
+    def stream(self, ctx: StreamContext, s: PurchasesSettings) -> Stream:
+        decoder, fields = self.decoder(ctx.settings, s), field_names(FOLDER, "purchases_daily", ctx.mode)
+        return Stream(lambda: PurchaseSums(decoder, fields))
+
+    def indexes(self, mode: FieldMode) -> list[Index]:
+        f = field_names(FOLDER, "purchases_daily", mode)
+        return [Index(f["collection"], ((f["site"], 1), (f["day"], 1)), "site_day")]
+
+    def key(self, event: Any) -> bytes:
+        return str(event[0]).encode()
+
+    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        q = sub.add_parser("purchases", help="revenue of a site per day")
+        q.add_argument("--site", required=True)
+        q.add_argument("--json", action="store_true")
+        q.set_defaults(func=cmd_query_purchases)
+
+
+KIND = Purchases()
