@@ -53,9 +53,9 @@ FLUSHED = re.compile(r"flushed (\w+): (\d+) events, .*?, (\d+) docs(?:, (\d+) by
 
 @dataclass(frozen=True)
 class Stream:
-    """One kind's live traffic: its topic setting, offered rate and event generator."""
+    """One kind's live traffic: the kind (its topic), offered rate and event generator."""
 
-    topic_attr: str
+    kind: str
     rate: int
     make: Callable[[random.Random, int, float, Counter[Key]], Events]
 
@@ -123,11 +123,11 @@ def listens(users: int = 120, tags: int = 25) -> Callable[[random.Random, int, f
 
 
 STREAMS: dict[str, Stream] = {
-    "hits": Stream("hits_topic", 30_000, hits(False)),
-    "hits-props": Stream("hits_topic", 15_000, hits(True)),
-    "impressions": Stream("impressions_topic", 20_000, pairs(1000, timed=True)),
-    "relations": Stream("relations_topic", 15_000, pairs(2000, timed=False)),
-    "listens": Stream("listens_topic", 4_000, listens()),
+    "hits": Stream("hits", 30_000, hits(False)),
+    "hits-props": Stream("hits", 15_000, hits(True)),
+    "impressions": Stream("impressions", 20_000, pairs(1000, timed=True)),
+    "relations": Stream("relations", 15_000, pairs(2000, timed=False)),
+    "listens": Stream("listens", 4_000, listens()),
 }
 
 
@@ -234,7 +234,7 @@ def steady(base: Settings, kind: str, minutes: int, drain_limit: float = 120) ->
     """One kind's live stream through one worker for ``minutes``: throughput per minute, flushes."""
     stream = STREAMS[kind]
     settings = base.named(f"steady-{kind}")
-    topic = getattr(settings, stream.topic_attr)
+    topic = settings.topic(stream.kind)
     port = free_port()
     worker = WorkerProcess(settings.with_(web_port=port), f"steady-{kind}").start()
     sampler = LedgerSampler(settings)
@@ -367,7 +367,7 @@ def main() -> None:
     ap.add_argument("--set", nargs="*", default=[], help="settings for the workers: NAME=VALUE")
     ap.add_argument("--listens-users", type=int, default=120, help="users x 25 tags = listens documents")
     args = ap.parse_args()
-    STREAMS["listens"] = Stream("listens_topic", STREAMS["listens"].rate, listens(args.listens_users))
+    STREAMS["listens"] = Stream("listens", STREAMS["listens"].rate, listens(args.listens_users))
     overrides = dict(kv.split("=", 1) for kv in args.set)
     only = set(args.only or [*STREAMS, "backfill", "reads"])
     results: dict[str, Any] = {

@@ -55,7 +55,7 @@ def check_mode(mode: str) -> FieldMode:
 
 
 @cache
-def field_names(folder: Path, doc: str, mode: str = "compact") -> dict[str, str]:
+def field_names(folder: Path, doc: str, mode: FieldMode = "compact") -> dict[str, str]:
     """Readable name → stored name for one document kind of ``folder``, plus ``collection``.
 
     The result is cached and shared: callers must not modify it.
@@ -68,7 +68,7 @@ def field_names(folder: Path, doc: str, mode: str = "compact") -> dict[str, str]
     return out
 
 
-def schema_table(folders: list[Path], mode: str) -> list[dict[str, str]]:
+def schema_table(folders: list[Path], mode: FieldMode) -> list[dict[str, str]]:
     """Every stored field of the given folders: collection, readable and stored name, meaning."""
     rows = []
     for folder in folders:

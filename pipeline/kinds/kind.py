@@ -11,9 +11,10 @@ know nothing else about them.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from pipeline.core.aggregator import Aggregator
@@ -71,6 +72,8 @@ class Kind(Generic[S]):
     folder: Path
     #: ``preagg produce <kind> --format``: the first is the default.
     formats: tuple[str, ...] = ("jsonl",)
+    #: Readers of the formats other than ``jsonl`` that need no settings (a data set's own layout).
+    readers: Mapping[str, Callable[[Iterable[str]], Iterator[Record]]] = MappingProxyType({})
     #: One line of help for ``preagg produce <kind>``.
     about: str = ""
 
@@ -97,6 +100,8 @@ class Kind(Generic[S]):
         self, paths: Iterable[str], fmt: str, settings: Settings, s: S, args: argparse.Namespace
     ) -> Iterator[Record]:
         """The events of input files in format ``fmt`` (one of :attr:`formats`)."""
+        if fmt in self.readers:
+            return self.readers[fmt](paths)
         if fmt != "jsonl":
             raise ValueError(f"{self.name}: unknown format {fmt!r}")
         decoder = self.decoder(settings, s)

@@ -13,13 +13,13 @@ from pymongo import AsyncMongoClient, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from pipeline.core.fields import Index
+from pipeline.core.fields import FieldMode, Index
 from pipeline.store.offsets import OFFSETS_COLLECTION
 
 META_COLLECTION = "preagg_meta"
 
 
-async def claim_schema_mode(db: AsyncDatabase[dict[str, Any]], mode: str) -> str:
+async def claim_schema_mode(db: AsyncDatabase[dict[str, Any]], mode: FieldMode) -> str:
     """The schema mode the database is written in: ``mode`` if it was unclaimed (atomic)."""
     doc: dict[str, Any] | None
     try:

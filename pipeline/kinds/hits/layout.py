@@ -30,8 +30,8 @@ def monthly_id(day: date, site: str, page: str) -> str:
 
 
 @dataclass(frozen=True)
-class DailyFields:
-    """Stored names of the daily hits document."""
+class DocFields:
+    """Stored names both hits documents have."""
 
     collection: str
     metadata: str
@@ -39,21 +39,21 @@ class DailyFields:
     site: str
     page: str
     total: str
+
+
+@dataclass(frozen=True)
+class DailyFields(DocFields):
+    """Stored names of the daily hits document."""
+
     hourly: str
     minute: str
     props: str
 
 
 @dataclass(frozen=True)
-class MonthlyFields:
+class MonthlyFields(DocFields):
     """Stored names of the monthly hits document."""
 
-    collection: str
-    metadata: str
-    date: str
-    site: str
-    page: str
-    total: str
     daily: str
 
 
@@ -67,7 +67,7 @@ class HitsFields:
 
 
 @cache
-def hits_fields(mode: str = "compact") -> HitsFields:
+def hits_fields(mode: FieldMode = "compact") -> HitsFields:
     """Field names of the hits documents in ``mode``."""
     return HitsFields(
         daily=DailyFields(**field_names(FOLDER, "hits_daily", mode)),
@@ -76,9 +76,7 @@ def hits_fields(mode: str = "compact") -> HitsFields:
     )
 
 
-def site_filter(
-    f: DailyFields | MonthlyFields, site: str, page: str | None, first: datetime, last: datetime
-) -> dict[str, Any]:
+def site_filter(f: DocFields, site: str, page: str | None, first: datetime, last: datetime) -> dict[str, Any]:
     """Filter on the (site, page, date) index: a site's (one page's) documents from ``first`` to ``last``."""
     flt: dict[str, Any] = {f"{f.metadata}.{f.site}": site}
     if page is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 
+from pipeline.core.fields import FieldMode
 from pipeline.store.names.cache import NameCache
 from pipeline.store.names.layout import OTHER, READABLE_OTHER, escape_key, names_namespace, values_namespace
 
@@ -25,7 +26,7 @@ def namespace_limit(max_names: int, max_values: int) -> Callable[[str], int]:
 class PropKeys:
     """Resolves a flush's property names and values, then renders their counter keys."""
 
-    def __init__(self, cache: NameCache, mode: str) -> None:
+    def __init__(self, cache: NameCache, mode: FieldMode) -> None:
         self.cache = cache
         self.compact = mode == "compact"
 

@@ -24,7 +24,7 @@ class ImpressionFields:
     daily: dict[str, str]
 
 
-def impression_fields(mode: str = "compact") -> ImpressionFields:
+def impression_fields(mode: FieldMode = "compact") -> ImpressionFields:
     """Field names from ``schemas/impressions/fields.json`` in ``mode``."""
     return ImpressionFields(
         field_names(FOLDER, "impression_pairs", mode),

@@ -11,6 +11,7 @@ from typing import Any
 from pymongo import DESCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.core.fields import FieldMode
 from pipeline.core.ids import Id
 from pipeline.kinds.impressions.layout import impression_fields
 
@@ -18,7 +19,7 @@ Counts = list[tuple[Id, int]]
 
 
 async def _pairs(
-    db: AsyncDatabase[dict[str, Any]], by: str, value: Id, other: str, limit: int, mode: str
+    db: AsyncDatabase[dict[str, Any]], by: str, value: Id, other: str, limit: int, mode: FieldMode
 ) -> Counts:
     """Pairs whose ``by`` field is ``value``: (``other`` id, count), most first."""
     f = impression_fields(mode).pairs
@@ -29,21 +30,21 @@ async def _pairs(
 
 
 async def items_of_user(
-    db: AsyncDatabase[dict[str, Any]], user: Id, limit: int = 0, mode: str = "compact"
+    db: AsyncDatabase[dict[str, Any]], user: Id, limit: int = 0, mode: FieldMode = "compact"
 ) -> Counts:
     """Every item ``user`` has seen, with counts, most seen first."""
     return await _pairs(db, "user", user, "item", limit, mode)
 
 
 async def users_of_item(
-    db: AsyncDatabase[dict[str, Any]], item: Id, limit: int = 0, mode: str = "compact"
+    db: AsyncDatabase[dict[str, Any]], item: Id, limit: int = 0, mode: FieldMode = "compact"
 ) -> Counts:
     """Every user who saw ``item``, with counts, most first."""
     return await _pairs(db, "item", item, "user", limit, mode)
 
 
 async def top_items(
-    db: AsyncDatabase[dict[str, Any]], n: int, day: str | None = None, mode: str = "compact"
+    db: AsyncDatabase[dict[str, Any]], n: int, day: str | None = None, mode: FieldMode = "compact"
 ) -> Counts:
     """The ``n`` most viewed items overall, or on ``day`` (``YYYYMMDD`` or ``YYYY-MM-DD``)."""
     fields = impression_fields(mode)

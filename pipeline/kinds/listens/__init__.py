@@ -6,11 +6,10 @@ Settings ``PREAGG_LISTENS_*``; event schema and field names in ``schemas/listens
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Iterator
+from types import MappingProxyType
 
 from pipeline.core.bloom import BloomSpec
 from pipeline.core.fields import FieldMode, Index
-from pipeline.files import Record
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.kinds.listens import cli, layout
 from pipeline.kinds.listens.aggregate import ListenSketches
@@ -27,6 +26,7 @@ class Listens(Kind[ListensSettings]):
     settings_type = ListensSettings
     folder = layout.FOLDER
     formats = ("jsonl", "lastfm")
+    readers = MappingProxyType({"lastfm": read_lastfm})
     about = "listens: JSON lines {user, tag, song, ts}, or Last.fm user_taggedartists.dat"
 
     def decoder(self, settings: Settings, s: ListensSettings) -> ListenDecoder:
@@ -39,13 +39,6 @@ class Listens(Kind[ListensSettings]):
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
-
-    def records(
-        self, paths: Iterable[str], fmt: str, settings: Settings, s: ListensSettings, args: argparse.Namespace
-    ) -> Iterator[Record]:
-        if fmt == "lastfm":
-            return read_lastfm(paths)
-        return super().records(paths, fmt, settings, s, args)
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         cli.add_queries(sub)

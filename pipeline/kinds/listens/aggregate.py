@@ -28,6 +28,7 @@ from typing import Any
 from bson import Binary
 
 from pipeline.core.bloom import BloomSpec, filter_bytes, filter_value, masks_value, merge_masks
+from pipeline.core.fields import FieldMode
 from pipeline.core.hll import Sketch, decode, song_hash
 from pipeline.core.ids import Id
 from pipeline.core.rejection import Rejection
@@ -65,7 +66,7 @@ class _Pending:
 class ListenSketches:
     """The initialize/agg/result aggregator of listens for one flush window."""
 
-    def __init__(self, decoder: ListenDecoder, p: int, heard: BloomSpec, mode: str = "compact") -> None:
+    def __init__(self, decoder: ListenDecoder, p: int, heard: BloomSpec, mode: FieldMode = "compact") -> None:
         self.decoder = decoder
         self.p = p
         self.heard = heard

@@ -9,7 +9,7 @@ from pipeline.core.ids import Id, id_str
 FOLDER = SCHEMAS / "listens"
 
 
-def listen_fields(mode: str = "compact") -> dict[str, str]:
+def listen_fields(mode: FieldMode = "compact") -> dict[str, str]:
     """Stored names of the listens document (schemas/listens/fields.json) in schema ``mode``."""
     return field_names(FOLDER, "listens", mode)
 

@@ -16,6 +16,7 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.bloom import BloomSpec, binary_contains_query, contains_query, contains_value, filter_value
+from pipeline.core.fields import FieldMode
 from pipeline.core.hll import decode, union_all
 from pipeline.core.ids import Id
 from pipeline.core.times import day_text
@@ -36,7 +37,7 @@ async def top_tags(
     days: int,
     limit: int = 10,
     today: date | None = None,
-    mode: str = "compact",
+    mode: FieldMode = "compact",
 ) -> list[tuple[Id, float]]:
     """Tags of ``user`` ranked by estimated distinct songs over the last ``days`` days."""
     f = listen_fields(mode)
@@ -55,7 +56,12 @@ async def top_tags(
 
 
 async def heard(
-    db: AsyncDatabase[dict[str, Any]], user: Id, tag: Id, song: Id, spec: BloomSpec, mode: str = "compact"
+    db: AsyncDatabase[dict[str, Any]],
+    user: Id,
+    tag: Id,
+    song: Id,
+    spec: BloomSpec,
+    mode: FieldMode = "compact",
 ) -> bool:
     """Whether ``user`` has heard ``song`` under ``tag`` (Bloom filter, server side)."""
     f = listen_fields(mode)
@@ -70,7 +76,7 @@ async def recommend(
     tag: Id,
     candidates: list[Id],
     spec: BloomSpec,
-    mode: str = "compact",
+    mode: FieldMode = "compact",
 ) -> list[Id]:
     """``candidates`` without the songs ``user`` has (probably) heard under ``tag``."""
     f = listen_fields(mode)

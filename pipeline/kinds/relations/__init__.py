@@ -6,10 +6,9 @@ Settings ``PREAGG_RELATIONS_*``; event schema and field names in ``schemas/relat
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Iterator
+from types import MappingProxyType
 
 from pipeline.core.fields import FieldMode, Index
-from pipeline.files import Record
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.kinds.relations import cli, layout
 from pipeline.kinds.relations.aggregate import RelationFilters
@@ -26,6 +25,7 @@ class Relations(Kind[RelationsSettings]):
     settings_type = RelationsSettings
     folder = layout.FOLDER
     formats = ("jsonl", "movielens")
+    readers = MappingProxyType({"movielens": read_movielens})
     about = "relations: JSON lines {user, item}, or MovieLens u.data (rating >= 4)"
 
     def decoder(self, settings: Settings, s: RelationsSettings) -> RelationDecoder:
@@ -38,18 +38,6 @@ class Relations(Kind[RelationsSettings]):
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
-
-    def records(
-        self,
-        paths: Iterable[str],
-        fmt: str,
-        settings: Settings,
-        s: RelationsSettings,
-        args: argparse.Namespace,
-    ) -> Iterator[Record]:
-        if fmt == "movielens":
-            return read_movielens(paths)
-        return super().records(paths, fmt, settings, s, args)
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         cli.add_queries(sub)

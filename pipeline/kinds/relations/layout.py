@@ -22,7 +22,7 @@ class RelationSides:
     item_spec: BloomSpec
 
 
-def relation_sides(user_n: int, item_n: int, p: float, mode: str = "compact") -> RelationSides:
+def relation_sides(user_n: int, item_n: int, p: float, mode: FieldMode = "compact") -> RelationSides:
     """Both sides' names (``mode``) and filter sizes for capacity ``n``, rate ``p``."""
     return RelationSides(
         field_names(FOLDER, "relation_users", mode),

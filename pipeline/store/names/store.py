@@ -16,12 +16,12 @@ from pymongo import ASCENDING, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
-from pipeline.core.fields import STORE_SCHEMAS, field_names
+from pipeline.core.fields import STORE_SCHEMAS, FieldMode, field_names
 from pipeline.store.names.layout import Namespace, doc_id, learn
 from pipeline.store.reads import READ_CHUNK, find_in
 
 
-def names_fields(mode: str) -> dict[str, str]:
+def names_fields(mode: FieldMode) -> dict[str, str]:
     """Stored names of the name store's documents (``schemas/store/fields.json``) in ``mode``."""
     return field_names(STORE_SCHEMAS, "names", mode)
 
@@ -30,7 +30,7 @@ class NameStore:
     """The name-store collection of one database, in one schema mode."""
 
     def __init__(
-        self, db: AsyncDatabase[dict[str, Any]], mode: str = "compact", read_chunk: int = READ_CHUNK
+        self, db: AsyncDatabase[dict[str, Any]], mode: FieldMode = "compact", read_chunk: int = READ_CHUNK
     ) -> None:
         self.f = names_fields(mode)
         self.coll = db[self.f["collection"]]
