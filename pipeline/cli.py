@@ -52,6 +52,14 @@ def cmd_services(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
+    try:
+        return _produce(args)
+    except RuntimeError as exc:  # a missing topic, said in one line
+        print(f"preagg produce: {exc}", file=sys.stderr)
+        return 2
+
+
+def _produce(args: argparse.Namespace) -> int:
     from pipeline.kinds import kind_in
     from pipeline.producer import produce_records, with_progress
 
@@ -106,8 +114,64 @@ def cmd_status(args: argparse.Namespace) -> int:
     async def run(db: Db) -> dict[str, Any]:
         return await group_status(s, db, args.interval)
 
-    st = on_db(s, run)
+    st = on_db(s, run, primary_reads=True)
     print(json.dumps(st, indent=2, default=str) if args.json else status_text(st))
+    return 0
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    from pipeline.ops.setup import NotSetUp, missing, setup
+    from pipeline.store.client import mongo_client
+
+    s = command_settings()
+
+    async def run() -> list[str]:
+        client = mongo_client(s.mongo_url or "", timeout=s.mongo_timeout)
+        try:
+            return await (missing(s, client) if args.check else setup(s, client))
+        finally:
+            await client.close()
+
+    try:
+        lines = asyncio.run(run())
+    except NotSetUp as exc:
+        print(f"preagg setup: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        print("\n".join(f"missing: {x}" for x in lines) or "set up: nothing missing")
+        return 1 if lines else 0
+    print("\n".join(lines) or "already set up: nothing to change")
+    return 0
+
+
+def cmd_positions(args: argparse.Namespace) -> int:
+    from pipeline.ops.positions import apply, show
+
+    s = command_settings()
+    to = args.to if args.action == "reset" else None
+    if args.action == "reset" and to is None:
+        print("reset needs --to earliest|latest|OFFSET", file=sys.stderr)
+        return 2
+
+    async def run(db: Db) -> Any:
+        rows = await show(s, db, args.topic, args.partition, to)
+        if args.apply and to is not None:
+            await apply(s, db, rows)
+        return rows
+
+    try:
+        rows = on_db(s, run, primary_reads=True)
+    except ValueError as exc:
+        print(f"preagg positions: {exc}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"topic {args.topic!r} has no partitions in Kafka", file=sys.stderr)
+        return 1
+    print(f"group {s.group_id}, topic {args.topic}")
+    for r in rows:
+        print("  " + r.text())
+    if to is not None:
+        print("applied: the workers restart from these positions" if args.apply else "dry run: add --apply")
     return 0
 
 
@@ -167,6 +231,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_status)
+
+    su = sub.add_parser("setup", help="create topics, collections, indexes (and shard keys) once; idempotent")
+    su.add_argument("--check", action="store_true", help="only list what is missing (exit 1 if anything)")
+    su.set_defaults(func=cmd_setup)
+
+    pos = sub.add_parser("positions", help="the ledgers' positions against Kafka's logs; reset them")
+    pos.add_argument("action", choices=["show", "reset"])
+    pos.add_argument("--topic", required=True)
+    pos.add_argument("--partition", type=int, help="one partition (default: all)")
+    pos.add_argument("--to", help="reset: earliest, latest or an offset")
+    pos.add_argument("--apply", action="store_true", help="reset: write the change (default: a dry run)")
+    pos.set_defaults(func=cmd_positions)
 
     dp = sub.add_parser("demo", help="run everything on the embedded services and summarise")
     dp.add_argument("--events", type=int, default=60_000)

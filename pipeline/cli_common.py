@@ -41,14 +41,18 @@ def command_settings(resolve: bool = True) -> Settings:
     return resolve_urls(s) if resolve else s
 
 
-def on_db(s: Settings, query: Callable[[Db], Awaitable[T]]) -> T:
-    """Run one async query against the configured database, then close the client."""
-    from pipeline.store.client import mongo_client
+def on_db(s: Settings, query: Callable[[Db], Awaitable[T]], primary_reads: bool = False) -> T:
+    """Run one async query against the configured database, then close the client.
+
+    ``primary_reads``: read from the primary whatever the URL says (operator commands
+    about ledgers); analysts' queries keep the URL's read preference.
+    """
+    from pipeline.store.client import mongo_client, primary
 
     async def run() -> T:
         client = mongo_client(s.mongo_url or "")
         try:
-            return await query(client[s.db])
+            return await query(primary(client, s.db) if primary_reads else client[s.db])
         finally:
             await client.close()
 

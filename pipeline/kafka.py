@@ -1,15 +1,29 @@
-"""Kafka helpers shared by producers, operators and tests: topics and partitioning."""
+"""Kafka helpers shared by producers, operators and tests: topics, their settings, partitioning.
+
+Topics are created by ``preagg setup`` (or by a worker with ``PREAGG_AUTO_SETUP``, the
+embedded default): brokers often run with ``auto.create.topics.enable=false``, and one
+that auto-creates would pick its own partition count and replication factor.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+from collections.abc import Iterable
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.partitioner import murmur2
 
 from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
+
+log = logging.getLogger("preagg.kafka")
+
+#: Kafka's default ``max.message.bytes`` of a topic (1 MB plus record-batch overhead).
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
 def partition_for(key: bytes, partitions: int) -> int:
@@ -18,18 +32,88 @@ def partition_for(key: bytes, partitions: int) -> int:
     return (h & 0x7FFFFFFF) % partitions
 
 
-async def ensure_topics(settings: Settings, *topics: str) -> None:
-    """Create the given topics (with ``settings.partitions``) if they do not exist."""
+def _entries(responses: Iterable[Any]) -> dict[str, str]:
+    """Config name → value from DescribeConfigs responses (any version)."""
+    out: dict[str, str] = {}
+    for resp in responses:
+        for resource in getattr(resp, "resources", []):
+            if resource[0] != 0:  # error code
+                continue
+            for entry in resource[4]:
+                if entry[1] is not None:
+                    out[entry[0]] = entry[1]
+    return out
+
+
+async def topic_configs(settings: Settings, topic: str) -> dict[str, str]:
+    """The topic's configuration as the broker reports it (empty when it cannot say)."""
+    admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings))
+    await admin.start()
+    try:
+        resp = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        return _entries(resp)
+    except Exception as exc:  # an older or embedded broker without DescribeConfigs
+        log.info("cannot read the configuration of topic %s (%s)", topic, exc)
+        return {}
+    finally:
+        await admin.close()
+
+
+async def _replication_factor(admin: AIOKafkaAdminClient, settings: Settings) -> int:
+    """The replication factor to create topics with (0 in the settings: the broker's default)."""
+    if settings.replication_factor > 0:
+        return settings.replication_factor
+    cluster = await admin.describe_cluster()
+    brokers = cluster.get("brokers") or []
+    with contextlib.suppress(Exception):
+        broker = str(brokers[0]["node_id"]) if brokers else "0"
+        resp = await admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, broker)])
+        value = _entries(resp).get("default.replication.factor")
+        if value and int(value) > 0:
+            return min(int(value), max(1, len(brokers)))
+    return max(1, min(3, len(brokers)))
+
+
+async def missing_topics(settings: Settings, topics: Iterable[str]) -> list[str]:
+    """The topics among ``topics`` that the cluster does not have."""
+    admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings))
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+    finally:
+        await admin.close()
+    return [t for t in topics if t not in existing]
+
+
+async def ensure_topics(settings: Settings, *topics: str, partitions: int | None = None) -> list[str]:
+    """Create the topics that do not exist yet; returns the ones created.
+
+    Partitions: ``partitions`` or ``settings.partitions``; replication factor and
+    ``min.insync.replicas`` from the settings. Existing topics are left as they are.
+    """
     admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         missing = [t for t in topics if t not in existing]
-        if missing:
-            # another worker or producer may create one meanwhile: that is fine
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(
-                    [NewTopic(t, num_partitions=settings.partitions, replication_factor=1) for t in missing]
-                )
+        if not missing:
+            return []
+        rf = await _replication_factor(admin, settings)
+        configs = (
+            {"min.insync.replicas": str(settings.min_insync_replicas)} if settings.min_insync_replicas else {}
+        )
+        new = [
+            NewTopic(
+                t,
+                num_partitions=partitions or settings.partitions,
+                replication_factor=rf,
+                topic_configs=configs,
+            )
+            for t in missing
+        ]
+        # another worker or producer may create one meanwhile: that is fine
+        with contextlib.suppress(TopicAlreadyExistsError):
+            await admin.create_topics(new)
+        return missing
     finally:
         await admin.close()

@@ -14,6 +14,7 @@ messages, keyed, which land on the same partitions.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,9 +26,19 @@ from aiokafka import AIOKafkaProducer
 
 from pipeline.core.envelope import pack
 from pipeline.files import Record, Refused, Skipped
-from pipeline.kafka import ensure_topics, partition_for
+from pipeline.kafka import ensure_topics, missing_topics, partition_for, topic_configs
 from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
+
+#: Bytes of a Kafka record batch besides the value (headers, key, framing), kept free below the limit.
+RECORD_OVERHEAD = 16 * 1024
+#: Seconds an idempotent producer may take to get its producer id before ``auto`` gives up on it.
+IDEMPOTENCE_PROBE_SECONDS = 10.0
+
+log = logging.getLogger("preagg.producer")
+
+#: Per bootstrap address, whether its brokers gave an idempotent producer an id (asked once a process).
+_IDEMPOTENCE: dict[str, bool] = {}
 
 
 class EventProducer:
@@ -37,26 +48,79 @@ class EventProducer:
         self.settings = settings
         self.topic = topic
         self.pack_size = max(1, pack_size if pack_size is not None else settings.pack_size)
-        self._producer = AIOKafkaProducer(
-            **kafka_client_kwargs(settings),
-            acks="all",
-            linger_ms=5,
-            max_batch_size=1 << 20,
-            max_request_size=8 << 20,
-            compression_type=None,
-        )
+        #: Largest message value sent: a pack is closed before it would pass this (set at start
+        #: from the topic's ``max.message.bytes`` when the broker tells, else the setting).
+        self.max_message_bytes = settings.max_message_bytes
+        self.idempotent = False
+        #: Built by :meth:`start` (an aiokafka producer never started warns when collected).
+        self._producer: AIOKafkaProducer | None = None
         self._buffers: dict[int, list[bytes]] = {}
+        self._sizes: dict[int, int] = {}
         self._keys: dict[int, bytes] = {}
         self._inflight: list[asyncio.Future[Any]] = []
         self._partitions = settings.partitions
         self.sent_events = 0
         self.sent_messages = 0
 
-    async def start(self) -> None:
-        """Connect, create the topic if missing, learn its partition count."""
-        await ensure_topics(self.settings, self.topic)
+    def _new_producer(self, idempotent: bool) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            **kafka_client_kwargs(self.settings),
+            acks="all",
+            enable_idempotence=idempotent,
+            linger_ms=5,
+            max_batch_size=1 << 20,
+            max_request_size=self.max_message_bytes + RECORD_OVERHEAD,
+            compression_type=None,
+        )
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        """The aiokafka producer (after :meth:`start`)."""
+        if self._producer is None:
+            raise RuntimeError("the producer is not started")
+        return self._producer
+
+    async def _start_producer(self) -> None:
+        """Start idempotent where the broker supports it (``auto``), else say what that costs."""
+        mode = self.settings.producer_idempotence
+        known = _IDEMPOTENCE.get(self.settings.kafka_bootstrap)
+        if mode == "off" or (mode == "auto" and known is False):
+            self._producer = self._new_producer(idempotent=False)
+            await self._producer.start()
+            return
+        self._producer = self._new_producer(idempotent=True)
+        try:
+            async with asyncio.timeout(IDEMPOTENCE_PROBE_SECONDS):
+                await self._producer.start()
+            self.idempotent = _IDEMPOTENCE[self.settings.kafka_bootstrap] = True
+            return
+        except Exception as exc:
+            if self._producer is not None:
+                await self._producer.stop()
+            if mode == "on":
+                raise RuntimeError(f"the broker refused an idempotent producer: {exc!r}") from exc
+            _IDEMPOTENCE[self.settings.kafka_bootstrap] = False
+            log.warning(
+                "the broker does not support idempotent producers (%r): a broker failover may write "
+                "a message twice; exactly-once then holds relative to the log (docs/deployment.md)",
+                exc,
+            )
+        self._producer = self._new_producer(idempotent=False)
         await self._producer.start()
-        parts = await self._producer.partitions_for(self.topic)
+
+    async def start(self) -> None:
+        """Connect, check (or create) the topic, learn its partition count and message size limit."""
+        if self.settings.auto_setup:
+            await ensure_topics(self.settings, self.topic)
+        elif await missing_topics(self.settings, [self.topic]):
+            raise RuntimeError(
+                f"topic {self.topic} does not exist: run `preagg setup` (or set PREAGG_AUTO_SETUP)"
+            )
+        limit = (await topic_configs(self.settings, self.topic)).get("max.message.bytes")
+        if limit and int(limit) - RECORD_OVERHEAD < self.max_message_bytes:
+            self.max_message_bytes = int(limit) - RECORD_OVERHEAD
+        await self._start_producer()
+        parts = await self.producer.partitions_for(self.topic)
         self._partitions = len(parts)
 
     async def stop(self) -> None:
@@ -64,7 +128,8 @@ class EventProducer:
         try:
             await self.flush()
         finally:
-            await self._producer.stop()
+            if self._producer is not None:
+                await self._producer.stop()
 
     async def __aenter__(self) -> EventProducer:
         await self.start()
@@ -79,11 +144,18 @@ class EventProducer:
         """Queue one already encoded event (one line, no newline inside)."""
         if b"\n" in line:
             raise ValueError("an event line must not contain a newline")
+        if len(line) > self.max_message_bytes:
+            raise ValueError(
+                f"an event of {len(line)} bytes exceeds the largest message ({self.max_message_bytes})"
+            )
         part = partition_for(key, self._partitions)
+        if self._sizes.get(part, 0) + len(line) + 1 > self.max_message_bytes:
+            await self._send_partition(part)  # close the pack before it passes the broker's limit
         buf = self._buffers.setdefault(part, [])
         if not buf:
             self._keys[part] = key
         buf.append(line)
+        self._sizes[part] = self._sizes.get(part, 0) + len(line) + 1
         if len(buf) >= self.pack_size:
             await self._send_partition(part)
 
@@ -93,9 +165,10 @@ class EventProducer:
 
     async def _send_partition(self, part: int) -> None:
         lines = self._buffers.pop(part, [])
+        self._sizes.pop(part, None)
         if not lines:
             return
-        fut = await self._producer.send(self.topic, pack(lines), key=self._keys.pop(part), partition=part)
+        fut = await self.producer.send(self.topic, pack(lines), key=self._keys.pop(part), partition=part)
         self._inflight.append(fut)
         self.sent_events += len(lines)
         self.sent_messages += 1

@@ -156,6 +156,28 @@ class Settings:
     #: Partitions of topics the project creates. More partitions allow more worker
     #: replicas (one partition is read by one worker) but cost broker memory.
     partitions: int = 4
+    #: Replication factor of the topics ``preagg setup`` creates. ``0``: the broker's
+    #: ``default.replication.factor`` (at most the number of brokers). 3 survives a broker
+    #: loss with ``min_insync_replicas`` 2; 1 is for a single broker (the embedded one).
+    replication_factor: int = 0
+    #: ``min.insync.replicas`` of the topics setup creates (``None``: the broker's). With
+    #: ``acks=all`` a write needs this many replicas: 2 of 3 loses nothing when one fails.
+    min_insync_replicas: int | None = None
+    #: Largest Kafka message producers send, bytes: packs are closed below it. Kafka's
+    #: default ``max.message.bytes`` is 1 MB; the topic's own value is used when lower.
+    max_message_bytes: int = 1_000_000
+    #: Idempotent producers (``acks=all`` always): a broker failover then never writes a
+    #: message twice. ``auto``: on where the broker supports it (Apache Kafka does; the
+    #: embedded broker does not, and producers then warn once), ``on``: required, ``off``.
+    producer_idempotence: Literal["auto", "on", "off"] = "auto"
+    #: Create missing topics, collections and indexes when a worker or producer starts
+    #: (``None``: on with the embedded services, off with configured servers, where
+    #: ``preagg setup`` does it once and workers only check).
+    auto_setup: bool | None = None
+    #: Set when ``kafka_url`` is the embedded broker (Tansu): workarounds for its quirks
+    #: (ListOffsets one batch short, a consistency check that crashes on its answers)
+    #: apply only then, so a real cluster pays nothing for them.
+    embedded_kafka: bool = False
     #: Consumer group of the workers; replicas with the same id share partitions.
     group_id: str = "preagg"
     #: Seconds between the starts of two flushes (a flush longer than this is

@@ -230,17 +230,23 @@ def per_minute(samples: list[tuple[float, int]], began: float, minutes: int) -> 
     return [round((at(began + 60 * (i + 1)) - at(began + 60 * i)) / 60, 1) for i in range(minutes)]
 
 
-def steady(base: Settings, kind: str, minutes: int, drain_limit: float = 120) -> dict[str, Any]:
-    """One kind's live stream through one worker for ``minutes``: throughput per minute, flushes."""
+def steady(
+    base: Settings, kind: str, minutes: int, drain_limit: float = 120, workers: int = 1
+) -> dict[str, Any]:
+    """One kind's live stream through ``workers`` workers for ``minutes``: throughput per minute, flushes."""
     stream = STREAMS[kind]
     settings = base.named(f"steady-{kind}")
     topic = settings.topic(stream.kind)
-    port = free_port()
-    worker = WorkerProcess(settings.with_(web_port=port), f"steady-{kind}").start()
+    ports = [free_port() for _ in range(workers)]
+    procs = [
+        WorkerProcess(settings.with_(web_port=port), f"steady-{kind}-{i}").start()
+        for i, port in enumerate(ports)
+    ]
     sampler = LedgerSampler(settings)
     truth: Counter[Key] = Counter()
     try:
-        _wait_assigned(port)
+        for port in ports:
+            _wait_assigned(port)
         sampler.start()
         began = time.monotonic()
         sent = asyncio.run(_offer(settings, topic, stream, 60 * minutes, truth))
@@ -250,11 +256,14 @@ def steady(base: Settings, kind: str, minutes: int, drain_limit: float = 120) ->
             drained_s: float | None = time.monotonic() - began
         except TimeoutError:
             drained_s = None  # the worker is slower than the offered rate: the backlog is reported
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            metrics = r.read().decode()
+        bodies = []
+        for port in ports:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                bodies.append(r.read().decode())
     finally:
         sampler.stop()
-        worker.terminate()
+        for w in procs:
+            w.terminate()
     name = "hits" if kind.startswith("hits") else kind
     out: dict[str, Any] = {
         "offered_events_per_s": stream.rate,
@@ -263,10 +272,12 @@ def steady(base: Settings, kind: str, minutes: int, drain_limit: float = 120) ->
         "produce_seconds": round(offered_s, 1),
         "all_committed_after_s": round(drained_s, 1) if drained_s is not None else None,
         "committed_per_s_by_minute": per_minute(sampler.samples, began, minutes),
-        "failed_commits": _metric(metrics, "preagg_commit_failures_total", name),
-        "splits": _metric(metrics, "preagg_commit_splits_total", name),
-        "docs_limit_at_end": _metric(metrics, "preagg_commit_docs_limit", name),
-        **flush_figures(worker.log_path.read_text(), name),
+        "workers": workers,
+        "failed_commits": sum(_metric(b, "preagg_commit_failures_total", name) or 0 for b in bodies),
+        "splits": sum(_metric(b, "preagg_commit_splits_total", name) or 0 for b in bodies),
+        "docs_limit_at_end": min(_metric(b, "preagg_commit_docs_limit", name) or 0 for b in bodies),
+        "write_conflicts_logged": sum(w.log_path.read_text().count("WriteConflict") for w in procs),
+        **flush_figures("\n".join(w.log_path.read_text() for w in procs), name),
     }
     by_min = out["committed_per_s_by_minute"]
     out["third_vs_first_minute"] = round(by_min[-1] / by_min[0], 3) if by_min and by_min[0] else None
@@ -363,6 +374,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench-results/steady.json")
     ap.add_argument("--minutes", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=1, help="worker replicas per live stream (one group)")
     ap.add_argument("--only", nargs="*", help="steady kinds and/or 'backfill', 'reads'")
     ap.add_argument("--set", nargs="*", default=[], help="settings for the workers: NAME=VALUE")
     ap.add_argument("--listens-users", type=int, default=120, help="users x 25 tags = listens documents")
@@ -388,7 +400,7 @@ def main() -> None:
                     results,
                     f"steady_{kind}",
                     f"steady state: {kind}, {args.minutes} min",
-                    lambda k=kind: steady(base, k, args.minutes),  # type: ignore[misc]
+                    lambda k=kind: steady(base, k, args.minutes, workers=args.workers),  # type: ignore[misc]
                 )
         if "backfill" in only:
             step(results, "backfill", "backfill: 30 days of hits", lambda: backfill(base))

@@ -87,6 +87,24 @@ def schema_table(folders: list[Path], mode: FieldMode) -> list[dict[str, str]]:
 
 
 @dataclass(frozen=True)
+class ShardKey:
+    """The shard key of one collection on a sharded cluster (``preagg setup`` shards it).
+
+    Every upsert's filter must carry all its fields as equalities (MongoDB 6.0 refuses
+    an upsert without the full shard key); the conformance tests check each kind's.
+    """
+
+    collection: str
+    #: (dotted field, 1 or "hashed"), in key order.
+    keys: tuple[tuple[str, int | str], ...]
+
+
+def hashed_id(collection: str) -> ShardKey:
+    """Hashed ``_id``: writes spread evenly, every upsert by ``_id`` routed to one shard."""
+    return ShardKey(collection, (("_id", "hashed"),))
+
+
+@dataclass(frozen=True)
 class Index:
     """One secondary index a kind's collection needs, declared as data (the store creates it)."""
 

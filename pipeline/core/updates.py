@@ -21,6 +21,13 @@ class DocUpdate:
     #: Read-modify-write: given the stored document (``None`` if absent), the fields
     #: to ``$set``. The sink reads the documents inside the flush's transaction.
     compute: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None
+    #: Equalities the filter carries besides ``_id``: the collection's shard key (an upsert
+    #: on a sharded collection needs all of it; on insert MongoDB copies them into the document).
+    key: dict[str, Any] = field(default_factory=dict)
+
+    def filter(self) -> dict[str, Any]:
+        """The upsert's filter: ``_id`` and the shard key's equalities."""
+        return {"_id": self.id, **self.key} if self.key else {"_id": self.id}
 
     def add(self, path: str, n: int) -> None:
         """Add ``n`` to counter ``path`` (dotted) of this update."""
@@ -53,6 +60,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                     u.set if first else {},
                     u.bit_or if first else {},
                     u.compute if first else None,
+                    u.key,
                 )
             )
     return out

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from pipeline.core.aggregator import Aggregator
-from pipeline.core.fields import FieldMode, Index
+from pipeline.core.fields import FieldMode, Index, ShardKey, documents, hashed_id
 from pipeline.core.ids import id_bytes
 from pipeline.core.rejection import Rejection
 from pipeline.files import Record, read_jsonl
@@ -46,8 +46,6 @@ class Stream:
     before_plan: Callable[[Any], Awaitable[object]] | None = None
     #: What :attr:`before_plan` does, for retry logs ("name store").
     before_plan_label: str = ""
-    #: Store preparation beyond the kind's :meth:`Kind.indexes` (hits: the name store's index).
-    setup: Callable[[], Awaitable[None]] | None = None
     #: Prometheus metrics of the kind's own machinery (hits: name-store round trips).
     metrics: Callable[[], Iterable[Metric]] | None = None
 
@@ -88,6 +86,14 @@ class Kind(Generic[S]):
     def indexes(self, mode: FieldMode) -> list[Index]:
         """Secondary indexes of the kind's collections (``_id`` needs none)."""
         return []
+
+    def collections(self) -> list[str]:
+        """The collections the kind writes (``preagg setup`` creates them: never inside a transaction)."""
+        return [spec["collection"] for spec in documents(self.folder).values()]
+
+    def shard_keys(self, mode: FieldMode) -> list[ShardKey]:
+        """Shard key per collection on a sharded cluster (default: hashed ``_id``, writes spread evenly)."""
+        return [hashed_id(c) for c in self.collections()]
 
     def key(self, event: Any) -> bytes:
         """Partition key of a decoded event (default: its first field, the user)."""

@@ -1,10 +1,10 @@
 """Consumer-group lag read from the broker: end offsets against committed offsets.
 
-End offsets come from a fetch's high watermark, not from ListOffsets alone: the
-embedded Tansu answers ListOffsets(latest) with the base offset of the last record
-batch plus one, which under-reports the end whenever that batch holds several
-records. Reading the last batch costs one small fetch per partition and gives the
-same answer as ListOffsets on Apache Kafka.
+On the embedded broker, end offsets come from a fetch's high watermark, not from
+ListOffsets alone: Tansu answers ListOffsets(latest) with the base offset of the last
+record batch plus one, which under-reports the end whenever that batch holds several
+records. Reading the last batch costs one small fetch per partition; on real Kafka,
+whose ListOffsets is exact, that fetch is skipped.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]
             tps.extend(TopicPartition(t, p) for p in sorted(parts))
         if not tps:
             return []
-        ends = await end_offsets(consumer, tps)
+        ends = await end_offsets(consumer, tps, settings.embedded_kafka)
         out = []
         for tp in tps:
             committed = await consumer.committed(tp)
@@ -62,10 +62,12 @@ async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]
         await consumer.stop()
 
 
-async def end_offsets(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-    """True end offset per partition: ListOffsets, corrected by the high watermark of a fetch."""
+async def end_offsets(
+    consumer: AIOKafkaConsumer, tps: list[TopicPartition], embedded: bool = True
+) -> dict[TopicPartition, int]:
+    """True end offset per partition: ListOffsets, and on the embedded broker a fetch's high watermark."""
     reported: dict[TopicPartition, int] = await consumer.end_offsets(tps)
-    probe = [tp for tp in tps if reported[tp] > 0]
+    probe = [tp for tp in tps if reported[tp] > 0] if embedded else []
     if not probe:
         return reported
     consumer.assign(probe)

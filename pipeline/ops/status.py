@@ -33,9 +33,19 @@ async def group_status(
     dead_end = sum(p.end for p in await group_lag(settings, [settings.deadletter_topic]))
     stored = {(d["topic"], d["partition"]): d for d in ledger}
     partitions = []
+    problems = []
     for p in lags:
         doc = stored.get((p.topic, p.partition), {})
         position = max(p.committed, doc.get("next", 0))
+        where = f"{p.topic}[{p.partition}]"
+        if diverged := doc.get("diverged"):
+            by = diverged.get("worker")
+            problems.append(f"{where}: held back by worker {by}: {diverged.get('reason')}")
+        elif doc.get("next") is not None and p.end < doc["next"]:
+            problems.append(
+                f"{where}: Kafka's log ends at {p.end} but the ledger counted up to {doc['next']} "
+                "(topic recreated or data lost?)"
+            )
         partitions.append(
             {
                 "topic": p.topic,
@@ -47,12 +57,18 @@ async def group_status(
                 "events": doc.get("events", 0),
                 "worker": doc.get("worker"),
                 "last_flush": doc.get("at"),
+                "diverged": (doc.get("diverged") or {}).get("reason"),
             }
         )
     workers: dict[str, list[int]] = {}
     for d in ledger:
         workers.setdefault(d.get("worker", "?"), []).append(d["partition"])
+    if problems:
+        problems.append(
+            "decide with: preagg positions reset --topic T [--partition P] --to earliest|latest|OFFSET"
+        )
     return {
+        "problems": problems,
         "lag": sum(p["lag"] for p in partitions),
         "events_per_second": (totals.events - before) / interval if interval > 0 else None,
         "events": totals.events,
@@ -71,7 +87,8 @@ def status_text(st: dict[str, Any], now: float | None = None) -> str:
     now = time.time() if now is None else now
     rate = st["events_per_second"]
     age = f"{now - st['last_flush']:.0f}s ago" if st["last_flush"] else "never"
-    out = [
+    out = [f"PROBLEM {p}" for p in st.get("problems", [])]
+    out += [
         f"lag: {st['lag']} messages"
         + (f"   throughput: {rate:,.0f} events/s" if rate is not None else "")
         + f"   last flush: {age}",
@@ -83,7 +100,7 @@ def status_text(st: dict[str, Any], now: float | None = None) -> str:
         out.append(
             f"  {p['topic']}[{p['partition']}] end={p['end']} mongo={p['mongo_position']} "
             f"kafka={p['kafka_committed']} lag={p['lag']} events={p['events']} "
-            f"last writer={p['worker']} ({flushed})"
+            f"last writer={p['worker']} ({flushed})" + (" DIVERGED" if p.get("diverged") else "")
         )
     dl = st["deadletters"]
     out.append(f"dead letters: {sum(dl.values())} counted, {st['deadletter_topic_messages']} on the topic")

@@ -294,4 +294,6 @@ def for_embedded(settings: Settings, endpoints: Endpoints) -> Settings:
         max_fields_per_update=(
             EMBEDDED_FIELDS_PER_UPDATE if fields is None and on_embedded_mongo else fields
         ),
+        auto_setup=True if settings.auto_setup is None else settings.auto_setup,
+        embedded_kafka=settings.embedded_kafka or settings.kafka_url is None,
     )

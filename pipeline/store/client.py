@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, ReadPreference
+from pymongo.asynchronous.database import AsyncDatabase
+
+
+def primary(client: AsyncMongoClient[dict[str, Any]], db: str) -> AsyncDatabase[dict[str, Any]]:
+    """``db`` read from the primary whatever the URL's ``readPreference`` says.
+
+    Workers and operator commands read ledgers, the name store and documents they are
+    about to write: a secondary's lagging copy would be wrong, and PyMongo refuses a
+    transaction with a non-primary read preference. Analysts' queries keep the URL's.
+    """
+    return client.get_database(db, read_preference=ReadPreference.PRIMARY)
 
 
 def mongo_client(url: str, timeout: float | None = 20.0, **kwargs: Any) -> AsyncMongoClient[dict[str, Any]]:

@@ -11,9 +11,9 @@ from typing import Any
 
 from pymongo import AsyncMongoClient, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import DuplicateKeyError, OperationFailure
+from pymongo.errors import CollectionInvalid, DuplicateKeyError, OperationFailure
 
-from pipeline.core.fields import FieldMode, Index
+from pipeline.core.fields import FieldMode, Index, ShardKey
 from pipeline.store.offsets import OFFSETS_COLLECTION
 
 META_COLLECTION = "preagg_meta"
@@ -52,3 +52,44 @@ async def ensure_indexes(db: AsyncDatabase[dict[str, Any]], indexes: Iterable[In
     """Create the declared indexes (a no-op for those that exist with the same keys)."""
     for ix in indexes:
         await db[ix.collection].create_index(list(ix.keys), name=ix.name)
+
+
+async def ensure_collections(db: AsyncDatabase[dict[str, Any]], names: Iterable[str]) -> list[str]:
+    """Create the collections that do not exist; returns the ones created.
+
+    A flush must never create one: MongoDB refuses collection creation inside a
+    cross-shard transaction, and elsewhere it takes locks a transaction should not wait on.
+    """
+    existing = set(await db.list_collection_names())
+    created = []
+    for name in names:
+        if name in existing:
+            continue
+        try:
+            await db.create_collection(name)
+        except CollectionInvalid:  # created meanwhile by another setup
+            continue
+        created.append(name)
+    return created
+
+
+async def is_sharded_cluster(client: AsyncMongoClient[dict[str, Any]]) -> bool:
+    """True when connected to a mongos (``hello`` answers ``msg: isdbgrid``)."""
+    hello = await client.admin.command("hello")
+    return bool(hello.get("msg") == "isdbgrid")
+
+
+async def shard_collections(
+    client: AsyncMongoClient[dict[str, Any]], db: str, keys: Iterable[ShardKey]
+) -> list[str]:
+    """On a sharded cluster, shard each collection on its key (already sharded ones are left)."""
+    done = []
+    sharded = {d["_id"] async for d in client["config"]["collections"].find({"_id": {"$regex": f"^{db}\\."}})}
+    await client.admin.command("enableSharding", db)
+    for k in keys:
+        ns = f"{db}.{k.collection}"
+        if ns in sharded:
+            continue
+        await client.admin.command("shardCollection", ns, key=dict(k.keys))
+        done.append(ns)
+    return done

@@ -46,6 +46,9 @@ class Fence:
     #: so that sums over the ledger are exact.
     docs: int = 0
     flushes: int = 0
+    #: The last record the batch counted on this partition: ``{offset, ts, digest}``
+    #: (see :mod:`pipeline.core.incarnation`); stored as the ledger's ``last``.
+    last: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def offset_doc_update(
                 "flush": flush_id,
                 "at": now,
                 "worker": worker,
+                **({"last": dict(fence.last)} if fence.last is not None else {}),
             },
             "$inc": inc,
         },

@@ -28,6 +28,7 @@ from pymongo.read_concern import ReadConcern
 
 from pipeline.core.updates import DocUpdate
 from pipeline.settings import CommitMode
+from pipeline.store.client import primary
 from pipeline.store.errors import CommitTooLarge
 from pipeline.store.offsets import (
     OFFSETS_COLLECTION,
@@ -74,8 +75,9 @@ def group_operations(updates: Sequence[DocUpdate]) -> tuple[dict[str, list[Updat
     for u in updates:
         update = update_document(u)
         # q, u and the statement's own framing (upsert flag, keys): what the server receives.
-        size += len(bson.encode({"q": {"_id": u.id}, "u": update})) + 16
-        by_collection[u.collection].append(UpdateOne({"_id": u.id}, update, upsert=True))
+        flt = u.filter()
+        size += len(bson.encode({"q": flt, "u": update})) + 16
+        by_collection[u.collection].append(UpdateOne(flt, update, upsert=True))
     return by_collection, size
 
 
@@ -98,7 +100,7 @@ class MongoSink:
         if mode not in (EXACTLY_ONCE, AT_LEAST_ONCE):
             raise ValueError(f"unknown commit mode {mode!r} (use {EXACTLY_ONCE} or {AT_LEAST_ONCE})")
         self.client = client
-        self.db = client[db]
+        self.db = primary(client, db)
         self.group = group
         self.worker = worker
         self.mode = mode
@@ -217,7 +219,8 @@ class MongoSink:
                 out.append(u)
                 continue
             fields = u.compute(stored.get((u.collection, u.id)))
-            out.append(DocUpdate(u.collection, u.id, u.set_on_insert, u.inc, {**u.set, **fields}, u.bit_or))
+            merged = {**u.set, **fields}
+            out.append(DocUpdate(u.collection, u.id, u.set_on_insert, u.inc, merged, u.bit_or, key=u.key))
         return out
 
     async def _record_offsets(self, fences: Sequence[Fence], flush_id: str) -> None:

@@ -21,22 +21,25 @@ from pathlib import Path
 from typing import Any, cast
 
 import faust
-from faust.types import TP, EventT, StreamT
+from faust.types import EventT, StreamT
 from prometheus_client.core import Metric
 from pymongo import AsyncMongoClient
 
 from pipeline.core.fields import check_mode
-from pipeline.kafka import ensure_topics
-from pipeline.kinds import Kind, Stream, StreamContext, load_kinds
+from pipeline.kinds import StreamContext, load_kinds
+from pipeline.ops.setup import NotSetUp, ready_or_setup
+from pipeline.probe import PartitionProbe
 from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
-from pipeline.store.client import mongo_client
-from pipeline.store.meta import claim_schema_mode, ensure_indexes, supports_transactions
+from pipeline.store.client import mongo_client, primary
+from pipeline.store.meta import claim_schema_mode, supports_transactions
 from pipeline.store.sink import EXACTLY_ONCE, MongoSink
 from pipeline.worker.bounds import CommitBound
+from pipeline.worker.consumer import read_committed
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.faults import fault_hook
-from pipeline.worker.flusher import Flusher, OnGap, exit_to_resume
+from pipeline.worker.flusher import Flusher
+from pipeline.worker.guard import LedgerGuard
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
 from pipeline.worker.shutdown import BoundedWorker
 
@@ -50,11 +53,12 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "store": "memory://",
         "topic_partitions": settings.partitions,
         "topic_replication_factor": 1,
-        # Tansu holds a group join for half the session timeout (30 s by default).
+        # The embedded Tansu holds a group join for half the session timeout (30 s by default).
         "broker_session_timeout": settings.session_timeout,
         "broker_heartbeat_interval": min(3.0, settings.session_timeout / 3),
-        # Tansu reports ListOffsets in a way that makes this check crash on rebalance.
-        "recovery_consistency_check": False,
+        # The embedded Tansu answers ListOffsets in a way that makes this check crash on
+        # rebalance; real Kafka keeps Faust's default.
+        "recovery_consistency_check": not settings.embedded_kafka,
         "consumer_auto_offset_reset": "earliest",
         "broker_commit_interval": min(1.0, settings.flush_interval),
         "stream_wait_empty": True,
@@ -74,6 +78,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     """The worker's Faust app for the given (resolved) settings, and its flushers (one per stream)."""
     conf = faust_settings(settings)
     Path(conf["datadir"]).parent.mkdir(parents=True, exist_ok=True)
+    read_committed()
     app = faust.App(settings.group_id, **conf)
     dead_topic = app.topic(
         settings.deadletter_topic,
@@ -82,7 +87,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         partitions=1,
     )
     client = mongo_client(settings.mongo_url or "", timeout=settings.mongo_timeout)
-    db = client[settings.db]
+    db = primary(client, settings.db)
     fault = fault_hook(settings.fault)
     sink = MongoSink(
         client,
@@ -111,7 +116,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         stream, event = cast(tuple[StreamT[bytes], EventT[bytes]], handle)
         return await stream.ack(event)
 
-    on_gap = _gap_handler(app, sink)
+    guard = LedgerGuard(app, sink, PartitionProbe(settings), settings.worker_id)
 
     kinds = load_kinds(settings.kinds)
     ctx = StreamContext(settings, check_mode(settings.schema), db)
@@ -129,7 +134,9 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             settings.max_pending_keys,
             settings.fields_per_update,
             fault=fault,
-            on_gap=on_gap,
+            on_gap=guard.on_gap,
+            check_incarnation=guard.check,
+            on_diverged=guard.on_diverged,
             before_plan=stream.before_plan,
             before_plan_label=stream.before_plan_label,
             bound=CommitBound(
@@ -152,7 +159,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
 
     @app.task
     async def prepare() -> None:
-        await prepare_store(settings, client, streams)
+        await prepare_store(settings, client)
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,
@@ -191,6 +198,10 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     async def start_flush_loop() -> None:
         flush_loop.append(asyncio.get_running_loop().create_task(flush_forever()))
 
+    @app.task
+    async def watch_diverged() -> None:
+        await guard.watch(flushers)
+
     return app, flushers
 
 
@@ -228,11 +239,9 @@ def _add_web_pages(
         return self.json(verdict, status=200 if verdict["ok"] else 503)
 
 
-async def prepare_store(
-    settings: Settings, client: AsyncMongoClient[dict[str, Any]], streams: Sequence[tuple[Kind[Any], Stream]]
-) -> None:
-    """Checks and indexes before the first flush: transactions, field-name mode, each kind's indexes."""
-    db = client[settings.db]
+async def prepare_store(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> None:
+    """Checks before the first flush: transactions, the database's field-name mode."""
+    db = primary(client, settings.db)
     mode = check_mode(settings.schema)
     if settings.commit_mode == EXACTLY_ONCE and not await supports_transactions(client, settings.db):
         log.error(
@@ -252,47 +261,6 @@ async def prepare_store(
             mode,
         )
         raise SystemExit(2)
-    for kind, stream in streams:
-        await ensure_indexes(db, kind.indexes(mode))
-        if stream.setup is not None:
-            await stream.setup()
-
-
-def _gap_handler(app: faust.App, sink: MongoSink) -> OnGap:
-    """What a flusher does when Kafka delivers past MongoDB's position (see docs/exactly-once.md)."""
-
-    async def on_gap(tp: tuple[str, int], stored: int, offset: int) -> None:
-        ftp = TP(*tp)
-        earliest = (await app.consumer.earliest_offsets(ftp)).get(ftp, 0)
-        if max(stored, earliest) >= offset:
-            log.error(
-                "%s[%d]: offsets %d..%d were never counted and Kafka no longer has them "
-                "(retention); counting resumes at %d",
-                *tp,
-                stored,
-                offset - 1,
-                offset,
-            )
-            return
-        # Kafka's committed offset is ahead of MongoDB's (a message Faust skipped and
-        # acked during a rebalance, or a store restored from a backup). Point Kafka at
-        # MongoDB's position for every assigned partition (always safe: everything below
-        # it is counted), then restart so that consumption resumes there.
-        assigned = sorted(app.consumer.assignment())
-        stored_all = await sink.load_positions([(t.topic, t.partition) for t in assigned])
-        lows = await app.consumer.earliest_offsets(*assigned)
-        targets = {
-            t: max(pos, lows.get(t, 0))
-            for t in assigned
-            if (pos := stored_all.get((t.topic, t.partition))) is not None
-        }
-        await app.consumer._commit(targets)  # type: ignore[attr-defined]
-        exit_to_resume(
-            f"{tp[0]}[{tp[1]}]: Kafka delivered offset {offset} but MongoDB has counted only up to "
-            f"{stored}; Kafka's committed offsets now follow MongoDB's positions"
-        )
-
-    return on_gap
 
 
 def _add_agent(app: faust.App, name: str, topic_name: str, partitions: int, flusher: Flusher[Any]) -> None:
@@ -303,18 +271,34 @@ def _add_agent(app: faust.App, name: str, topic_name: str, partitions: int, flus
         noack = stream.noack()  # type: ignore[attr-defined]
         async for event in noack.events():
             msg = event.message
-            await flusher.receive((msg.topic, msg.partition), msg.offset, event.value, (noack, event))
+            # Faust gives seconds (None without one); the ledger keeps Kafka's milliseconds.
+            ts = round(msg.timestamp * 1000) if msg.timestamp else 0
+            await flusher.receive((msg.topic, msg.partition), msg.offset, event.value, (noack, event), ts)
 
     app.agent(topic, name=name)(agent)
+
+
+async def _ready(settings: Settings) -> list[str]:
+    client = mongo_client(settings.mongo_url or "", timeout=settings.mongo_timeout)
+    try:
+        return await ready_or_setup(settings, client)
+    finally:
+        await client.close()
 
 
 def run_worker(settings: Settings, loglevel: str = "info") -> None:
     """Run one worker process until SIGTERM/SIGINT (flushes before exit).
 
-    The input topics are created first, with ``settings.partitions``: a broker that
-    auto-creates topics on a subscription would otherwise pick its own default.
+    Topics and collections must exist (``preagg setup``); with ``auto_setup`` (the
+    embedded default) the worker creates them itself. Missing ones stop it at once
+    with one line naming them (exit status 2).
     """
-    asyncio.run(ensure_topics(settings, *settings.stream_topics))
+    try:
+        for line in asyncio.run(_ready(settings)):
+            log.info("%s", line)
+    except NotSetUp as exc:
+        log.error("%s", exc)
+        raise SystemExit(2) from None
     app, flushers = build_app(settings)
 
     def left() -> str:

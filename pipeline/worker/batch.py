@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pipeline.core.aggregator import Aggregator
+from pipeline.core.incarnation import Fingerprint, digest
 from pipeline.store.offsets import TP, Fence
 from pipeline.worker.deadletter import DeadLetter
 
@@ -33,6 +34,8 @@ class Received:
     ack: object
     start: int | None
     skipped: bool = False
+    #: The record's timestamp, milliseconds (for the ledger's fingerprint of its last record).
+    ts: int = 0
 
 
 @dataclass
@@ -50,9 +53,11 @@ class PendingBatch(Generic[A]):
     messages: list[Received] = field(default_factory=list)
     #: The dead letters were already sent (by the batch this one was split from).
     dead_sent: bool = False
+    #: Per partition, the last message's timestamp and lines (its fingerprint is made once, at commit).
+    last: dict[TP, tuple[int, list[bytes]]] = field(default_factory=dict)
 
     def ingest_message(
-        self, tp: TP, offset: int, lines: list[bytes], ack: object, start: int | None = None
+        self, tp: TP, offset: int, lines: list[bytes], ack: object, start: int | None = None, ts: int = 0
     ) -> None:
         """Aggregate one Kafka message's events; remember its position and its ack handle.
 
@@ -69,7 +74,8 @@ class PendingBatch(Generic[A]):
         first, _ = self.offsets.get(tp, (offset, offset))
         self.offsets[tp] = (first, offset)
         self.acks.append(ack)
-        self.messages.append(Received(tp, offset, lines, ack, start))
+        self.last[tp] = (ts, lines)
+        self.messages.append(Received(tp, offset, lines, ack, start, ts=ts))
 
     def skip(self, ack: object) -> None:
         """A replayed message already counted in MongoDB: ack it with the batch, count nothing."""
@@ -96,9 +102,16 @@ class PendingBatch(Generic[A]):
                     rejected=rejected.get((t, p), {}),
                     docs=docs if first else 0,
                     flushes=1 if first else 0,
+                    last=self._fingerprint((t, p), last),
                 )
             )
         return out
+
+    def _fingerprint(self, tp: TP, offset: int) -> dict[str, Any] | None:
+        if tp not in self.last:
+            return None
+        ts, lines = self.last[tp]
+        return Fingerprint(offset, ts, digest(lines)).as_doc()
 
     def empty(self) -> bool:
         """True when no message was ingested."""
@@ -135,7 +148,7 @@ class PendingBatch(Generic[A]):
                     half.skip(m.ack)
                 else:
                     # m.start is the partition's position just before m: the end of the first half.
-                    half.ingest_message(m.tp, m.offset, m.lines, m.ack, m.start)
+                    half.ingest_message(m.tp, m.offset, m.lines, m.ack, m.start, m.ts)
         return first, second
 
     def rejected_by_reason(self) -> dict[str, int]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol
 
 from pipeline.core.envelope import unpack
+from pipeline.core.incarnation import Verdict
 from pipeline.core.updates import DocUpdate, split_wide
 from pipeline.store.errors import CommitTooLarge, shrinks
 from pipeline.store.offsets import TP, Committed, Fence, FenceConflict
@@ -55,6 +56,9 @@ EXIT_FENCED = 75
 #: The worker's handler re-points Kafka at the stored position and restarts, or
 #: returns when the range is gone from Kafka (retention) and counting must go on.
 OnGap = Callable[[TP, int, int], Awaitable[None]]
+#: Is the partition Kafka serves the one the ledger describes? (see :mod:`pipeline.core.incarnation`)
+CheckIncarnation = Callable[[TP], Awaitable[Verdict]]
+OnDiverged = Callable[[TP, Verdict], Awaitable[None]]
 SendDead = Callable[[Sequence[DeadLetter]], Awaitable[None]]
 Ack = Callable[[object], Awaitable[object]]
 Fault = Callable[[str], None]
@@ -107,6 +111,8 @@ class FlushStats:
     #: Batches sealed because they reached the commit bound (not by the flush timer).
     sealed: int = 0
     commit_bytes: int = 0
+    #: Messages of diverged partitions, not counted (see ``Flusher.diverged``).
+    held_back: int = 0
 
     def observe(self, seconds: float) -> None:
         """Record one flush's latency in the histogram."""
@@ -135,6 +141,8 @@ class Flusher(Generic[A]):
         before_plan_label: str = "before plan",
         bound: CommitBound | None = None,
         on_sealed: Callable[[], None] | None = None,
+        check_incarnation: CheckIncarnation | None = None,
+        on_diverged: OnDiverged | None = None,
     ) -> None:
         self.stream = stream
         self._factory = factory
@@ -154,6 +162,11 @@ class Flusher(Generic[A]):
         #: When a batch is sealed (documents, bytes, time per commit).
         self.bound = bound or CommitBound(2000, 8_000_000, 5.0)
         self._on_sealed = on_sealed or (lambda: None)
+        self._check_incarnation = check_incarnation
+        self._on_diverged = on_diverged
+        #: Partitions whose log is not the one their ledger describes: nothing of them is counted
+        #: until an operator resets the ledger (``preagg positions reset``); reason per partition.
+        self.diverged: dict[TP, str] = {}
         self.batch: PendingBatch[A] = new_batch(factory)
         #: Batches sealed and not yet committed, oldest first (contiguous per partition).
         self.sealed: collections.deque[PendingBatch[A]] = collections.deque()
@@ -169,12 +182,24 @@ class Flusher(Generic[A]):
 
     # -- feeding ----------------------------------------------------------------
 
-    async def receive(self, tp: TP, offset: int, value: bytes | None, ack: object) -> None:
-        """Take one Kafka message: load its partition's position, respect the bound, ingest."""
+    async def receive(self, tp: TP, offset: int, value: bytes | None, ack: object, ts: int = 0) -> None:
+        """Take one Kafka message: load its partition's position, respect the bound, ingest.
+
+        ``ts`` is the record's timestamp in milliseconds (the ledger fingerprints the last
+        record it counted). A partition is checked against its ledger when its position
+        was just loaded and whenever the consumer's position moves backwards.
+        """
         if self.sink.exactly_once:
             if not self.positions.known(tp):
                 await self.load_positions([tp])
-            if tp in self._fresh:
+            fresh = tp in self._fresh
+            if (fresh or offset < self.consumed.get(tp, 0)) and not await self._same_log(tp):
+                self._fresh.discard(tp)
+            if tp in self.diverged:
+                self.stats.held_back += 1
+                await self._ack(ack)  # a hint for Kafka only: the ledger still says "not counted"
+                return
+            if fresh:
                 self._fresh.discard(tp)
                 stored = self.positions.get(tp)
                 if stored is not None and offset > stored and self._on_gap is not None:
@@ -183,7 +208,7 @@ class Flusher(Generic[A]):
             await self._backpressure()
         b = self.batch
         before = b.documents()
-        self.ingest(tp, offset, value, ack)
+        self.ingest(tp, offset, value, ack, ts)
         after = b.documents()
         if self.bound.full(after, after - before):
             self.stats.sealed += 1
@@ -204,7 +229,35 @@ class Flusher(Generic[A]):
             "%s positions from MongoDB: %s", self.stream, {f"{t}[{p}]": n for (t, p), n in stored.items()}
         )
 
-    def ingest(self, tp: TP, offset: int, value: bytes | None, ack: object) -> None:
+    async def _same_log(self, tp: TP) -> bool:
+        """Check ``tp`` against its ledger; a diverged partition is held back and reported."""
+        if self._check_incarnation is None or tp in self.diverged:
+            return tp not in self.diverged
+        check = self._check_incarnation
+        verdicts: list[Verdict] = []
+
+        async def run() -> None:
+            verdicts.append(await check(tp))
+
+        await self._retry("incarnation check", run, 0)
+        verdict = verdicts[-1]
+        if verdict.outcome == "diverged":
+            self.diverged[tp] = verdict.reason
+            log.error(
+                "%s[%d]: %s. Nothing of this partition is counted until an operator decides with "
+                "`preagg positions reset --topic %s --partition %d --to earliest|latest|OFFSET`.",
+                *tp,
+                verdict.reason,
+                *tp,
+            )
+            if self._on_diverged is not None:
+                await self._on_diverged(tp, verdict)
+            return False
+        if verdict.outcome == "unverifiable":
+            log.warning("%s[%d]: cannot check the partition against its ledger: %s", *tp, verdict.reason)
+        return True
+
+    def ingest(self, tp: TP, offset: int, value: bytes | None, ack: object, ts: int = 0) -> None:
         """Aggregate one message (single or packed events), or skip it if already counted."""
         self.consumed[tp] = offset + 1
         if self.sink.exactly_once:
@@ -215,7 +268,7 @@ class Flusher(Generic[A]):
         else:
             start = None
         lines = list(unpack(value)) if value else []
-        self.batch.ingest_message(tp, offset, lines, ack, start)
+        self.batch.ingest_message(tp, offset, lines, ack, start, ts)
 
     def pending_keys(self) -> int:
         """Items in memory: the batch being filled, the sealed ones and the one being written."""
@@ -241,6 +294,8 @@ class Flusher(Generic[A]):
         dropped = [tp for tp in tps if tp not in pending]
         self.positions.forget(dropped)
         self._fresh.difference_update(dropped)
+        for tp in dropped:  # checked again when it is assigned again
+            self.diverged.pop(tp, None)
 
     async def _backpressure(self) -> None:
         s = self.stats

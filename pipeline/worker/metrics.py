@@ -61,6 +61,19 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
         "Documents at which a batch is sealed now (adapts to commit time)",
         lambda f: f.bound.docs_limit,
     ),
+    (
+        "gauge",
+        "preagg_partitions_diverged",
+        "Assigned partitions whose log is not the one their ledger describes (nothing counted; "
+        "preagg positions reset decides)",
+        lambda f: len(f.diverged),
+    ),
+    (
+        "counter",
+        "preagg_held_back_messages",
+        "Messages of diverged partitions, not counted",
+        lambda f: f.stats.held_back,
+    ),
 ]
 
 
@@ -180,7 +193,7 @@ def health(
         s = f.stats
         age = now - (s.last_flush_at or started)
         stale = f.pending_keys() > 0 and age > max_flush_age
-        ok = ok and not stale
+        ok = ok and not stale and not f.diverged
         streams[f.stream] = {
             "pending": f.pending_keys(),
             "seconds_since_flush": round(age, 3),
@@ -189,5 +202,6 @@ def health(
             "sealed_batches": len(f.sealed),
             "commit_docs_limit": f.bound.docs_limit,
             "unsplittable_failures": s.unsplittable,
+            "diverged": {f"{t}[{p}]": why for (t, p), why in f.diverged.items()},
         }
     return {"ok": ok, "streams": streams}

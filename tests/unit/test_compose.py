@@ -24,3 +24,16 @@ def test_compose_file_matches_the_compose_spec() -> None:
     assert "ports" not in services["worker"]
     assert "--replSet" in services["mongo"]["command"]
     assert "KAFKA_PROCESS_ROLES" in services["kafka"]["environment"]  # KRaft, no ZooKeeper
+
+
+def test_data_survives_down_and_up_and_workers_start_after_setup() -> None:
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    kafka = services["kafka"]
+    # the volume is mounted where the broker really writes (the image's default is elsewhere)
+    mounts = {v.split(":")[1] for v in kafka["volumes"]}
+    assert kafka["environment"]["KAFKA_LOG_DIRS"] in mounts
+    assert kafka["environment"]["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert "isWritablePrimary" in " ".join(services["mongo"]["healthcheck"]["test"])
+    assert services["setup"]["command"] == ["setup"]
+    assert services["worker"]["depends_on"]["setup"]["condition"] == "service_completed_successfully"
+    assert services["worker"]["environment"]["PREAGG_AUTO_SETUP"] == "false"

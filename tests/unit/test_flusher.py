@@ -397,3 +397,59 @@ def test_slow_commits_lower_the_document_bound_and_fast_ones_raise_it() -> None:
     assert b.docs_limit == 2000
     b.failed(docs=1000)
     assert b.docs_limit == 500
+
+
+def test_a_diverged_partition_is_held_back_and_reported_others_are_counted() -> None:
+    """Its messages are acked for Kafka only; the ledger keeps saying 'not counted'."""
+    from pipeline.core.incarnation import Verdict
+
+    f, _log, store = make()
+    store.offsets[TP0] = {"next": 40, "flush": "old"}
+    tp1 = ("hits", 1)
+    checked: list[tuple[str, int]] = []
+    reported: list[tuple[str, int]] = []
+
+    async def check(tp: tuple[str, int]) -> Verdict:
+        checked.append(tp)
+        return Verdict("diverged", "log ends at 3") if tp == TP0 else Verdict("same", "")
+
+    async def on_diverged(tp: tuple[str, int], verdict: Verdict) -> None:
+        reported.append(tp)
+
+    f._check_incarnation, f._on_diverged = check, on_diverged
+
+    async def run() -> None:
+        await feed(f, range(3))  # a recreated log: offsets below the ledger's 40
+        await feed(f, range(2), tp1)
+        await f.flush()
+
+    asyncio.run(run())
+    assert f.diverged == {TP0: "log ends at 3"} and reported == [TP0]
+    assert checked == [TP0, tp1]  # once per partition, not per message
+    assert f.stats.held_back == 3 and f.positions.skipped == 0
+    assert store.offsets[TP0]["next"] == 40 and store.offsets[tp1]["next"] == 2
+    assert store.total() == 2
+    f.forget_positions([TP0])
+    assert not f.diverged  # checked again on its next assignment
+
+
+def test_the_consumer_moving_backwards_is_checked_again() -> None:
+    from pipeline.core.incarnation import Verdict
+
+    f, _log, store = make()
+    outcomes = iter([Verdict("same", ""), Verdict("diverged", "reset to earliest")])
+    calls = []
+
+    async def check(tp: tuple[str, int]) -> Verdict:
+        calls.append(tp)
+        return next(outcomes)
+
+    f._check_incarnation = check
+
+    async def run() -> None:
+        await feed(f, range(5))
+        await f.flush()
+        await feed(f, range(2))  # the consumer's position went back (OffsetOutOfRange -> earliest)
+
+    asyncio.run(run())
+    assert len(calls) == 2 and TP0 in f.diverged and store.offsets[TP0]["next"] == 5

@@ -28,11 +28,14 @@ def test_one_upsert_per_document_with_combined_increments() -> None:
     by_id = {u.id: u for u in plan}
     jan31 = by_id["20200131/s//a"]
     assert jan31.inc == {"total": 3, "hourly.23": 3, "minute.23.59": 2, "minute.23.58": 1}
-    assert jan31.set_on_insert == {"metadata": {"date": datetime(2020, 1, 31), "site": "s", "page": "/a"}}
+    # site and page are filter equalities (the shard key); the date is set on insert
+    assert jan31.set_on_insert == {"metadata.date": datetime(2020, 1, 31)}
+    assert jan31.key == {"metadata.site": "s", "metadata.page": "/a"}
+    assert jan31.filter() == {"_id": "20200131/s//a", "metadata.site": "s", "metadata.page": "/a"}
     assert by_id["20200201/s//a"].inc == {"total": 4, "hourly.0": 4, "minute.0.0": 4}
     assert by_id["202001/s//a"].inc == {"total": 3, "daily.31": 3}
     assert by_id["202002/s//a"].inc == {"total": 4, "daily.1": 4}
-    assert by_id["202002/s//a"].set_on_insert["metadata"]["date"] == datetime(2020, 2, 1)
+    assert by_id["202002/s//a"].set_on_insert["metadata.date"] == datetime(2020, 2, 1)
     # daily: 31 Jan /a, 1 Feb /a, 31 Jan /b; monthly: Jan /a, Feb /a, Jan /b
     assert sorted(u.id for u in plan) == sorted(
         ["20200131/s//a", "20200201/s//a", "20200131/s//b", "202001/s//a", "202002/s//a", "202001/s//b"]

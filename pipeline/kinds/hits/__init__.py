@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pipeline.core.fields import FieldMode, Index
+from pipeline.core.fields import FieldMode, Index, ShardKey
 from pipeline.files import Record
 from pipeline.kinds.hits import cli, layout
 from pipeline.kinds.hits.aggregate import HitCounts
@@ -58,12 +58,14 @@ class Hits(Kind[HitsSettings]):
             lambda: HitCounts(decoder, fields, prop_keys),
             before_plan=resolve_props,
             before_plan_label="name store",
-            setup=names.store.ensure_indexes,
             metrics=lambda: name_store_metrics(names),
         )
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
+
+    def shard_keys(self, mode: FieldMode) -> list[ShardKey]:
+        return layout.shard_keys(mode)
 
     def key(self, event: Any) -> bytes:
         return hit_key(event[0], event[1])

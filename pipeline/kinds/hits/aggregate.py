@@ -127,16 +127,26 @@ def plan_hits(
         upd = daily.get(dk)
         day = date.fromordinal(_EPOCH_ORDINAL + day_index)
         if upd is None:
-            meta = {fd.date: datetime(day.year, day.month, day.day), fd.site: site, fd.page: page}
-            upd = daily[dk] = DocUpdate(fd.collection, daily_id(day, site, page), {fd.metadata: meta})
+            # site and page are the shard key: equalities of the filter (an upsert inserts them);
+            # the date is set on insert by its dotted path, so the two never conflict.
+            upd = daily[dk] = DocUpdate(
+                fd.collection,
+                daily_id(day, site, page),
+                {f"{fd.metadata}.{fd.date}": datetime(day.year, day.month, day.day)},
+                key={f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.page}": page},
+            )
         upd.add(fd.total, n)
         upd.add(f"{fd.hourly}.{hour}", n)
         upd.add(f"{fd.minute}.{hour}.{minute_of_hour}", n)
         mk = (site, page, day.year, day.month)
         mupd = monthly.get(mk)
         if mupd is None:
-            meta = {fm.date: datetime(day.year, day.month, 1), fm.site: site, fm.page: page}
-            mupd = monthly[mk] = DocUpdate(fm.collection, monthly_id(day, site, page), {fm.metadata: meta})
+            mupd = monthly[mk] = DocUpdate(
+                fm.collection,
+                monthly_id(day, site, page),
+                {f"{fm.metadata}.{fm.date}": datetime(day.year, day.month, 1)},
+                key={f"{fm.metadata}.{fm.site}": site, f"{fm.metadata}.{fm.page}": page},
+            )
         mupd.add(fm.total, n)
         mupd.add(f"{fm.daily}.{day.day}", n)
     if props and prop_keys is not None:

@@ -12,7 +12,7 @@ from datetime import date, datetime
 from functools import cache
 from typing import Any
 
-from pipeline.core.fields import SCHEMAS, FieldMode, Index, check_mode, field_names
+from pipeline.core.fields import SCHEMAS, FieldMode, Index, ShardKey, check_mode, field_names
 from pipeline.core.ids import escape_part
 
 #: ``schemas/hits``: the event JSON Schema and these documents' field names.
@@ -94,5 +94,18 @@ def indexes(mode: FieldMode) -> list[Index]:
             ((f"{f.metadata}.{f.site}", 1), (f"{f.metadata}.{f.page}", 1), (f"{f.metadata}.{f.date}", 1)),
             "site_page_date",
         )
+        for f in (fields.daily, fields.monthly)
+    ]
+
+
+def shard_keys(mode: FieldMode) -> list[ShardKey]:
+    """The seed's ``{site, page}``: a page's days and months on one shard, so a chart reads one shard.
+
+    Writes of one busy page go to one shard too; its documents are few (one per day and
+    month) and each flush writes each once.
+    """
+    fields = hits_fields(mode)
+    return [
+        ShardKey(f.collection, ((f"{f.metadata}.{f.site}", 1), (f"{f.metadata}.{f.page}", 1)))
         for f in (fields.daily, fields.monthly)
     ]

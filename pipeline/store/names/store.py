@@ -12,13 +12,19 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from pymongo import ASCENDING, ReturnDocument
+from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
-from pipeline.core.fields import STORE_SCHEMAS, FieldMode, field_names
+from pipeline.core.fields import STORE_SCHEMAS, FieldMode, Index, field_names
 from pipeline.store.names.layout import Namespace, doc_id, learn
 from pipeline.store.reads import READ_CHUNK, find_in
+
+
+def names_indexes(mode: FieldMode) -> list[Index]:
+    """Namespace reads are one indexed range."""
+    f = names_fields(mode)
+    return [Index(f["collection"], ((f["namespace"], 1), (f["least_value"], 1)), "ns")]
 
 
 def names_fields(mode: FieldMode) -> dict[str, str]:
@@ -32,6 +38,7 @@ class NameStore:
     def __init__(
         self, db: AsyncDatabase[dict[str, Any]], mode: FieldMode = "compact", read_chunk: int = READ_CHUNK
     ) -> None:
+        self.mode = mode
         self.f = names_fields(mode)
         self.coll = db[self.f["collection"]]
         self.read_chunk = read_chunk
@@ -41,8 +48,8 @@ class NameStore:
 
     async def ensure_indexes(self) -> None:
         """Namespace reads are one indexed range."""
-        f = self.f
-        await self.coll.create_index([(f["namespace"], ASCENDING), (f["least_value"], ASCENDING)], name="ns")
+        for ix in names_indexes(self.mode):
+            await self.coll.create_index(list(ix.keys), name=ix.name)
 
     async def read(self, namespaces: Collection[str]) -> dict[str, list[dict[str, Any]]]:
         """Every document of ``namespaces``: one bulk read, in chunks of ``read_chunk`` namespaces."""

@@ -1,0 +1,127 @@
+"""``preagg positions``: show the ledgers' positions against Kafka's logs, and reset them.
+
+A reset is the operator's decision after a worker held a partition back (its log is
+not the one the ledger describes) or after restoring a topic: ``earliest`` counts
+the whole log Kafka holds now, ``latest`` counts only what arrives from now on, an
+offset counts from there. Without ``--apply`` it only prints what would change.
+Applying it moves the ledger (``next``, the fingerprint of the record before it, a
+new flush id that fences any batch still in flight) and clears ``diverged``; the
+workers holding the partition notice and restart from the new position.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from pipeline.core.incarnation import Fingerprint
+from pipeline.probe import PartitionProbe
+from pipeline.settings import Settings
+from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
+
+
+@dataclass(frozen=True)
+class PositionRow:
+    """One partition: its ledger, Kafka's log bounds, and (for a reset) the new position."""
+
+    topic: str
+    partition: int
+    ledger_next: int | None
+    log_start: int
+    log_end: int
+    diverged: str | None
+    new_next: int | None = None
+    #: Fingerprint of the record before ``new_next`` (``None``: none there).
+    new_last: Fingerprint | None = None
+
+    def text(self) -> str:
+        """One line for the terminal."""
+        line = (
+            f"{self.topic}[{self.partition}] ledger next={self.ledger_next} "
+            f"kafka log={self.log_start}..{self.log_end}"
+        )
+        if self.new_next is not None:
+            line += f"  -> next={self.new_next}"
+        if self.diverged:
+            line += f"  DIVERGED: {self.diverged}"
+        return line
+
+
+def target(to: str, start: int, end: int) -> int:
+    """The new ``next`` for ``--to earliest|latest|OFFSET`` within the log ``start..end``."""
+    if to == "earliest":
+        return start
+    if to == "latest":
+        return end
+    offset = int(to)
+    if not start <= offset <= end:
+        raise ValueError(f"offset {offset} is outside Kafka's log {start}..{end}")
+    return offset
+
+
+async def show(
+    settings: Settings,
+    db: AsyncDatabase[dict[str, Any]],
+    topic: str,
+    partition: int | None = None,
+    to: str | None = None,
+) -> list[PositionRow]:
+    """Each partition's ledger and log, with the position ``to`` would set."""
+    rows = []
+    async with PartitionProbe(settings) as probe:
+        parts = [partition] if partition is not None else await probe.partitions(topic)
+        for p in parts:
+            doc = await db[OFFSETS_COLLECTION].find_one({"_id": offset_id(settings.group_id, topic, p)}) or {}
+            bounds = await probe.look(topic, p, 0)
+            new_next = new_last = None
+            if to is not None:
+                new_next = target(to, bounds.log_start, bounds.log_end)
+                if new_next > bounds.log_start:
+                    before = await probe.look(topic, p, new_next - 1)
+                    if before.first is not None and before.first[0] == new_next - 1:
+                        new_last = Fingerprint(*before.first)
+            rows.append(
+                PositionRow(
+                    topic,
+                    p,
+                    doc.get("next"),
+                    bounds.log_start,
+                    bounds.log_end,
+                    (doc.get("diverged") or {}).get("reason"),
+                    new_next,
+                    new_last,
+                )
+            )
+    return rows
+
+
+async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: list[PositionRow]) -> None:
+    """Move each row's ledger to its ``new_next`` and clear its ``diverged`` mark."""
+    now = time.time()
+    for r in rows:
+        if r.new_next is None:
+            continue
+        update: dict[str, Any] = {
+            "$set": {
+                "group": settings.group_id,
+                "topic": r.topic,
+                "partition": r.partition,
+                "next": r.new_next,
+                "flush": f"reset-{uuid.uuid4().hex}",
+                "at": now,
+                "worker": "preagg positions reset",
+                "reset": {"at": now, "from": r.ledger_next, "to": r.new_next},
+            },
+            "$unset": {"diverged": ""},
+        }
+        if r.new_last is not None:
+            update["$set"]["last"] = r.new_last.as_doc()
+        else:
+            update["$unset"]["last"] = ""
+        await db[OFFSETS_COLLECTION].update_one(
+            {"_id": offset_id(settings.group_id, r.topic, r.partition)}, update, upsert=True
+        )

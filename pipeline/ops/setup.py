@@ -1,0 +1,110 @@
+"""``preagg setup``: everything a deployment needs before its first worker, created once, idempotently.
+
+Kafka: the kinds' input topics and the dead-letter topic (partitions, replication
+factor and ``min.insync.replicas`` from the settings). MongoDB: the field-name mode
+of the database, every collection the kinds, the ledger and the name store write
+(never created implicitly inside a transaction), their indexes, and on a sharded
+cluster each collection's shard key. Running it again changes nothing.
+
+Workers and producers check at start and refuse to run with one line naming what is
+missing, unless ``PREAGG_AUTO_SETUP`` (the embedded default) lets them run it themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymongo import AsyncMongoClient
+
+from pipeline.core.fields import FieldMode, Index, ShardKey, check_mode, hashed_id
+from pipeline.kafka import ensure_topics, missing_topics
+from pipeline.kinds import load_kinds
+from pipeline.settings import Settings
+from pipeline.store.client import primary
+from pipeline.store.meta import (
+    META_COLLECTION,
+    claim_schema_mode,
+    ensure_collections,
+    ensure_indexes,
+    is_sharded_cluster,
+    shard_collections,
+)
+from pipeline.store.names.store import names_fields, names_indexes
+from pipeline.store.offsets import OFFSETS_COLLECTION
+
+
+class NotSetUp(RuntimeError):
+    """What is missing, in one line for the operator."""
+
+
+def collections(settings: Settings) -> list[str]:
+    """Every collection a worker of these settings writes."""
+    mode = check_mode(settings.schema)
+    out = [c for kind in load_kinds(settings.kinds) for c in kind.collections()]
+    return [*out, names_fields(mode)["collection"], OFFSETS_COLLECTION, META_COLLECTION]
+
+
+def indexes(settings: Settings, mode: FieldMode) -> list[Index]:
+    """Every secondary index of those collections."""
+    return [*(ix for kind in load_kinds(settings.kinds) for ix in kind.indexes(mode)), *names_indexes(mode)]
+
+
+def shard_keys(settings: Settings, mode: FieldMode) -> list[ShardKey]:
+    """Shard key per collection. The ledger and the name store are small: hashed ``_id`` spreads them."""
+    keys = [k for kind in load_kinds(settings.kinds) for k in kind.shard_keys(mode)]
+    return [*keys, hashed_id(names_fields(mode)["collection"]), hashed_id(OFFSETS_COLLECTION)]
+
+
+async def setup_kafka(settings: Settings) -> list[str]:
+    """Create missing topics; lines saying what was created."""
+    created = await ensure_topics(settings, *settings.stream_topics)
+    created += await ensure_topics(settings, settings.deadletter_topic, partitions=1)
+    return [f"kafka: created topic {t}" for t in created]
+
+
+async def setup_mongo(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> list[str]:
+    """Claim the field-name mode, create missing collections and indexes, shard; lines saying what changed."""
+    mode = check_mode(settings.schema)
+    db = primary(client, settings.db)
+    stored = await claim_schema_mode(db, mode)
+    if stored != mode:
+        raise NotSetUp(
+            f"database {settings.db!r} holds {stored} field names but PREAGG_SCHEMA is {mode}: "
+            "one database, one field-name mode"
+        )
+    lines = [f"mongodb: created collection {c}" for c in await ensure_collections(db, collections(settings))]
+    before = {(c, ix["name"]) for c in collections(settings) async for ix in await db[c].list_indexes()}
+    wanted = indexes(settings, mode)
+    await ensure_indexes(db, wanted)
+    lines += [
+        f"mongodb: created index {ix.collection}.{ix.name}"
+        for ix in wanted
+        if (ix.collection, ix.name) not in before
+    ]
+    if await is_sharded_cluster(client):
+        sharded = await shard_collections(client, settings.db, shard_keys(settings, mode))
+        lines += [f"mongodb: sharded {ns}" for ns in sharded]
+    return lines
+
+
+async def setup(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> list[str]:
+    """Both sides; an empty list means everything was there already."""
+    return [*await setup_kafka(settings), *await setup_mongo(settings, client)]
+
+
+async def missing(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> list[str]:
+    """What a worker of these settings needs and does not find (topics, collections)."""
+    topics = await missing_topics(settings, [*settings.stream_topics, settings.deadletter_topic])
+    existing = set(await primary(client, settings.db).list_collection_names())
+    colls = [c for c in collections(settings) if c not in existing]
+    return [*(f"topic {t}" for t in topics), *(f"collection {settings.db}.{c}" for c in colls)]
+
+
+async def ready_or_setup(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> list[str]:
+    """Run setup (auto setup) or check; raises :class:`NotSetUp` naming what is missing."""
+    if settings.auto_setup:
+        return await setup(settings, client)
+    absent = await missing(settings, client)
+    if absent:
+        raise NotSetUp(f"not set up: {', '.join(absent)} missing; run `preagg setup` with these settings")
+    return []

@@ -1,0 +1,105 @@
+"""Reading one partition outside the consumer group: its bounds and the record at an offset.
+
+Workers use it to check that a partition is the one their ledger describes
+(:mod:`pipeline.core.incarnation`) and whether a gap in offsets is Kafka's own
+(transaction markers, compaction); ``preagg positions`` uses it to show and reset
+positions. Reads are ``read_committed``, like the workers' consumers. The log's end
+is taken from a fetch's high watermark: the embedded broker answers ListOffsets
+(latest) one batch short, and on real Kafka the two agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import TracebackType
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import OffsetOutOfRangeError
+
+from pipeline.core.envelope import unpack
+from pipeline.core.incarnation import Probe, digest
+from pipeline.security import kafka_client_kwargs
+from pipeline.settings import Settings
+
+
+class PartitionProbe:
+    """One group-less consumer, started on first use, reused for every look (one at a time)."""
+
+    def __init__(self, settings: Settings, timeout: float = 10.0) -> None:
+        self.settings = settings
+        self.timeout = timeout
+        self._consumer: AIOKafkaConsumer | None = None
+        self._lock = asyncio.Lock()
+
+    async def _started(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            consumer = AIOKafkaConsumer(
+                **kafka_client_kwargs(self.settings),
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="none",
+                isolation_level="read_committed",
+            )
+            await consumer.start()
+            self._consumer = consumer
+        return self._consumer
+
+    async def close(self) -> None:
+        """Disconnect (a later look connects again)."""
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            await consumer.stop()
+
+    async def __aenter__(self) -> PartitionProbe:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def partitions(self, topic: str) -> list[int]:
+        """The partitions Kafka has for ``topic`` (empty when the topic does not exist)."""
+        async with self._lock, asyncio.timeout(self.timeout):
+            c = await self._started()
+            parts = c.partitions_for_topic(topic)
+            if parts is None:
+                await c._client.force_metadata_update()
+                parts = c.partitions_for_topic(topic) or set()
+            return sorted(parts)
+
+    async def look(self, topic: str, partition: int, offset: int) -> Probe:
+        """The first record at or after ``offset``, and the partition's bounds."""
+        async with self._lock, asyncio.timeout(self.timeout):
+            c = await self._started()
+            tp = TopicPartition(topic, partition)
+            c.assign([tp])
+            start = (await c.beginning_offsets([tp]))[tp]
+            listed_end = (await c.end_offsets([tp]))[tp]
+            c.seek(tp, max(offset, start))
+            try:
+                return await self._first(c, tp, start, listed_end)
+            except OffsetOutOfRangeError:
+                # ``offset`` is past the log's end: read from the start to learn where it ends.
+                c.seek(tp, start)
+                end = await self._high_watermark(c, tp, listed_end)
+                return Probe(None, start, end)
+
+    async def _first(self, c: AIOKafkaConsumer, tp: TopicPartition, start: int, listed_end: int) -> Probe:
+        deadline = time.monotonic() + self.timeout / 2
+        while True:
+            got = await c.getmany(tp, timeout_ms=300, max_records=1)
+            records = got.get(tp, [])
+            end = max(c.highwater(tp) or 0, listed_end)
+            if records:
+                r = records[0]
+                return Probe((r.offset, r.timestamp, digest(list(unpack(r.value or b"")))), start, end)
+            if (c.highwater(tp) is not None and await c.position(tp) >= end) or time.monotonic() > deadline:
+                return Probe(None, start, end)
+
+    async def _high_watermark(self, c: AIOKafkaConsumer, tp: TopicPartition, listed_end: int) -> int:
+        deadline = time.monotonic() + self.timeout / 2
+        while c.highwater(tp) is None and time.monotonic() < deadline:
+            await c.getmany(tp, timeout_ms=300, max_records=1)
+        return max(c.highwater(tp) or 0, listed_end)

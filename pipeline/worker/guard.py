@@ -1,0 +1,121 @@
+"""The worker's guard of its ledgers against the log Kafka serves.
+
+* **Incarnation** (:mod:`pipeline.core.incarnation`): before a partition is counted again,
+  its ledger's fingerprint of the last counted record is compared with the record
+  Kafka holds there. A partition that diverged (topic recreated, data lost) is held
+  back: nothing counted, its consumption paused, the ledger marked ``diverged`` (so
+  ``preagg status`` shows it), ``/health`` failing, a metric raised, until an operator
+  runs ``preagg positions reset``; the guard then restarts the worker from the new ledger.
+* **Gaps**: when Kafka first delivers an offset above the ledger's ``next``, the guard
+  asks Kafka for the first record at or after ``next``. If it is the delivered one, the
+  gap is Kafka's own (transaction markers, compaction) and counting goes on; if records
+  exist in between, Kafka's committed offset is ahead of MongoDB's and the worker points
+  it back and restarts. The old rule (any gap restarts) crash-looped on a gap Kafka made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from pipeline.core.incarnation import Fingerprint, Verdict, judge
+from pipeline.probe import PartitionProbe
+from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
+from pipeline.store.sink import MongoSink
+from pipeline.worker.flusher import Flusher, exit_to_resume
+
+log = logging.getLogger("preagg.worker")
+
+#: Seconds between two reads of the ledgers of diverged partitions (waiting for a reset).
+WATCH_INTERVAL = 5.0
+
+
+class LedgerGuard:
+    """Incarnation checks, Kafka-made gaps and diverged partitions of one worker."""
+
+    def __init__(self, app: faust.App, sink: MongoSink, probe: PartitionProbe, worker: str) -> None:
+        self.app = app
+        self.sink = sink
+        self.probe = probe
+        self.worker = worker
+
+    async def _ledger(self, tp: tuple[str, int]) -> dict[str, Any] | None:
+        doc: dict[str, Any] | None = await self.sink.db[OFFSETS_COLLECTION].find_one(
+            {"_id": offset_id(self.sink.group, *tp)}
+        )
+        return doc
+
+    async def check(self, tp: tuple[str, int]) -> Verdict:
+        """Is the partition Kafka serves the one its ledger describes?"""
+        doc = await self._ledger(tp)
+        stored = None if doc is None else doc.get("next")
+        if stored is None:
+            return judge(None, None, None)
+        last = Fingerprint.from_doc(doc.get("last")) if doc else None
+        at = last.offset if last is not None else max(0, int(stored) - 1)
+        return judge(int(stored), last, await self.probe.look(tp[0], tp[1], at))
+
+    async def on_diverged(self, tp: tuple[str, int], verdict: Verdict) -> None:
+        """Stop reading the partition and write the verdict into its ledger, for status and operators."""
+        self.app.consumer.pause_partitions([TP(*tp)])
+        await self.sink.db[OFFSETS_COLLECTION].update_one(
+            {"_id": offset_id(self.sink.group, *tp)},
+            {"$set": {"diverged": {"at": time.time(), "worker": self.worker, "reason": verdict.reason}}},
+        )
+
+    async def on_gap(self, tp: tuple[str, int], stored: int, offset: int) -> None:
+        """Kafka delivered ``offset`` first though the ledger's ``next`` is ``stored``."""
+        probe = await self.probe.look(tp[0], tp[1], stored)
+        first = probe.first[0] if probe.first is not None else None
+        if first == offset or probe.log_start >= offset:
+            what = "retention deleted them" if probe.log_start > stored else "Kafka holds no records there"
+            log.info(
+                "%s[%d]: offsets %d..%d hold nothing to count (%s: transaction markers, compaction or "
+                "retention); counting resumes at %d",
+                *tp,
+                stored,
+                offset - 1,
+                what,
+                offset,
+            )
+            return
+        await self.resume_from_mongo(
+            f"{tp[0]}[{tp[1]}]: Kafka delivered offset {offset} but MongoDB has counted only up to "
+            f"{stored} and Kafka holds records in between; Kafka's committed offsets now follow MongoDB's"
+        )
+
+    async def resume_from_mongo(self, reason: str) -> None:
+        """Point Kafka's committed offsets at MongoDB's positions for every assigned partition, restart.
+
+        Always safe: everything below a ledger's ``next`` is counted.
+        """
+        consumer = self.app.consumer
+        assigned = sorted(consumer.assignment())
+        stored_all = await self.sink.load_positions([(t.topic, t.partition) for t in assigned])
+        lows = await consumer.earliest_offsets(*assigned)
+        targets = {
+            t: max(pos, lows.get(t, 0))
+            for t in assigned
+            if (pos := stored_all.get((t.topic, t.partition))) is not None
+        }
+        await consumer._commit(targets)  # type: ignore[attr-defined]
+        exit_to_resume(reason)
+
+    async def watch(self, flushers: Sequence[Flusher[Any]]) -> None:
+        """Restart the worker once an operator has reset the ledger of a diverged partition."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            for f in flushers:
+                for tp in list(f.diverged):
+                    doc = await self._ledger(tp)
+                    if doc is not None and "diverged" not in doc:
+                        await self.resume_from_mongo(
+                            f"{tp[0]}[{tp[1]}]: its ledger was reset by an operator "
+                            f"(next={doc.get('next')}); restarting from it"
+                        )

@@ -1,0 +1,96 @@
+"""Rules of real MongoDB clusters the embedded store does not enforce, checked on what we emit.
+
+* An upsert on a sharded collection carries the collection's full shard key as
+  equalities in its filter, and its insert part does not also set those fields (or a
+  parent of them): MongoDB 6.0 refuses the first, every version the second.
+* No flush creates a collection: every collection a plan writes is one ``preagg setup``
+  creates (collection creation is refused inside cross-shard transactions).
+* Workers read from the primary whatever the URL says (transactions require it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pymongo import AsyncMongoClient, ReadPreference
+
+from pipeline.core.updates import DocUpdate
+from pipeline.kinds import REGISTRY, StreamContext, kind_named
+from pipeline.ops.setup import collections, shard_keys
+from pipeline.settings import Settings
+from pipeline.store.client import primary
+from pipeline.store.sink import MongoSink, group_operations
+
+EVENTS = {
+    "hits": [
+        b'{"site": "s.example", "page": "/a", "ts": 1700000000}',
+        b'{"site": "t", "page": "/", "ts": 1700090000}',
+    ],
+    "impressions": [
+        b'{"user": 1, "item": 2, "ts": 1700000000}',
+        b'{"user": "u", "item": 2, "ts": 1700090000}',
+    ],
+    "relations": [b'{"user": 1, "item": 2}', b'{"user": "u", "item": "i"}'],
+    "listens": [b'{"user": 1, "tag": 2, "song": 3, "ts": 1700000000}'],
+}
+
+
+def client(url: str = "mongodb://127.0.0.1:1/") -> AsyncMongoClient[dict[str, Any]]:
+    return AsyncMongoClient(url, connect=False)
+
+
+def planned(name: str, mode: str) -> list[DocUpdate]:
+    """Every update one batch of the kind emits, read-modify-writes resolved against no document."""
+    kind = kind_named(name)
+    s = Settings(schema=mode)  # type: ignore[arg-type]
+    stream = kind.stream(StreamContext(s, s.schema, client()["x"]), s.of(kind))
+    agg = stream.factory()
+    for raw in EVENTS[name]:
+        assert agg.ingest(raw) is None
+    out = []
+    for u in agg.plan():
+        if u.compute is not None:
+            u = DocUpdate(
+                u.collection, u.id, u.set_on_insert, u.inc, {**u.set, **u.compute(None)}, u.bit_or, key=u.key
+            )
+        out.append(u)
+    return out
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Same path, or one the parent of the other."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+@pytest.mark.parametrize("mode", ["compact", "readable"])
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_every_upsert_carries_its_full_shard_key_and_does_not_set_it(name: str, mode: str) -> None:
+    s = Settings(schema=mode)  # type: ignore[arg-type]
+    keys = {k.collection: [f for f, _ in k.keys] for k in shard_keys(s, s.schema)}
+    ops, _ = group_operations(planned(name, mode))
+    assert ops
+    for coll, updates in ops.items():
+        assert coll in keys, f"{coll} has no shard key"
+        for op in updates:
+            flt, doc = op._filter, op._doc
+            for field in keys[coll]:
+                assert field in flt and not isinstance(flt[field], dict), (coll, field, flt)
+                written = [p for operator in doc.values() for p in operator]
+                assert not any(overlaps(field, p) for p in written if field != "_id"), (coll, field, written)
+            assert op._upsert
+
+
+def test_no_flush_writes_a_collection_setup_does_not_create() -> None:
+    for mode in ("compact", "readable"):
+        s = Settings(schema=mode)  # type: ignore[arg-type]
+        created = set(collections(s))
+        for name in REGISTRY:
+            assert {u.collection for u in planned(name, mode)} <= created, name
+
+
+def test_workers_read_from_the_primary_whatever_the_url_says() -> None:
+    c = client("mongodb://127.0.0.1:1/?readPreference=secondaryPreferred")
+    assert c["db"].read_preference != ReadPreference.PRIMARY  # what the URL asks for
+    assert primary(c, "db").read_preference == ReadPreference.PRIMARY
+    assert MongoSink(c, "db", "group", "worker").db.read_preference == ReadPreference.PRIMARY
