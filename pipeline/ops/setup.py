@@ -70,7 +70,7 @@ async def setup_mongo(settings: Settings, client: AsyncMongoClient[dict[str, Any
     if stored != mode:
         raise NotSetUp(
             f"database {settings.db!r} holds {stored} field names but PREAGG_SCHEMA is {mode}: "
-            "one database, one field-name mode"
+            "one database, one schema mode"
         )
     lines = [f"mongodb: created collection {c}" for c in await ensure_collections(db, collections(settings))]
     before = {(c, ix["name"]) for c in collections(settings) async for ix in await db[c].list_indexes()}

@@ -182,7 +182,9 @@ def _assigned(port: int) -> list[str]:
 
 def test_three_worker_processes_meet_the_same_1000_new_names_at_once(settings: Settings) -> None:
     """Real workers, one per partition, each flushing the same 1,000 unseen names in its first batch."""
-    settings = settings.with_(name_store_doc_cap=100).with_stream(HITS, props_max_per_event=32)
+    settings = settings.with_(name_store_doc_cap=100).with_stream(
+        HITS, props_max_per_event=32, props_max_names=1000
+    )
     names = [f"attr-{i:04d}" for i in range(1000)]
     ports = [free_port() for _ in range(3)]
     workers = [WorkerProcess(settings.with_(web_port=p), f"w{i}").start() for i, p in enumerate(ports)]

@@ -214,3 +214,44 @@ def test_unbounded_names_past_the_limit_cost_no_memory_and_no_round_trips() -> N
     assert len(keys.cache.spaces) == spaces and store.reads == reads  # the names namespace is final
     assert keys.cache.overflow_names == 21 * 500
     assert keys.keys("s", "a", "1") == ("0", "0")
+
+
+def test_no_daily_document_can_pass_16_mb_whatever_properties_arrive() -> None:
+    """The worst case the limits allow, built as BSON: every name and value at its longest key."""
+    import bson
+
+    from pipeline.kinds.hits.budget import values_per_name, worst_props_bytes
+    from pipeline.kinds.hits.settings import HitsSettings
+
+    for s in (
+        HitsSettings(),
+        HitsSettings(props_max_names=1000),
+        HitsSettings(props_max_names=10, props_max_bytes=64),
+    ):
+        for mode in ("compact", "readable"):
+            values = values_per_name(s, mode)  # type: ignore[arg-type]
+            assert 1 <= values <= s.props_max_values
+            if mode == "compact":  # the tokens a full namespace holds
+
+                def name_key(i: int) -> str:
+                    return str(i)
+
+                def value_key(j: int) -> str:
+                    return str(j)
+            else:  # the longest texts, every byte escaped to three
+
+                def name_key(i: int, n: int = s.props_max_bytes) -> str:
+                    return escape_key("." * (n - 4)) + f"{i:04d}"
+
+                def value_key(j: int, n: int = s.props_max_bytes) -> str:
+                    return escape_key("$" * (n - 5)) + f"{j:05d}"
+
+            other = OTHER if mode == "compact" else READABLE_OTHER
+            props = {
+                name_key(i): {**{value_key(j): 2**40 for j in range(values)}, other: 2**40}
+                for i in range(s.props_max_names)
+            }
+            props[other] = {other: 2**40}
+            size = len(bson.encode({"x": props}))
+            assert size <= worst_props_bytes(s, mode) + 16 <= s.props_max_doc_bytes + 1024, (mode, size)  # type: ignore[arg-type]
+            assert size < 16 * 1024 * 1024 - 64 * 1024  # room for the minute and hour counters

@@ -8,6 +8,7 @@ and CLI subcommands; its event schema and field names in ``schemas/hits/``.
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -15,14 +16,17 @@ from pipeline.core.fields import FieldMode, Index, ShardKey
 from pipeline.files import Record
 from pipeline.kinds.hits import cli, layout
 from pipeline.kinds.hits.aggregate import HitCounts
+from pipeline.kinds.hits.budget import values_per_name
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
 from pipeline.kinds.hits.settings import HitsSettings
 from pipeline.kinds.kind import Kind, Stream, StreamContext
-from pipeline.settings import Settings
+from pipeline.settings import Settings, SettingsError
 from pipeline.store.names import NameCache, NameStore
 from pipeline.store.names.metrics import name_store_metrics
+
+log = logging.getLogger("preagg.worker")
 
 
 class Hits(Kind[HitsSettings]):
@@ -43,7 +47,22 @@ class Hits(Kind[HitsSettings]):
         )
 
     def stream(self, ctx: StreamContext, s: HitsSettings) -> Stream:
-        limit = namespace_limit(s.props_max_names, s.props_max_values)
+        values = values_per_name(s, ctx.mode)
+        if values < 1:
+            raise SettingsError(
+                f"PREAGG_HITS_PROPS_MAX_DOC_BYTES={s.props_max_doc_bytes} leaves no room for values of "
+                f"{s.props_max_names} properties (PREAGG_HITS_PROPS_MAX_NAMES) in {ctx.mode} mode"
+            )
+        if values < s.props_max_values:
+            log.info(
+                "custom properties: at most %d values per property (%s field names, %d properties, "
+                "%d bytes per document)",
+                values,
+                ctx.mode,
+                s.props_max_names,
+                s.props_max_doc_bytes,
+            )
+        limit = namespace_limit(s.props_max_names, values)
         names = NameCache(
             NameStore(ctx.db, ctx.mode, ctx.settings.read_chunk), limit, ctx.settings.name_store_doc_cap
         )

@@ -17,9 +17,15 @@ class HitsSettings(StreamSettings):
     #: property. Past them, new names (values) are counted under the token ``other``:
     #: a producer sending unbounded names (a user id as a name) cannot grow the name
     #: store or the documents without bound. Higher: more detail, bigger documents.
-    props_max_names: int = 1000
+    props_max_names: int = 100
     props_max_values: int = 10_000
     #: Most custom properties on one hit, and longest property name or value in
     #: UTF-8 bytes; a hit over either limit is dead-lettered (``props``).
     props_max_per_event: int = 32
     props_max_bytes: int = 128
+    #: Bytes the custom property counters of one daily document may take (MongoDB's limit
+    #: is 16 MB a document). Split between ``props_max_names``: a property whose values
+    #: would not fit its share counts further values as ``other`` even below
+    #: ``props_max_values`` (with the defaults: 5,331 values in compact mode, 201 in
+    #: readable mode with 128-byte values; see ``pipeline/kinds/hits/budget.py``).
+    props_max_doc_bytes: int = 8_000_000
