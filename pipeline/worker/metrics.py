@@ -70,6 +70,12 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
     ),
     (
         "counter",
+        "preagg_write_conflicts",
+        "Commits aborted by another worker's transaction on the same document (retried at once)",
+        lambda f: f.stats.write_conflicts,
+    ),
+    (
+        "counter",
         "preagg_held_back_messages",
         "Messages of diverged partitions, not counted",
         lambda f: f.stats.held_back,

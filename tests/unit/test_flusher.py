@@ -453,3 +453,28 @@ def test_the_consumer_moving_backwards_is_checked_again() -> None:
 
     asyncio.run(run())
     assert len(calls) == 2 and TP0 in f.diverged and store.offsets[TP0]["next"] == 5
+
+
+def test_write_conflicts_are_retried_soon_not_backed_off_like_an_outage() -> None:
+    """Two workers' transactions on one hot document: the loser retries at once, counted."""
+    f, log, store = make()
+    f.max_backoff = 30.0
+    conflicts = iter([True, True, True])
+    original = store.commit
+
+    async def commit(updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> Committed:
+        if next(conflicts, False):
+            raise OperationFailure("WriteConflict", code=112)
+        return await original(updates, fences, flush_id)
+
+    store.commit = commit  # type: ignore[method-assign]
+
+    async def run() -> float:
+        await feed(f, range(3))
+        began = asyncio.get_running_loop().time()
+        await f.flush()
+        return asyncio.get_running_loop().time() - began
+
+    took = asyncio.run(run())
+    assert f.stats.write_conflicts == 3 and store.offsets[TP0]["next"] == 3
+    assert took < 3 * 0.5 + 0.5  # three short random waits, not 0.5 + 1 + 2 s of backoff
