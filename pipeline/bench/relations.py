@@ -99,7 +99,12 @@ def relations(base: Settings, queries: int) -> dict[str, Any] | None:
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     db = client[settings.db]
     users = {d["_id"]: d for d in db.rel_users.find()}
-    items = {d["_id"]: d for d in db.rel_items.find()}
+    # An item's filter is kept per source partition; OR of filters of one size is the filter of the union.
+    items: dict[Any, dict[str, Any]] = {}
+    for d in db.rel_items.find():
+        merged = items.setdefault(d["i"], {"b": {}})["b"]
+        for w, m in d.get("b", {}).items():
+            merged[w] = merged.get(w, 0) | m
     by_user: dict[int, set[int]] = defaultdict(set)
     by_item: dict[int, set[int]] = defaultdict(set)
     for u, i in pairs:

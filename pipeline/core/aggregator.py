@@ -11,7 +11,14 @@ from pipeline.core.updates import DocUpdate
 class Aggregator(Protocol):
     """Per-window state of one stream kind (initialize = construct, agg = ingest, result = plan)."""
 
-    def ingest(self, raw: bytes) -> Rejection | None: ...
+    def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
+        """Take one event line from Kafka partition ``partition`` (a rejection is returned, not raised).
+
+        Aggregates that every worker would write (an item's total, when events are keyed by
+        user) are kept per source partition: one partition has one owner at a time, so
+        such documents never meet two workers' transactions (docs/deployment.md).
+        """
+        ...
 
     def __len__(self) -> int: ...
 

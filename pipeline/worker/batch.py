@@ -66,7 +66,7 @@ class PendingBatch(Generic[A]):
         """
         self.start.setdefault(tp, start)
         for i, raw in enumerate(lines):
-            rejection = self.aggregate.ingest(raw)
+            rejection = self.aggregate.ingest(raw, tp[1])
             if rejection is not None:
                 self.dead.append(DeadLetter(rejection, tp[0], tp[1], offset, i))
         self.events += len(lines)

@@ -28,7 +28,6 @@ import asyncio
 import collections
 import logging
 import os
-import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -53,8 +52,6 @@ log = logging.getLogger("preagg.flush")
 EXIT_FENCED = 75
 #: MongoDB's WriteConflict: a transaction aborted at once by another's write to the same document.
 WRITE_CONFLICT = 112
-#: Conflicts in a row retried at a short random delay before the usual backoff takes over.
-MAX_QUICK_CONFLICT_RETRIES = 20
 
 #: Called when a partition's first message lies beyond MongoDB's stored position
 #: (Kafka's committed offset is ahead): ``(tp, stored position, offset delivered)``.
@@ -116,7 +113,7 @@ class FlushStats:
     #: Batches sealed because they reached the commit bound (not by the flush timer).
     sealed: int = 0
     commit_bytes: int = 0
-    #: Commits aborted by another transaction's write to the same document (retried soon).
+    #: Commits aborted by another transaction's write to the same document (retried, backed off).
     write_conflicts: int = 0
     #: Messages of diverged partitions, not counted (see ``Flusher.diverged``).
     held_back: int = 0
@@ -504,7 +501,6 @@ class Flusher(Generic[A]):
         ``give_up`` may end the loop by re-raising a failure (the commit splits its batch).
         """
         delay = min(0.5, self.max_backoff)
-        conflicts = 0
         while True:
             try:
                 await op()
@@ -515,25 +511,19 @@ class Flusher(Generic[A]):
                 if give_up is not None and give_up(exc):
                     raise
                 self.stats.retries += 1
-                wait = delay
-                if is_write_conflict(exc) and conflicts < MAX_QUICK_CONFLICT_RETRIES:
-                    # Another worker's transaction held a document this one wrote: nothing is
-                    # down, so retry soon, at a random moment (the two must not meet again),
-                    # instead of backing off as from an outage.
-                    conflicts += 1
-                    self.stats.write_conflicts += 1
-                    wait = random.uniform(0.05, 0.5)
-                else:
-                    delay = min(delay * 2, self.max_backoff)
+                # Conflicts are counted on their own: they mean two workers write one document
+                # (retrying them sooner was measured to make them worse: docs/benchmarks.md).
+                self.stats.write_conflicts += is_write_conflict(exc)
                 log.warning(
-                    "%s failed (%s: %s); %d events held unacked, retrying in %.2fs",
+                    "%s failed (%s: %s); %d events held unacked, retrying in %.1fs",
                     what,
                     type(exc).__name__,
                     str(exc)[:200],
                     events,
-                    wait,
+                    delay,
                 )
-                await asyncio.sleep(wait)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
 
 
 def is_write_conflict(exc: BaseException) -> bool:

@@ -71,7 +71,7 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
     (
         "counter",
         "preagg_write_conflicts",
-        "Commits aborted by another worker's transaction on the same document (retried at once)",
+        "Commits aborted by another worker's transaction on the same document (retried)",
         lambda f: f.stats.write_conflicts,
     ),
     (

@@ -49,14 +49,17 @@ def test_pair_keys_are_int64_and_types_matter() -> None:
 def test_batch_counts_real_multiplicity() -> None:
     agg = ImpressionCounts(ImpressionDecoder(1000, 300, clock=lambda: 2e9), impression_fields())
     for _ in range(3):
-        assert agg.ingest(b'{"user": 1, "item": 9, "ts": 86400}') is None
-    assert agg.ingest(b'{"user": "bob", "item": 9, "ts": 90000}') is None
+        assert agg.ingest(b'{"user": 1, "item": 9, "ts": 86400}', partition=2) is None
+    assert agg.ingest(b'{"user": "bob", "item": 9, "ts": 90000}', partition=2) is None
+    assert agg.ingest(b'{"user": "eve", "item": 9, "ts": 90000}', partition=0) is None
     assert agg.ingest(b'{"user": 1, "item": 9}') is not None  # no ts: schema
     plan = {(u.collection, u.id): u for u in agg.plan()}
     pair = plan[("imp_pairs", pair_key(1, 9))]
     assert pair.inc == {"c": 3} and pair.set_on_insert == {"u": 1, "i": 9}
-    assert plan[("imp_items", 9)].inc == {"c": 4}
-    assert plan[("imp_items_daily", "19700102|i9")].inc == {"c": 4}
+    # item totals per source partition: each document has one writer, the partition's owner
+    assert plan[("imp_items", "i9|2")].inc == {"c": 4} and plan[("imp_items", "i9|0")].inc == {"c": 1}
+    assert plan[("imp_items", "i9|2")].set_on_insert == {"i": 9}
+    assert plan[("imp_items_daily", "19700102|i9|2")].inc == {"c": 4}
 
 
 def test_pair_documents_fit_in_40_bytes() -> None:
@@ -97,7 +100,8 @@ def test_relations_plan_ors_words_on_both_sides() -> None:
     assert set(user_doc.bit_or) <= {f"b.{w}" for w in range(sides.user_spec.words)}
     words = {k.split(".")[1]: v for k, v in user_doc.bit_or.items()}
     assert contains(words, sides.user_spec, 2) and contains(words, sides.user_spec, 3)
-    assert ("rel_items", 2) in plan and ("rel_items", 3) in plan
+    assert ("rel_items", "i2|0") in plan and ("rel_items", "i3|0") in plan
+    assert plan[("rel_items", "i2|0")].set_on_insert == {"i": 2}
 
 
 def test_movielens_reader_keeps_ratings_of_4_and_more(tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ class HitCounts:
         #: (site, page, day) of every daily document touched: :meth:`documents` in O(1).
         self.days: set[DayKey] = set()
 
-    def ingest(self, raw: bytes) -> Rejection | None:
+    def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
         """Count one encoded hit; a rejection is returned, not raised."""
         hit = self.decoder.decode(raw)
         if isinstance(hit, Rejection):

@@ -12,12 +12,12 @@ Three pre-aggregates, each an upsert per touched document per flush:
 
 from __future__ import annotations
 
-from pipeline.core.ids import Id, id_str, pair_key
+from pipeline.core.ids import Id, pair_key
 from pipeline.core.rejection import Rejection
 from pipeline.core.times import day_key
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.impressions.decode import ImpressionDecoder
-from pipeline.kinds.impressions.layout import ImpressionFields
+from pipeline.kinds.impressions.layout import ImpressionFields, item_slot_id
 
 
 class ImpressionCounts:
@@ -29,16 +29,17 @@ class ImpressionCounts:
         self.decoder = decoder
         self.fields = fields
         self.pairs: dict[tuple[Id, Id], int] = {}
-        self.daily: dict[tuple[str, Id], int] = {}
+        #: (day, item, source partition) → impressions.
+        self.daily: dict[tuple[str, Id, int], int] = {}
 
-    def ingest(self, raw: bytes) -> Rejection | None:
+    def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
         """Count one encoded impression; a rejection is returned, not raised."""
         imp = self.decoder.decode(raw)
         if isinstance(imp, Rejection):
             return imp
         user, item, ts = imp
         self.pairs[(user, item)] = self.pairs.get((user, item), 0) + 1
-        dk = (day_key(ts), item)
+        dk = (day_key(ts), item, partition)
         self.daily[dk] = self.daily.get(dk, 0) + 1
         return None
 
@@ -53,18 +54,22 @@ class ImpressionCounts:
         """One upsert per touched pair, item and item-day document."""
         fp, fi, fd = self.fields.pairs, self.fields.items, self.fields.daily
         out: list[DocUpdate] = []
-        items: dict[Id, int] = {}
         for (user, item), n in self.pairs.items():
             u = DocUpdate(fp["collection"], pair_key(user, item), {fp["user"]: user, fp["item"]: item})
             u.add(fp["count"], n)
             out.append(u)
-            items[item] = items.get(item, 0) + n
-        for item, n in items.items():
-            u = DocUpdate(fi["collection"], item, {})
+        # Item and item-day totals per source partition: written by that partition's owner only.
+        items: dict[tuple[Id, int], int] = {}
+        for (_day, item, part), n in self.daily.items():
+            items[(item, part)] = items.get((item, part), 0) + n
+        for (item, part), n in items.items():
+            u = DocUpdate(fi["collection"], item_slot_id(item, part), {fi["item"]: item})
             u.add(fi["count"], n)
             out.append(u)
-        for (day, item), n in self.daily.items():
-            u = DocUpdate(fd["collection"], f"{day}|{id_str(item)}", {fd["day"]: day, fd["item"]: item})
+        for (day, item, part), n in self.daily.items():
+            u = DocUpdate(
+                fd["collection"], f"{day}|{item_slot_id(item, part)}", {fd["day"]: day, fd["item"]: item}
+            )
             u.add(fd["count"], n)
             out.append(u)
         return out

@@ -1,8 +1,13 @@
 """The impression documents: field names and indexes.
 
 * pairs ``{_id: <int64 pair key>, u, i, c}``;
-* items ``{_id: <item>, c}``;
-* items by day ``{_id: "YYYYMMDD|<item>", d: "YYYYMMDD", i, c}``.
+* items ``{_id: "<item>|<partition>", i, c}``: per item and source partition;
+* items by day ``{_id: "YYYYMMDD|<item>|<partition>", d: "YYYYMMDD", i, c}``.
+
+Events are keyed by user, so every worker counts impressions of every item; one
+document per item would be written by all of them and their transactions would
+abort each other (WriteConflict). Per source partition, each item document has one
+writer at a time; an item's total is the sum of its few documents.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.core.fields import SCHEMAS, FieldMode, Index, field_names
+from pipeline.core.ids import Id, id_str
 
 #: ``schemas/impressions``: the event JSON Schema and these documents' field names.
 FOLDER = SCHEMAS / "impressions"
@@ -33,13 +39,18 @@ def impression_fields(mode: FieldMode = "compact") -> ImpressionFields:
     )
 
 
+def item_slot_id(item: Id, partition: int) -> str:
+    """``_id`` of an item's document for one source partition (type-tagged id)."""
+    return f"{id_str(item)}|{partition}"
+
+
 def indexes(mode: FieldMode) -> list[Index]:
-    """Pairs by user and by item; items and item-days by count (top N without a scan)."""
+    """Pairs by user and by item; an item's documents together; a day's item documents together."""
     f = impression_fields(mode)
     pairs = f.pairs["collection"]
     return [
         Index(pairs, ((f.pairs["user"], 1),), "user"),
         Index(pairs, ((f.pairs["item"], 1),), "item"),
-        Index(f.items["collection"], ((f.items["count"], -1),), "count"),
-        Index(f.daily["collection"], ((f.daily["day"], 1), (f.daily["count"], -1)), "day_count"),
+        Index(f.items["collection"], ((f.items["item"], 1),), "item"),
+        Index(f.daily["collection"], ((f.daily["day"], 1), (f.daily["item"], 1)), "day_item"),
     ]

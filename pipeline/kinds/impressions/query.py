@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import DESCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.fields import FieldMode
@@ -46,17 +45,17 @@ async def users_of_item(
 async def top_items(
     db: AsyncDatabase[dict[str, Any]], n: int, day: str | None = None, mode: FieldMode = "compact"
 ) -> Counts:
-    """The ``n`` most viewed items overall, or on ``day`` (``YYYYMMDD`` or ``YYYY-MM-DD``)."""
+    """The ``n`` most viewed items overall, or on ``day`` (``YYYYMMDD`` or ``YYYY-MM-DD``).
+
+    One aggregation: an item's documents (one per source partition) summed, then sorted;
+    a day's documents are found through the (day, item) index.
+    """
     fields = impression_fields(mode)
-    if day is None:
-        f = fields.items
-        cur = db[f["collection"]].find({}, {f["count"]: 1}).sort(f["count"], DESCENDING).limit(n)
-        return [(d["_id"], d[f["count"]]) async for d in cur]
-    fd = fields.daily
-    cur = (
-        db[fd["collection"]]
-        .find({fd["day"]: day.replace("-", "")}, {fd["item"]: 1, fd["count"]: 1})
-        .sort(fd["count"], DESCENDING)
-        .limit(n)
-    )
-    return [(d[fd["item"]], d[fd["count"]]) async for d in cur]
+    f = fields.items if day is None else fields.daily
+    stages: list[dict[str, Any]] = [] if day is None else [{"$match": {f["day"]: day.replace("-", "")}}]
+    stages += [
+        {"$group": {"_id": f"${f['item']}", "n": {"$sum": f"${f['count']}"}}},
+        {"$sort": {"n": -1, "_id": 1}},
+        {"$limit": n},
+    ]
+    return [(d["_id"], d["n"]) async for d in await db[f["collection"]].aggregate(stages)]

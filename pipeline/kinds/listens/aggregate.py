@@ -75,7 +75,7 @@ class ListenSketches:
         #: Day sketches plus whole sketches pending (``len``, kept in O(1): asked per message).
         self.items = 0
 
-    def ingest(self, raw: bytes) -> Rejection | None:
+    def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
         """Add one listen to its (user, tag) day sketch, whole sketch and heard filter."""
         ev = self.decoder.decode(raw)
         if isinstance(ev, Rejection):

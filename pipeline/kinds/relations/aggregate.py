@@ -15,7 +15,7 @@ from pipeline.core.ids import Id
 from pipeline.core.rejection import Rejection
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.relations.decode import RelationDecoder
-from pipeline.kinds.relations.layout import RelationSides
+from pipeline.kinds.relations.layout import RelationSides, item_slot_id
 
 
 class RelationFilters:
@@ -27,20 +27,21 @@ class RelationFilters:
         self.decoder = decoder
         self.sides = sides
         self.users: dict[Id, dict[int, int]] = {}
-        self.items: dict[Id, dict[int, int]] = {}
+        #: (item, source partition) → filter words to OR in.
+        self.items: dict[tuple[Id, int], dict[int, int]] = {}
         self.adds_users: dict[Id, int] = {}
-        self.adds_items: dict[Id, int] = {}
+        self.adds_items: dict[tuple[Id, int], int] = {}
 
-    def ingest(self, raw: bytes) -> Rejection | None:
+    def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
         """Add one relation to both sides' pending masks."""
         rel = self.decoder.decode(raw)
         if isinstance(rel, Rejection):
             return rel
         user, item = rel
         merge_masks(self.users.setdefault(user, {}), self.sides.user_spec.masks(item))
-        merge_masks(self.items.setdefault(item, {}), self.sides.item_spec.masks(user))
+        merge_masks(self.items.setdefault((item, partition), {}), self.sides.item_spec.masks(user))
         self.adds_users[user] = self.adds_users.get(user, 0) + 1
-        self.adds_items[item] = self.adds_items.get(item, 0) + 1
+        self.adds_items[(item, partition)] = self.adds_items.get((item, partition), 0) + 1
         return None
 
     def __len__(self) -> int:
@@ -53,12 +54,19 @@ class RelationFilters:
     def plan(self) -> list[DocUpdate]:
         """One upsert per touched filter document: ``$bit or`` per word, ``$inc`` adds."""
         out: list[DocUpdate] = []
-        for side, pending, adds in (
-            (self.sides.users, self.users, self.adds_users),
-            (self.sides.items, self.items, self.adds_items),
-        ):
-            for key, masks in pending.items():
-                u = DocUpdate(side["collection"], key, {}, bit_or=bit_updates(side["bits"], masks))
-                u.add(side["count"], adds[key])
-                out.append(u)
+        fu, fi = self.sides.users, self.sides.items
+        for user, masks in self.users.items():
+            u = DocUpdate(fu["collection"], user, {}, bit_or=bit_updates(fu["bits"], masks))
+            u.add(fu["count"], self.adds_users[user])
+            out.append(u)
+        # An item's filter per source partition: written by that partition's owner only.
+        for (item, part), masks in self.items.items():
+            u = DocUpdate(
+                fi["collection"],
+                item_slot_id(item, part),
+                {fi["item"]: item},
+                bit_or=bit_updates(fi["bits"], masks),
+            )
+            u.add(fi["count"], self.adds_items[(item, part)])
+            out.append(u)
         return out

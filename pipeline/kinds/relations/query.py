@@ -22,7 +22,8 @@ async def related_items(db: AsyncDatabase[dict[str, Any]], user: Id, sides: Rela
     """Items whose filter (of users) contains ``user``."""
     f = sides.items
     query = contains_query(f["bits"], sides.item_spec, user)
-    return sorted([d["_id"] async for d in db[f["collection"]].find(query, {"_id": 1})], key=str)
+    found = {d[f["item"]] async for d in db[f["collection"]].find(query, {f["item"]: 1, "_id": 0})}
+    return sorted(found, key=str)
 
 
 async def related_users(db: AsyncDatabase[dict[str, Any]], item: Id, sides: RelationSides) -> list[Id]:

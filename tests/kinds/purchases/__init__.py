@@ -37,7 +37,7 @@ class PurchaseSums:
         self.decoder, self.fields = decoder, fields
         self.sums: dict[tuple[str, str], list[int]] = {}
 
-    def ingest(self, raw: bytes) -> Rejection | None:
+    def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
         got = self.decoder.decode(raw)
         if isinstance(got, Rejection):
             return got
