@@ -3,9 +3,9 @@
 A kind (``pipeline/kinds/<kind>/``) supplies its settings type, its ``schemas/<kind>/``
 folder, a decoder, an aggregator factory (:class:`Stream`), the indexes its
 documents need, how files become its events (``preagg produce``) and its query
-subcommands. The worker, ``preagg setup``-style preparation, the CLI, the settings
-and ``preagg schema`` loop over the registered kinds (:mod:`pipeline.kinds`) and
-know nothing else about them.
+subcommands. The worker, ``preagg setup``, the CLI, the settings and ``preagg
+schema`` loop over the registered kinds (:mod:`pipeline.kinds`) and know nothing
+else about them.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -62,3 +65,23 @@ def dead_letters(settings: Settings) -> list[dict[str, Any]]:
 def with_db(settings: Settings, fn: Any) -> Any:
     """``fn(db)`` on the test's database (the CLI's helper)."""
     return on_db(settings, fn)
+
+
+def run_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    """``preagg ARGS`` in a child process with these settings (stdin empty)."""
+    env = {**os.environ, **settings.to_env()}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input="",
+    )
+
+
+def cli(settings: Settings, *args: str) -> str:
+    """``preagg ARGS``'s output; the command must succeed."""
+    done = run_cli(settings, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,18 +23,11 @@ from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
 from tests.kinds.purchases import KIND as PURCHASES
 
+from .helpers import cli
+
 pytestmark = pytest.mark.integration
 
 DAY = 1_700_000_000  # 2023-11-14 22:13 UTC
-
-
-def cli(settings: Settings, *args: str) -> str:
-    env = {**os.environ, **settings.to_env()}
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_a_kind_defined_outside_the_package_runs_end_to_end(settings: Settings, tmp_path: Path) -> None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -23,7 +20,7 @@ from pipeline.settings import Settings
 from pipeline.worker.flusher import EXIT_FENCED
 from pipeline.worker.process import WorkerProcess
 
-from .helpers import produce, run_worker_to_end, with_db
+from .helpers import cli, produce, run_worker_to_end, with_db
 
 pytestmark = pytest.mark.integration
 
@@ -38,15 +35,6 @@ def hits(n: int, page: str) -> list[tuple[bytes, bytes]]:
         )
         for i in range(n)
     ]
-
-
-def cli(settings: Settings, *args: str) -> str:
-    env = {**os.environ, **settings.to_env()}
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 async def recreate(settings: Settings, topic: str) -> None:

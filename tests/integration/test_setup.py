@@ -3,33 +3,19 @@ without it a worker (and a producer) stops at once with one line naming what is 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
 
+from .helpers import run_cli
+
 pytestmark = pytest.mark.integration
-
-
-def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **settings.to_env()}
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        input="",
-    )
 
 
 def test_setup_creates_everything_once_and_workers_refuse_to_run_without_it(settings: Settings) -> None:
     manual = settings.with_(auto_setup=False)
-    check = cli(manual, "setup", "--check")
+    check = run_cli(manual, "setup", "--check")
     assert check.returncode == 1 and f"missing: topic {settings.topic('hits')}" in check.stdout
 
     w = WorkerProcess(manual, "not-set-up").start()
@@ -39,10 +25,10 @@ def test_setup_creates_everything_once_and_workers_refuse_to_run_without_it(sett
     assert len(lines) == 1 and "run `preagg setup`" in lines[0], w.log_path.read_text()[-2000:]
     assert settings.topic("hits") in lines[0] and settings.deadletter_topic in lines[0]
 
-    produce = cli(manual, "produce", "hits", "-")
+    produce = run_cli(manual, "produce", "hits", "-")
     assert produce.returncode == 2 and "run `preagg setup`" in produce.stderr
 
-    first = cli(manual, "setup")
+    first = run_cli(manual, "setup")
     assert first.returncode == 0, first.stderr
     for what in (
         f"created topic {settings.topic('hits')}",
@@ -52,8 +38,8 @@ def test_setup_creates_everything_once_and_workers_refuse_to_run_without_it(sett
         "created index hits_daily.site_page_date",
     ):
         assert what in first.stdout, first.stdout
-    second = cli(manual, "setup")
+    second = run_cli(manual, "setup")
     assert second.returncode == 0 and second.stdout.strip() == "already set up: nothing to change", (
         second.stdout
     )
-    assert cli(manual, "setup", "--check").returncode == 0
+    assert run_cli(manual, "setup", "--check").returncode == 0
