@@ -218,7 +218,10 @@ class MongoSink:
             if u.compute is None:
                 out.append(u)
                 continue
-            fields = u.compute(stored.get((u.collection, u.id)))
+            found = stored.get((u.collection, u.id))
+            fields = u.compute(found)
+            if found is not None and not (fields or u.set or u.inc or u.bit_or):
+                continue  # the stored document already holds the result: nothing to write
             merged = {**u.set, **fields}
             out.append(DocUpdate(u.collection, u.id, u.set_on_insert, u.inc, merged, u.bit_or, key=u.key))
         return out

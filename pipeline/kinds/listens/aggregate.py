@@ -121,23 +121,39 @@ class ListenSketches:
         return out
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal stored values: BinData compared by bytes (PyMongo reads subtype 0 back as ``bytes``)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, bytes) and isinstance(b, bytes):
+        return bytes(a) == bytes(b)
+    return bool(a == b)
+
+
 def _merger(pend: _Pending, f: dict[str, str], p: int) -> Any:
     def compute(stored: dict[str, Any] | None) -> dict[str, Any]:
+        """Only the fields the union changes: in a steady stream most songs are known, so most
+        sketches and filters come out as stored and are not written again (an empty result
+        on a stored document means no write at all)."""
         out: dict[str, Any] = {}
         slots = (stored or {}).get(f["slots"], {})
         for day, sketch in sorted(pend.days.items()):
             slot = str(datetime.strptime(day, "%Y%m%d").isoweekday())
             current = out.get(f"{f['slots']}.{slot}") or slots.get(slot)
             new = merge_slot(current, day, sketch, f)
-            if new is not None:
+            if new is not None and not _same(new, current):
                 out[f"{f['slots']}.{slot}"] = new
         whole = pend.whole or Sketch.empty(p)
         if stored is not None and f["whole"] in stored:
             whole = decode(bytes(stored[f["whole"]])).union(whole)
-        out[f["whole"]] = Binary(whole.encode())
+        encoded = Binary(whole.encode())
+        if stored is None or not _same(encoded, stored.get(f["whole"])):
+            out[f["whole"]] = encoded
         # Older documents hold the filter as int64 words (``$bit``); rewritten as BinData here.
-        heard = filter_value((stored or {}).get(f["heard"])) | masks_value(pend.heard)
-        out[f["heard"]] = Binary(filter_bytes(heard))
+        previous = (stored or {}).get(f["heard"])
+        heard = Binary(filter_bytes(filter_value(previous) | masks_value(pend.heard)))
+        if stored is None or not _same(heard, previous):
+            out[f["heard"]] = heard
         return out
 
     return compute
