@@ -116,7 +116,9 @@ class EventProducer:
             raise RuntimeError(
                 f"topic {self.topic} does not exist: run `preagg setup` (or set PREAGG_AUTO_SETUP)"
             )
-        limit = (await topic_configs(self.settings, self.topic)).get("max.message.bytes")
+        # The embedded broker answers no DescribeConfigs: the setting is the limit there.
+        configs = {} if self.settings.embedded_kafka else await topic_configs(self.settings, self.topic)
+        limit = configs.get("max.message.bytes")
         if limit and int(limit) - RECORD_OVERHEAD < self.max_message_bytes:
             self.max_message_bytes = int(limit) - RECORD_OVERHEAD
         await self._start_producer()

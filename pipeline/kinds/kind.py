@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol
 from pipeline.core.aggregator import Aggregator
 from pipeline.core.fields import FieldMode, Index, ShardKey, documents, hashed_id
 from pipeline.core.ids import id_bytes
-from pipeline.core.rejection import Rejection
 from pipeline.files import Record, read_jsonl
 from pipeline.settings import S, Settings
 
@@ -110,13 +109,7 @@ class Kind(Generic[S]):
             return self.readers[fmt](paths)
         if fmt != "jsonl":
             raise ValueError(f"{self.name}: unknown format {fmt!r}")
-        decoder = self.decoder(settings, s)
-
-        def decode(line: bytes) -> tuple[Any, ...] | Rejection:
-            result: tuple[Any, ...] | Rejection = decoder.decode(line)
-            return result
-
-        return read_jsonl(paths, decode, self.key)
+        return read_jsonl(paths, self.decoder(settings, s).decode, self.key)
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """The kind's ``preagg query`` subcommands (each sets ``func``)."""

@@ -57,7 +57,10 @@ def target(to: str, start: int, end: int) -> int:
         return start
     if to == "latest":
         return end
-    offset = int(to)
+    try:
+        offset = int(to)
+    except ValueError:
+        raise ValueError(f"--to {to!r}: expected earliest, latest or an offset") from None
     if not start <= offset <= end:
         raise ValueError(f"offset {offset} is outside Kafka's log {start}..{end}")
     return offset
@@ -73,7 +76,11 @@ async def show(
     """Each partition's ledger and log, with the position ``to`` would set."""
     rows = []
     async with PartitionProbe(settings) as probe:
-        parts = [partition] if partition is not None else await probe.partitions(topic)
+        parts = await probe.partitions(topic)
+        if partition is not None:
+            if partition not in parts:
+                raise ValueError(f"topic {topic!r} has no partition {partition} (partitions: {parts})")
+            parts = [partition]
         for p in parts:
             doc = await db[OFFSETS_COLLECTION].find_one({"_id": offset_id(settings.group_id, topic, p)}) or {}
             bounds = await probe.look(topic, p, 0)

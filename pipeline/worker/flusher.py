@@ -528,9 +528,8 @@ class Flusher(Generic[A]):
 
 def is_write_conflict(exc: BaseException) -> bool:
     """A transaction aborted because another one wrote the same document (MongoDB code 112)."""
-    return getattr(exc, "code", None) == WRITE_CONFLICT or (
-        hasattr(exc, "has_error_label") and exc.has_error_label("TransientTransactionError")
-    )
+    # Not the TransientTransactionError label: network errors inside a transaction carry it too.
+    return getattr(exc, "code", None) == WRITE_CONFLICT
 
 
 def exit_to_resume(reason: str) -> None:
