@@ -62,7 +62,10 @@ OnGap = Callable[[TP, int, int], Awaitable[None]]
 CheckIncarnation = Callable[[TP], Awaitable[Verdict]]
 OnDiverged = Callable[[TP, Verdict], Awaitable[None]]
 SendDead = Callable[[Sequence[DeadLetter]], Awaitable[None]]
-Ack = Callable[[object], Awaitable[object]]
+#: Acks the handles of committed messages, in the order they were received.
+Ack = Callable[[Sequence[object]], Awaitable[object]]
+#: One Kafka message as a flusher takes it: offset, value, ack handle, timestamp (ms, 0 if none).
+Incoming = tuple[int, bytes | None, object, int]
 Fault = Callable[[str], None]
 
 
@@ -187,37 +190,52 @@ class Flusher(Generic[A]):
     # -- feeding ----------------------------------------------------------------
 
     async def receive(self, tp: TP, offset: int, value: bytes | None, ack: object, ts: int = 0) -> None:
-        """Take one Kafka message: load its partition's position, respect the bound, ingest.
+        """Take one Kafka message (see :meth:`receive_many`)."""
+        await self.receive_many(tp, [(offset, value, ack, ts)])
 
-        ``ts`` is the record's timestamp in milliseconds (the ledger fingerprints the last
-        record it counted). A partition is checked against its ledger when its position
-        was just loaded and whenever the consumer's position moves backwards.
+    async def receive_many(self, tp: TP, messages: Sequence[Incoming]) -> None:
+        """Take Kafka messages of one partition, in offset order: check the partition, ingest each.
+
+        ``ts`` of a message is the record's timestamp in milliseconds (the ledger
+        fingerprints the last record it counted). A partition is checked against its
+        ledger when its position was just loaded and whenever the consumer's position
+        moves backwards, which within one partition's messages in offset order can only
+        happen at the first. Backpressure and the commit bound are checked per message,
+        so a list behaves exactly as its messages one by one.
         """
+        if not messages:
+            return
         if self.sink.exactly_once:
             if not self.positions.known(tp):
                 await self.load_positions([tp])
+            first = messages[0][0]
             fresh = tp in self._fresh
-            if (fresh or offset < self.consumed.get(tp, 0)) and not await self._same_log(tp):
+            if (fresh or first < self.consumed.get(tp, 0)) and not await self._same_log(tp):
                 self._fresh.discard(tp)
             if tp in self.diverged:
-                self.stats.held_back += 1
-                await self._ack(ack)  # a hint for Kafka only: the ledger still says "not counted"
+                self.stats.held_back += len(messages)
+                await self._ack([m[2] for m in messages])  # for Kafka only: the ledger says "not counted"
                 return
             if fresh:
                 self._fresh.discard(tp)
                 stored = self.positions.get(tp)
-                if stored is not None and offset > stored and self._on_gap is not None:
-                    await self._on_gap(tp, stored, offset)
-        if self.pending_keys() >= self.max_pending_keys or len(self.sealed) >= MAX_SEALED:
-            await self._backpressure()
-        b = self.batch
-        before = b.documents()
-        self.ingest(tp, offset, value, ack, ts)
-        after = b.documents()
-        if self.bound.full(after, after - before):
-            self.stats.sealed += 1
-            self._seal()
-            self._on_sealed()
+                if stored is not None and first > stored and self._on_gap is not None:
+                    await self._on_gap(tp, stored, first)
+        bound, limit = self.bound, self.max_pending_keys
+        held = self._held_keys()  # sealed and in-flight batches change only while this awaits
+        for offset, value, ack, ts in messages:
+            b = self.batch
+            if len(self.sealed) >= MAX_SEALED or held + b.pending_keys() >= limit:
+                await self._backpressure()
+                b, held = self.batch, self._held_keys()
+            before = b.documents()
+            self.ingest(tp, offset, value, ack, ts)
+            after = b.documents()
+            if bound.full(after, after - before):
+                self.stats.sealed += 1
+                self._seal()
+                self._on_sealed()
+                held = self._held_keys()
 
     async def load_positions(self, tps: Sequence[TP]) -> None:
         """Read stored positions (retried like a write: the store may be down)."""
@@ -271,12 +289,21 @@ class Flusher(Generic[A]):
                 return
         else:
             start = None
-        lines = list(unpack(value)) if value else []
+        if not value:
+            lines = []
+        elif b"\n" in value:
+            lines = list(unpack(value))
+        else:  # one event, the common case of plain clients and log shippers
+            lines = [value] if value.strip() else []
         self.batch.ingest_message(tp, offset, lines, ack, start, ts)
 
     def pending_keys(self) -> int:
         """Items in memory: the batch being filled, the sealed ones and the one being written."""
         return sum(b.pending_keys() for b in self._uncommitted())
+
+    def _held_keys(self) -> int:
+        """Items in memory besides the batch being filled: sealed batches and the one being written."""
+        return sum(b.pending_keys() for b in self._uncommitted()[1:])
 
     def uncommitted_events(self) -> int:
         """Events taken from Kafka and not committed yet (what a stop now would leave to replay)."""
@@ -316,7 +343,8 @@ class Flusher(Generic[A]):
             MAX_SEALED,
         )
         try:
-            await self.flush()
+            # Shielded: a consumer stopping while this waits must not cut a commit in half.
+            await asyncio.shield(self.flush())
         finally:
             took = time.monotonic() - began
             s.backpressure_seconds += took
@@ -396,8 +424,7 @@ class Flusher(Generic[A]):
                 )
             self._fault("after-commit")
             self.bound.committed(docs, result.bytes, commit_seconds)
-        for a in batch.acks:
-            await self._ack(a)
+        await self._ack(batch.acks)
         self._account(batch, rejected, docs, result.bytes, commit_seconds, time.monotonic() - started)
         return None
 

@@ -93,8 +93,8 @@ def make(
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
         log.append(f"dead:{len(letters)}")
 
-    async def ack(handle: object) -> None:
-        log.append(f"ack:{handle}")
+    async def ack(handles: Sequence[object]) -> None:
+        log.extend(f"ack:{handle}" for handle in handles)
 
     def fenced(conflict: FenceConflict) -> None:
         log.append("fenced")
@@ -261,8 +261,8 @@ def test_name_store_failures_are_retried_before_the_commit_and_nothing_is_lost()
     async def noop(*_: object) -> None:
         return None
 
-    async def ack(handle: object) -> None:
-        log.append(f"ack:{handle}")
+    async def ack(handles: Sequence[object]) -> None:
+        log.extend(f"ack:{handle}" for handle in handles)
 
     dec = HitDecoder(1000, 300, clock=lambda: 2e9)
     f: Flusher[HitCounts] = Flusher(
