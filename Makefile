@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady chaos clean
+.PHONY: install demo test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests
 	$(VENV)/bin/mypy
 
-bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
+bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
 
 bench-hits: $(STAMP)  ## naive vs packed vs single, freshness, access-log replay
 	$(PY) -m pipeline.bench.hits --out bench-results/hits.json
@@ -43,6 +43,9 @@ bench-listens: $(STAMP)  ## HLL accuracy and sizes, Last.fm through a worker, he
 
 bench-props: $(STAMP)  ## compact schema + name store vs readable names: bytes per document, events/s with and without props
 	$(PY) -m pipeline.bench.props --out bench-results/props.json
+
+bench-ingest: $(STAMP)  ## one worker's read capacity: raw client, stock Faust, single/keyless/Filebeat/packed messages; shipper replays
+	$(PY) -m pipeline.bench.ingest --out bench-results/ingest.json
 
 bench-steady: $(STAMP)  ## 3-minute live streams of every kind with warm documents, a 30-day backfill, chunked reads by id
 	$(PY) -m pipeline.bench.steady --out bench-results/steady.json

@@ -8,11 +8,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from pipeline.cli_common import Db, command_settings, on_db
+from pipeline.files import SEND_AS, Accepted, Record, shipped
 from pipeline.settings import Settings, SettingsError
 
 # -- services -----------------------------------------------------------------
@@ -66,8 +70,16 @@ def _produce(args: argparse.Namespace) -> int:
     s = command_settings()
     kind = kind_in(s.kinds, args.kind)
     ks = s.of(kind)
-    records = kind.records(args.files, args.format or kind.formats[0], s, ks, args)
-    summary = asyncio.run(produce_records(s, ks.topic, with_progress(records), args.pack))
+    pack = args.pack
+    records: Iterable[Record]
+    if args.send_as != "event":
+        records = shipped(args.files, args.send_as, args.host or socket.gethostname(), time.time)
+        pack = pack or 1  # shippers send one line per message
+    else:
+        records = kind.records(args.files, args.format or kind.formats[0], s, ks, args)
+        if args.keyless:
+            records = (Accepted(r.raw, None) if isinstance(r, Accepted) else r for r in records)
+    summary = asyncio.run(produce_records(s, ks.topic, with_progress(records), pack))
     print(summary.text())
     return 0
 
@@ -204,7 +216,21 @@ def build_parser() -> argparse.ArgumentParser:
         kp = psub.add_parser(kind.name, help=kind.about)
         kp.add_argument("files", nargs="+")
         kp.add_argument("--format", choices=kind.formats, help=f"default: {kind.formats[0]}")
-        kp.add_argument("--pack", type=int, help="events per Kafka message (default PREAGG_PACK_SIZE=100)")
+        kp.add_argument(
+            "--pack",
+            type=int,
+            help="events per Kafka message (default PREAGG_PACK_SIZE=100; 1 with --as other than event)",
+        )
+        kp.add_argument(
+            "--as",
+            dest="send_as",
+            choices=SEND_AS,
+            default="event",
+            help="send checked events (default), or each file line as is (line) or in a log shipper's "
+            "envelope, unchecked and keyless, as that shipper would (set the topic's PREAGG_<KIND>_FORMAT)",
+        )
+        kp.add_argument("--keyless", action="store_true", help="send events without a partition key")
+        kp.add_argument("--host", help="host name in shipper envelopes (default: this machine's)")
         kind.add_produce_options(kp)
         kp.set_defaults(func=cmd_produce)
 

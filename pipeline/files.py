@@ -11,17 +11,19 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from pipeline.core.rejection import Rejection
+from pipeline.core.shippers import SHIPPERS, envelope
 
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """A valid event ready to send."""
+    """A valid event ready to send (``key`` ``None``: a keyless message)."""
 
     raw: bytes
-    key: bytes
+    key: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +77,22 @@ def read_jsonl(paths: Iterable[str], decode: Decode, key: Callable[[Any], bytes]
             yield Refused(name, no, event.reason, event.detail)
         else:
             yield Accepted(line, key(event))
+
+
+#: How ``preagg produce --as`` sends file lines: ``event`` (checked events, keyed, packed),
+#: ``line`` (the bare line) or a shipper's envelope; all but ``event`` keyless.
+SEND_AS = ("event", "line", *SHIPPERS)
+
+
+def shipped(paths: Iterable[str], send_as: str, host: str, clock: Callable[[], float]) -> Iterator[Record]:
+    """File lines exactly as a log shipper sends them: unchecked, keyless, one per line.
+
+    Checking is the worker's job here, as with a real shipper: a bad line becomes a dead letter.
+    """
+    for name, _, line in lines(paths):
+        if send_as == "line":
+            yield Accepted(line, None)
+        else:
+            path = name if name == "<stdin>" else str(Path(name).resolve())
+            text = line.decode("utf-8", errors="replace")
+            yield Accepted(envelope(text, send_as, clock(), host, path), None)

@@ -56,7 +56,9 @@ class EventProducer:
         self._producer: AIOKafkaProducer | None = None
         self._buffers: dict[int, list[bytes]] = {}
         self._sizes: dict[int, int] = {}
-        self._keys: dict[int, bytes] = {}
+        self._keys: dict[int, bytes | None] = {}
+        #: Next partition of a keyless message (round robin, as a plain client spreads them).
+        self._next_keyless = 0
         self._inflight: list[asyncio.Future[Any]] = []
         self._partitions = settings.partitions
         self.sent_events = 0
@@ -142,15 +144,24 @@ class EventProducer:
     ) -> None:
         await self.stop()
 
-    async def send_raw(self, line: bytes, key: bytes) -> None:
-        """Queue one already encoded event (one line, no newline inside)."""
+    async def send_raw(self, line: bytes, key: bytes | None) -> None:
+        """Queue one already encoded event (one line, no newline inside).
+
+        ``key`` ``None``: a keyless message, as log shippers and plain clients send; such
+        messages go round robin over the partitions, so one site's events reach every
+        partition (and every worker).
+        """
         if b"\n" in line:
             raise ValueError("an event line must not contain a newline")
         if len(line) > self.max_message_bytes:
             raise ValueError(
                 f"an event of {len(line)} bytes exceeds the largest message ({self.max_message_bytes})"
             )
-        part = partition_for(key, self._partitions)
+        if key is None:
+            part = self._next_keyless % self._partitions
+            self._next_keyless += 1
+        else:
+            part = partition_for(key, self._partitions)
         if self._sizes.get(part, 0) + len(line) + 1 > self.max_message_bytes:
             await self._send_partition(part)  # close the pack before it passes the broker's limit
         buf = self._buffers.setdefault(part, [])
@@ -189,7 +200,7 @@ class EventProducer:
 
 
 async def send_lines(
-    settings: Settings, topic: str, lines: Iterable[tuple[bytes, bytes]], pack_size: int | None = None
+    settings: Settings, topic: str, lines: Iterable[tuple[bytes, bytes | None]], pack_size: int | None = None
 ) -> int:
     """Send already encoded events with their partition keys, packed; returns the events sent."""
     async with EventProducer(settings, topic, pack_size) as p:

@@ -6,7 +6,7 @@ import asyncio
 import json
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,9 @@ def latency_ms(times_ms: list[float]) -> dict[str, float]:
     }
 
 
-def timed_worker_run(settings: Settings, topic: str, events: list[tuple[bytes, bytes]], name: str) -> float:
+def timed_worker_run(
+    settings: Settings, topic: str, events: Sequence[tuple[bytes, bytes | None]], name: str
+) -> float:
     """Warm a worker, then time ``events`` from first send to all committed."""
     asyncio.run(send_lines(settings, topic, events[:1]))
     w = WorkerProcess(settings, name).start()

@@ -18,6 +18,7 @@ import platform
 import random
 import statistics
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from datetime import time as dtime
 from pathlib import Path
@@ -87,7 +88,7 @@ def naive_log_hit(mongo_url: str, db: str, events: list[tuple[bytes, bytes]]) ->
     return {"events": len(events), "seconds": took, "events_per_s": len(events) / took, "writes_per_event": 2}
 
 
-async def _produce(settings: Settings, events: list[tuple[bytes, bytes]], pack: int) -> float:
+async def _produce(settings: Settings, events: Sequence[tuple[bytes, bytes | None]], pack: int) -> float:
     started = time.perf_counter()
     await send_lines(settings, settings.topic("hits"), events, pack)
     return time.perf_counter() - started
@@ -101,7 +102,9 @@ def _docs_written(settings: Settings) -> int:
     return int(total)
 
 
-def pipeline_run(base: Settings, name: str, events: list[tuple[bytes, bytes]], pack: int) -> dict[str, Any]:
+def pipeline_run(
+    base: Settings, name: str, events: Sequence[tuple[bytes, bytes | None]], pack: int
+) -> dict[str, Any]:
     """Warm worker on an empty topic, then produce ``events`` and time until all are committed."""
     settings = base.with_(group_id=f"bench-{name}", db=f"bench_{name}")
     settings = settings.with_stream(HITS, topic=f"bench-{name}")

@@ -51,11 +51,11 @@ SITE = "semicomplete.com"
 SHIFT = 4 * 86_400.0
 
 
-def log_events(copies: int, props: bool) -> list[tuple[bytes, bytes]]:
+def log_events(copies: int, props: bool) -> list[tuple[bytes, bytes | None]]:
     """The access log as hit events (``copies`` times, shifted by 4 days each)."""
     dec = HitDecoder(16_384, 300.0)
     base = [r for r in read_hits([str(ACCESS_LOG)], "clf", dec, SITE, props) if isinstance(r, Accepted)]
-    out = []
+    out: list[tuple[bytes, bytes | None]] = []
     for c in range(copies):
         for r in base:
             if c == 0:
@@ -88,7 +88,9 @@ def doc_sizes(settings: Settings) -> dict[str, Any]:
         client.close()
 
 
-def variant(base: Settings, mode: str, props: bool, events: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+def variant(
+    base: Settings, mode: str, props: bool, events: list[tuple[bytes, bytes | None]]
+) -> dict[str, Any]:
     """One worker over the events in one schema mode: throughput, then document sizes."""
     tag = f"{mode}-{'props' if props else 'plain'}"
     settings = base.named(f"bprops-{tag}").with_(schema=mode)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Protocol
@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol
 from pipeline.core.aggregator import Aggregator
 from pipeline.core.fields import FieldMode, Index, ShardKey, documents, hashed_id
 from pipeline.core.ids import id_bytes
+from pipeline.core.shippers import SHIPPERS
 from pipeline.files import Record, read_jsonl
-from pipeline.settings import S, Settings
+from pipeline.settings import S, Settings, SettingsError, kind_prefix
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -73,6 +74,19 @@ class Kind(Generic[S]):
     readers: Mapping[str, Callable[[Iterable[str]], Iterator[Record]]] = MappingProxyType({})
     #: One line of help for ``preagg produce <kind>``.
     about: str = ""
+    #: Bare log-line formats the kind's decoder reads besides JSON events (hits: ``clf``);
+    #: ``PREAGG_<KIND>_FORMAT`` may name them, and shippers' envelopes may carry such lines.
+    line_formats: tuple[str, ...] = ()
+
+    def input_format(self, s: S) -> str:
+        """The topic's input format (``PREAGG_<KIND>_FORMAT``), refused if the kind cannot read it."""
+        fmt = s.format
+        if fmt not in ("event", "auto", *SHIPPERS, *self.line_formats):
+            raise SettingsError(
+                f"{kind_prefix(self.name)}FORMAT={fmt}: {self.name} reads JSON events (event, auto, "
+                f"{', '.join(SHIPPERS)}{''.join(', ' + f for f in self.line_formats)}), not {fmt} lines"
+            )
+        return fmt
 
     def decoder(self, settings: Settings, s: S) -> Decoder:
         """The decoder of one event line with the deployment's limits."""
@@ -109,7 +123,8 @@ class Kind(Generic[S]):
             return self.readers[fmt](paths)
         if fmt != "jsonl":
             raise ValueError(f"{self.name}: unknown format {fmt!r}")
-        return read_jsonl(paths, self.decoder(settings, s).decode, self.key)
+        # Files hold events whatever the topic's format (``--as`` says how they are sent).
+        return read_jsonl(paths, self.decoder(settings, replace(s, format="event")).decode, self.key)
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """The kind's ``preagg query`` subcommands (each sets ``func``)."""

@@ -275,7 +275,10 @@ def _subscribe(app: faust.App, topic_name: str, partitions: int, flusher: Flushe
             (tp.topic, tp.partition), [(r.offset, r.value, r, max(r.timestamp, 0)) for r in records]
         )
 
-    deliver_batches(app, topic_name, handle)
+    def taken(tp: TP) -> int | None:
+        return flusher.consumed.get((tp.topic, tp.partition))
+
+    deliver_batches(app, topic_name, handle, taken)
 
 
 async def _ready(settings: Settings) -> list[str]:

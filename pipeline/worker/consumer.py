@@ -40,16 +40,24 @@ from mode.utils.futures import notify
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 #: Takes the records of one partition from one fetch, in offset order.
 BatchHandler = Callable[[TP, Sequence[Record]], Awaitable[None]]
+#: The next offset the handler's side has taken of a partition (``None``: nothing yet).
+Taken = Callable[[TP], int | None]
 
-_HANDLERS: weakref.WeakKeyDictionary[AppT, dict[str, BatchHandler]] = weakref.WeakKeyDictionary()
+_HANDLERS: weakref.WeakKeyDictionary[AppT, dict[str, tuple[BatchHandler, Taken]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def deliver_batches(app: AppT, topic: str, handler: BatchHandler) -> None:
-    """Make ``app``'s consumer hand ``topic``'s records to ``handler`` in lists (see module doc)."""
-    _HANDLERS.setdefault(app, {})[topic] = handler
+def deliver_batches(app: AppT, topic: str, handler: BatchHandler, taken: Taken) -> None:
+    """Make ``app``'s consumer hand ``topic``'s records to ``handler`` in lists (see module doc).
+
+    ``taken`` tells how far a handler interrupted mid-list (a stop while it waited for
+    a flush) got, so that shutdown waits for exactly the records it took.
+    """
+    _HANDLERS.setdefault(app, {})[topic] = (handler, taken)
 
 
-def batch_handlers(app: AppT) -> Mapping[str, BatchHandler]:
+def batch_handlers(app: AppT) -> Mapping[str, tuple[BatchHandler, Taken]]:
     """The batch handlers registered for ``app``, by topic."""
     return _HANDLERS.get(app, {})
 
@@ -136,11 +144,21 @@ class WorkerConsumer(faust_aiokafka.Consumer):
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
 
+    def _stand_for(self, tp: TP, rec: Record) -> None:
+        stand_in = self._to_message(tp, rec)
+        self._standing[(rec.topic, rec.partition, rec.offset)] = stand_in
+        self._unacked_messages.add(stand_in)
+
+    def _unstand(self, rec: Record) -> None:
+        stand_in = self._standing.pop((rec.topic, rec.partition, rec.offset), None)
+        if stand_in is not None:
+            self._unacked_messages.discard(stand_in)
+
     async def _deliver(
         self,
         records: Mapping[TP, list[Any]],
         active: set[TP] | None,
-        handlers: Mapping[str, BatchHandler],
+        handlers: Mapping[str, tuple[BatchHandler, Taken]],
     ) -> None:
         """Hand one fetch's records to the handlers, partition by partition."""
         generation = self.app.consumer_generation_id
@@ -165,21 +183,28 @@ class WorkerConsumer(faust_aiokafka.Consumer):
                 messages.append(rec)
             if not messages:
                 continue
-            handler = handlers.get(tp.topic)
-            if handler is None:
+            registered = handlers.get(tp.topic)
+            if registered is None:
                 for rec in messages:
                     await self.wait_first(self.callback(self._to_message(tp, rec)), self.suspend_flow.wait())
             else:
+                handler, taken = registered
                 # Rebalances and shutdown wait until Faust's unacked messages are acked. The last
                 # record of a list is acked last (batches commit in order): one message stands
                 # for the list.
-                last = messages[-1]
-                stand_in = self._to_message(tp, last)
-                self._standing[(last.topic, last.partition, last.offset)] = stand_in
-                self._unacked_messages.add(stand_in)
-                # Not interrupted when a rebalance stops the flow (Faust interrupts a put into a
-                # full queue): the handler waits only for a flush, which the rebalance waits for too.
-                await handler(tp, messages)
+                self._stand_for(tp, messages[-1])
+                try:
+                    # Not interrupted when a rebalance stops the flow (Faust interrupts a put into a
+                    # full queue): the handler waits only for a flush, which the rebalance waits for.
+                    await handler(tp, messages)
+                except asyncio.CancelledError:
+                    # Stopped while it waited for a flush: stand for the records it took only.
+                    self._unstand(messages[-1])
+                    upto = taken(tp)
+                    took = [r for r in messages if upto is not None and r.offset < upto]
+                    if took:
+                        self._stand_for(tp, took[-1])
+                    raise
             self._read_offset[tp] = read
             commit_every = self._commit_every
             if commit_every is not None and self._n_acked >= commit_every:

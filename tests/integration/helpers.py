@@ -20,7 +20,7 @@ from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
 
 
-async def produce(settings: Settings, lines: Iterable[tuple[bytes, bytes]], pack: int) -> None:
+async def produce(settings: Settings, lines: Iterable[tuple[bytes, bytes | None]], pack: int) -> None:
     await send_lines(settings, settings.topic("hits"), lines, pack)
 
 

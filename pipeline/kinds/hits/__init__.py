@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from pipeline.core.fields import FieldMode, Index, ShardKey
@@ -21,6 +22,7 @@ from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
 from pipeline.kinds.hits.settings import HitsSettings
+from pipeline.kinds.hits.sites import SiteMap, SiteMapError
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.settings import Settings, SettingsError
 from pipeline.store.names import NameCache, NameStore
@@ -37,13 +39,21 @@ class Hits(Kind[HitsSettings]):
     folder = layout.FOLDER
     formats = ("jsonl", "clf")
     about = "web hits: JSON lines, or access logs (clf)"
+    line_formats = ("clf",)
 
     def decoder(self, settings: Settings, s: HitsSettings) -> HitDecoder:
+        try:
+            sites = SiteMap(s.site, s.site_field, s.site_map)
+        except SiteMapError as exc:
+            raise SettingsError(str(exc)) from None
         return HitDecoder(
             settings.max_event_bytes,
             settings.future_skew,
             max_props=s.props_max_per_event,
             max_prop_bytes=s.props_max_bytes,
+            fmt=self.input_format(s),
+            sites=sites,
+            clf_props=s.clf_props,
         )
 
     def stream(self, ctx: StreamContext, s: HitsSettings) -> Stream:
@@ -100,7 +110,9 @@ class Hits(Kind[HitsSettings]):
     def records(
         self, paths: Iterable[str], fmt: str, settings: Settings, s: HitsSettings, args: argparse.Namespace
     ) -> Iterator[Record]:
-        return read_hits(paths, fmt, self.decoder(settings, s), args.site, args.props)
+        return read_hits(
+            paths, fmt, self.decoder(settings, replace(s, format="event")), args.site, args.props
+        )
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         cli.add_queries(sub)

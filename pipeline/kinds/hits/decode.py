@@ -1,16 +1,20 @@
-"""Decoding of hit events, custom properties included (pure)."""
+"""Decoding of hits: JSON events with custom properties, and access-log lines, bare or shipped (pure)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
 from pipeline.core.decode import TimedDecoder
 from pipeline.core.fields import event_schema
 from pipeline.core.rejection import Rejection
+from pipeline.core.shippers import Shipped
+from pipeline.kinds.hits.clf import ClfError, clf_props, parse_line
 from pipeline.kinds.hits.layout import FOLDER
+from pipeline.kinds.hits.sites import SiteMap
 
 Props = tuple[tuple[str, str], ...]
 """A hit's custom properties as (name, value) pairs, values as text."""
@@ -32,7 +36,11 @@ def _oversize(name: str, value: str, limit: int) -> str | None:
 
 
 class HitDecoder(TimedDecoder):
-    """One line → :data:`Hit` ``(site, page, ts, props)``, or a :class:`Rejection`."""
+    """One line → :data:`Hit` ``(site, page, ts, props)``, or a :class:`Rejection`.
+
+    Besides JSON events it reads access-log lines (combined or common format), bare or
+    in a shipper's envelope: the line gives page and time, ``sites`` the site.
+    """
 
     def __init__(
         self,
@@ -41,10 +49,37 @@ class HitDecoder(TimedDecoder):
         clock: Callable[[], float] = time.time,
         max_props: int = 32,
         max_prop_bytes: int = 128,
+        fmt: str = "event",
+        sites: SiteMap | None = None,
+        clf_props: bool = False,
     ) -> None:
-        super().__init__("hit", event_schema(FOLDER), ("site", "page"), max_bytes, future_skew, clock)
+        super().__init__("hit", event_schema(FOLDER), ("site", "page"), max_bytes, future_skew, clock, fmt)
         self.max_props = max_props
         self.max_prop_bytes = max_prop_bytes
+        self.sites = sites or SiteMap()
+        self.clf_props = clf_props
+
+    def event_of_line(self, shipped: Shipped, raw: bytes) -> dict[str, Any] | Rejection:
+        """A JSON event (its site from the map when it has none) or an access-log line as an event."""
+        line = shipped.line.strip()
+        if line.startswith(b"{"):
+            obj = super().event_of_line(shipped, raw)
+            if not isinstance(obj, Rejection) and "site" not in obj:
+                site = self.sites.site(shipped)
+                if site is not None:
+                    obj["site"] = site
+            return obj
+        try:
+            rec = parse_line(line.decode("utf-8", errors="replace"))
+        except ClfError as exc:
+            return Rejection("clf", f"{shipped.source} line: {exc}", raw)
+        site = self.sites.site(shipped)
+        if site is None:
+            return Rejection("site", self.sites.explain(shipped), raw)
+        event: dict[str, Any] = {"site": site, "page": rec.path, "ts": rec.ts}
+        if self.clf_props:
+            event["props"] = clf_props(rec)
+        return event
 
     def decode(self, raw: bytes) -> Hit | Rejection:
         """The hit, or why it is refused."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pipeline.settings import StreamSettings
 
@@ -13,6 +14,22 @@ class HitsSettings(StreamSettings):
 
     #: Topic of raw web hits.
     topic: str = "hits"
+    #: Site of hits whose line names none (access-log lines, JSON events without ``site``)
+    #: when ``site_field`` and ``site_map`` give none either. Empty: such hits are
+    #: dead-lettered (``site``).
+    site: str = ""
+    #: Which envelope field names the site of a shipped line: ``host`` (Vector ``host``,
+    #: Filebeat ``host.name``, Fluent Bit ``hostname``) or ``file`` (the log file's path).
+    #: Empty: none, the site is ``site``.
+    site_field: Literal["", "host", "file"] = ""
+    #: ``PATTERN=SITE`` entries, comma-separated, first match wins (shell patterns:
+    #: ``web-*=shop.example,/var/log/nginx/blog*=blog.example``), applied to ``site_field``.
+    #: Without entries the field's value is the site itself (a file path: its name without
+    #: extension); with entries, an unmatched value falls back to ``site``.
+    site_map: tuple[str, ...] = ()
+    #: Access-log lines count their status, method, referrer host and user-agent family
+    #: as custom properties (as ``preagg produce --props``): richer charts, bigger documents.
+    clf_props: bool = False
     #: Most distinct custom property names per site, and most distinct values per
     #: property. Past them, new names (values) are counted under the token ``other``:
     #: a producer sending unbounded names (a user id as a name) cannot grow the name

@@ -17,8 +17,12 @@ Impression = tuple[Id, Id, float]
 class ImpressionDecoder(TimedDecoder):
     """One line → ``(user, item, ts)`` or a :class:`Rejection` (schema, time, future skew)."""
 
-    def __init__(self, max_bytes: int, future_skew: float, clock: Callable[[], float] = time.time) -> None:
-        super().__init__("impression", event_schema(FOLDER), ("user", "item"), max_bytes, future_skew, clock)
+    def __init__(
+        self, max_bytes: int, future_skew: float, clock: Callable[[], float] = time.time, fmt: str = "event"
+    ) -> None:
+        super().__init__(
+            "impression", event_schema(FOLDER), ("user", "item"), max_bytes, future_skew, clock, fmt
+        )
 
     def decode(self, raw: bytes) -> Impression | Rejection:
         """The impression, or why it is refused."""

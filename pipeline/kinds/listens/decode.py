@@ -17,9 +17,11 @@ Listen = tuple[Id, Id, Id, float]
 class ListenDecoder(TimedDecoder):
     """One line → ``(user, tag, song, ts)`` or a :class:`Rejection`."""
 
-    def __init__(self, max_bytes: int, future_skew: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, max_bytes: int, future_skew: float, clock: Callable[[], float] = time.time, fmt: str = "event"
+    ) -> None:
         super().__init__(
-            "listen", event_schema(FOLDER), ("user", "tag", "song"), max_bytes, future_skew, clock
+            "listen", event_schema(FOLDER), ("user", "tag", "song"), max_bytes, future_skew, clock, fmt
         )
 
     def decode(self, raw: bytes) -> Listen | Rejection:

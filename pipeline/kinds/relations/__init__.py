@@ -29,7 +29,7 @@ class Relations(Kind[RelationsSettings]):
     about = "relations: JSON lines {user, item}, or MovieLens u.data (rating >= 4)"
 
     def decoder(self, settings: Settings, s: RelationsSettings) -> RelationDecoder:
-        return RelationDecoder(settings.max_event_bytes)
+        return RelationDecoder(settings.max_event_bytes, self.input_format(s))
 
     def stream(self, ctx: StreamContext, s: RelationsSettings) -> Stream:
         decoder = self.decoder(ctx.settings, s)
