@@ -27,6 +27,7 @@ import platform
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,7 @@ from pymongo import MongoClient
 
 from pipeline.bench.common import embedded, step, write_results
 from pipeline.bench.hits import ACCESS_LOG, realtime_events
+from pipeline.bench.steady import FLUSHED
 from pipeline.core.shippers import SHIPPERS, envelope
 from pipeline.files import lines, shipped
 from pipeline.kinds.hits import KIND as HITS
@@ -45,6 +47,7 @@ from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import produce_records, send_lines
 from pipeline.security import kafka_client_kwargs
+from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
 from pipeline.store.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
@@ -64,10 +67,23 @@ def _fill(settings: Settings, topic: str, events: Iterable[tuple[bytes, bytes | 
     return time.perf_counter() - started
 
 
+def _metric(body: str, name: str) -> float:
+    """Sum of one metric's samples in a Prometheus exposition."""
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in body.splitlines() if line.startswith(name) and " " in line
+    )
+
+
 def worker_run(
-    base: Settings, name: str, events: Sequence[tuple[bytes, bytes | None]], pack: int, **hits: Any
+    base: Settings,
+    name: str,
+    events: Sequence[tuple[bytes, bytes | None]],
+    pack: int,
+    workers: int = 1,
+    tree: Path | None = None,
+    **hits: Any,
 ) -> dict[str, Any]:
-    """Fill a topic, start one worker, measure events/s and CPU from its first to its last commit."""
+    """Fill a topic, start the workers, measure events/s and CPU from the first to the last commit."""
     settings = base.named(f"ingest-{name}").with_(kinds=("hits",))
     settings = settings.with_stream(HITS, **hits)
     topic = settings.topic("hits")
@@ -75,36 +91,55 @@ def worker_run(
     total = len(events)
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     ledger = client[settings.db][OFFSETS_COLLECTION]
-    worker = WorkerProcess(settings, f"ingest-{name}").start()
+    ports = [free_port() for _ in range(workers)]
+    procs = [
+        WorkerProcess(settings.with_(web_port=port), f"ingest-{name}-{i}").start()
+        for i, port in enumerate(ports)
+    ]
     first: tuple[float, int, float] | None = None
+
+    def cpu() -> float:
+        return sum(cpu_seconds(w.pid) for w in procs if w.alive())
+
     try:
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
             counted = sum(d.get("events", 0) for d in ledger.find({"group": settings.group_id}))
-            now, cpu = time.perf_counter(), cpu_seconds(worker.pid)
+            now, used = time.perf_counter(), cpu()
             if counted and first is None:
-                first = (now, counted, cpu)
+                first = (now, counted, used)
             if counted >= total:
                 break
             time.sleep(0.05)
         else:
             raise RuntimeError(f"{name}: {counted} of {total} events counted after 900 s")
+        bodies = []
+        for port in ports:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                bodies.append(r.read().decode())
     finally:
-        worker.terminate()
+        for w in procs:
+            w.terminate()
         client.close()
     assert first is not None
     t0, n0, c0 = first
-    span, n, cpu = now - t0, counted - n0, cpu - c0
+    span, n, used = now - t0, counted - n0, used - c0
     if n <= 0 or span <= 0:
         raise RuntimeError(f"{name}: everything was committed in one flush; produce more events to measure")
+    flushes = [float(m.group(5)) for w in procs for m in FLUSHED.finditer(w.log_path.read_text())]
     return {
         "events": total,
         "pack": pack,
+        "workers": workers,
         "fill_seconds": round(fill_s, 2),
         "measured_events": n,
         "events_per_s": round(n / span),
-        "cpu_seconds_per_100k": round(cpu / n * 100_000, 2),
-        "cpu_share": round(cpu / span, 2),
+        "cpu_seconds_per_100k": round(used / n * 100_000, 2),
+        "cpu_share": round(used / span, 2),
+        "write_conflicts": int(sum(_metric(b, "preagg_write_conflicts_total") for b in bodies)),
+        "failed_commits": int(sum(_metric(b, "preagg_commit_failures_total") for b in bodies)),
+        "flushes": len(flushes),
+        "slowest_flush_s": max(flushes, default=0.0),
     }
 
 
@@ -235,6 +270,12 @@ def main() -> None:
     ap.add_argument("--single", type=int, default=300_000, help="events of each single-event run")
     ap.add_argument("--packed", type=int, default=1_000_000, help="events of the packed run")
     ap.add_argument("--faust", type=int, default=100_000, help="events through the stock Faust agent")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (a git worktree of an older commit): its worker also runs the keyed "
+        "single-event and the packed streams, side by side",
+    )
     ap.add_argument("--out", default="bench-results/ingest.json")
     args = ap.parse_args()
     results: dict[str, Any] = {
@@ -272,6 +313,12 @@ def main() -> None:
             "single_keyless",
             "worker, one event per message, keyless",
             lambda: worker_run(base, "keyless", keyless, 1),
+        )
+        step(
+            results,
+            "single_keyless_3_workers",
+            "3 workers, one event per message, keyless: every document written by every worker",
+            lambda: worker_run(base, "keyless3", keyless, 1, workers=3),
         )
         beats = filebeat_events(args.single)
         step(

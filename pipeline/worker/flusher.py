@@ -28,6 +28,7 @@ import asyncio
 import collections
 import logging
 import os
+import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -541,15 +542,17 @@ class Flusher(Generic[A]):
                 # Conflicts are counted on their own: they mean two workers write one document
                 # (retrying them sooner was measured to make them worse: docs/benchmarks.md).
                 self.stats.write_conflicts += is_write_conflict(exc)
+                # Jittered: workers whose commits conflicted must not retry in step and meet again.
+                pause = random.uniform(delay / 2, delay)
                 log.warning(
                     "%s failed (%s: %s); %d events held unacked, retrying in %.1fs",
                     what,
                     type(exc).__name__,
                     str(exc)[:200],
                     events,
-                    delay,
+                    pause,
                 )
-                await asyncio.sleep(delay)
+                await asyncio.sleep(pause)
                 delay = min(delay * 2, self.max_backoff)
 
 

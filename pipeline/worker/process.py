@@ -17,9 +17,11 @@ from pipeline.settings import Settings
 class WorkerProcess:
     """One ``python -m pipeline worker`` child with its own log file."""
 
-    def __init__(self, settings: Settings, name: str = "worker") -> None:
+    def __init__(self, settings: Settings, name: str = "worker", tree: Path | None = None) -> None:
         self.settings = settings
         self.name = name
+        #: Another checkout to run the worker from (benchmarks compare trees side by side).
+        self.tree = tree
         self.log_path = Path(settings.home) / "logs" / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -36,6 +38,7 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            cwd=self.tree,
         )
         return self
 

@@ -43,3 +43,32 @@ def test_common_format_and_escaped_quotes_and_absolute_target() -> None:
 def test_bad_lines_raise_with_reason(line: str, reason: str) -> None:
     with pytest.raises(ClfError, match=reason):
         parse_line(line)
+
+
+def test_clf_time_fast_path_agrees_with_strptime() -> None:
+    """The positional reader gives strptime's answer for random times and offsets, and
+    refuses what strptime refuses (impossible dates and clocks)."""
+    import random
+    from datetime import datetime
+
+    from pipeline.kinds.hits.clf import clf_time
+
+    rng = random.Random(4)
+    months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+    for _ in range(2000):
+        when = (
+            f"{rng.randint(1, 28):02d}/{rng.choice(months)}/{rng.randint(1971, 2037)}:"
+            f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d} "
+            f"{rng.choice('+-')}{rng.randint(0, 14):02d}{rng.choice([0, 30, 45]):02d}"
+        )
+        assert clf_time(when) == datetime.strptime(when, "%d/%b/%Y:%H:%M:%S %z").timestamp(), when
+    for bad in (
+        "31/Feb/2015:10:05:03 +0000",
+        "17/May/2015:24:05:03 +0000",
+        "17/May/2015:10:61:03 +0000",
+        "17/Foo/2015:10:05:03 +0000",
+        "17/May/2015:10:05:03 +00x0",
+        "17/May/2015 10:05:03 +0000",
+    ):
+        with pytest.raises(ClfError):
+            clf_time(bad)
