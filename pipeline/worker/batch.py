@@ -64,15 +64,18 @@ class PendingBatch(Generic[A]):
         ``start`` is the partition's stored position before this batch (kept from
         the first message of each partition).
         """
-        self.start.setdefault(tp, start)
+        if tp not in self.start:
+            self.start[tp] = start
+        ingest, part = self.aggregate.ingest, tp[1]
         for i, raw in enumerate(lines):
-            rejection = self.aggregate.ingest(raw, tp[1])
+            rejection = ingest(raw, part)
             if rejection is not None:
-                self.dead.append(DeadLetter(rejection, tp[0], tp[1], offset, i))
-        self.events += len(lines)
-        self.events_by_tp[tp] = self.events_by_tp.get(tp, 0) + len(lines)
-        first, _ = self.offsets.get(tp, (offset, offset))
-        self.offsets[tp] = (first, offset)
+                self.dead.append(DeadLetter(rejection, tp[0], part, offset, i))
+        n = len(lines)
+        self.events += n
+        self.events_by_tp[tp] = self.events_by_tp.get(tp, 0) + n
+        span = self.offsets.get(tp)
+        self.offsets[tp] = (offset, offset) if span is None else (span[0], offset)
         self.acks.append(ack)
         self.last[tp] = (ts, lines)
         self.messages.append(Received(tp, offset, lines, ack, start, ts=ts))

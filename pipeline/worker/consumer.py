@@ -86,10 +86,14 @@ class WorkerConsumer(faust_aiokafka.Consumer):
         """Ack delivered records, as ``Consumer.ack`` acks messages: Faust commits up to them."""
         standing = self._standing
         acks_enabled_for = self.app.topics.acks_enabled_for
+        tps: dict[tuple[str, int], TP] = {}
         with ack_lock:
             n = 0
             for rec in records:
-                tp = self._new_topicpartition(rec.topic, rec.partition)
+                key = (rec.topic, rec.partition)
+                tp = tps.get(key)
+                if tp is None:
+                    tp = tps[key] = self._new_topicpartition(rec.topic, rec.partition)
                 offset = rec.offset
                 stand_in = standing.pop((rec.topic, rec.partition, offset), None)
                 if stand_in is not None:

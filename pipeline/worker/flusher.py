@@ -155,6 +155,8 @@ class Flusher(Generic[A]):
         self.stream = stream
         self._factory = factory
         self.sink = sink
+        #: The sink's mode, read once: it is consulted for every message.
+        self._exactly_once = sink.exactly_once
         self._send_dead = send_dead
         self._ack = ack
         self.max_pending_keys = max_pending_keys
@@ -283,7 +285,7 @@ class Flusher(Generic[A]):
     def ingest(self, tp: TP, offset: int, value: bytes | None, ack: object, ts: int = 0) -> None:
         """Aggregate one message (single or packed events), or skip it if already counted."""
         self.consumed[tp] = offset + 1
-        if self.sink.exactly_once:
+        if self._exactly_once:
             start = self.positions.get(tp)
             if not self.positions.accept(tp, offset):
                 self.batch.skip(ack)
