@@ -94,7 +94,7 @@ def worker_run(
     ledger = client[settings.db][OFFSETS_COLLECTION]
     ports = [free_port() for _ in range(workers)]
     procs = [
-        WorkerProcess(settings.with_(web_port=port), f"ingest-{name}-{i}").start()
+        WorkerProcess(settings.with_(web_port=port), f"ingest-{name}-{i}", tree).start()
         for i, port in enumerate(ports)
     ]
     # Measured from the first record a worker received (it logs the partition's stored

@@ -80,7 +80,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     """The worker's Faust app for the given (resolved) settings, and its flushers (one per stream)."""
     conf = faust_settings(settings)
     Path(conf["datadir"]).parent.mkdir(parents=True, exist_ok=True)
-    install()
+    install(settings.embedded_kafka)
     app = faust.App(settings.group_id, **conf)
     dead_topic = app.topic(
         settings.deadletter_topic,
