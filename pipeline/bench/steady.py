@@ -29,6 +29,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -202,17 +203,25 @@ def flush_figures(log: str, stream: str) -> dict[str, Any]:
     }
 
 
-async def _offer(settings: Settings, topic: str, stream: Stream, seconds: float, truth: Counter[Key]) -> int:
-    """Send ``stream.rate`` events per second for ``seconds``, packed; returns events sent."""
+async def _offer(
+    settings: Settings,
+    topic: str,
+    stream: Stream,
+    seconds: float,
+    truth: Counter[Key],
+    pack: int = 100,
+    keyless: bool = False,
+) -> int:
+    """Send ``stream.rate`` events per second for ``seconds``, ``pack`` per message; returns events sent."""
     rng = random.Random(7)
     sent = 0
     began = time.monotonic()
-    async with EventProducer(settings, topic, 100) as p:
+    async with EventProducer(settings, topic, pack) as p:
         tick = 0
         while time.monotonic() - began < seconds:
             n = int(stream.rate * (tick + 1) * 0.5) - sent  # half-second ticks, catching up if late
             for line, key in stream.make(rng, n, time.time(), truth):
-                await p.send_raw(line, key)
+                await p.send_raw(line, None if keyless else key)
             sent += n
             await p.flush()
             tick += 1
@@ -231,15 +240,27 @@ def per_minute(samples: list[tuple[float, int]], began: float, minutes: int) -> 
 
 
 def steady(
-    base: Settings, kind: str, minutes: int, drain_limit: float = 120, workers: int = 1
+    base: Settings,
+    kind: str,
+    minutes: int,
+    drain_limit: float = 120,
+    workers: int = 1,
+    pack: int = 100,
+    keyless: bool = False,
+    tree: Path | None = None,
 ) -> dict[str, Any]:
-    """One kind's live stream through ``workers`` workers for ``minutes``: throughput per minute, flushes."""
+    """One kind's live stream through ``workers`` workers for ``minutes``: throughput per minute, flushes.
+
+    ``tree``: run the workers from another checkout (an older commit), for a comparison.
+    """
     stream = STREAMS[kind]
-    settings = base.named(f"steady-{kind}")
+    settings = base.named(f"steady-{kind}" + ("-tree" if tree else ""))
     topic = settings.topic(stream.kind)
     ports = [free_port() for _ in range(workers)]
     procs = [
-        WorkerProcess(settings.with_(web_port=port), f"steady-{kind}-{i}").start()
+        WorkerProcess(
+            settings.with_(web_port=port), f"steady-{kind}-{i}" + ("-tree" if tree else ""), tree
+        ).start()
         for i, port in enumerate(ports)
     ]
     sampler = LedgerSampler(settings)
@@ -249,7 +270,7 @@ def steady(
             _wait_assigned(port)
         sampler.start()
         began = time.monotonic()
-        sent = asyncio.run(_offer(settings, topic, stream, 60 * minutes, truth))
+        sent = asyncio.run(_offer(settings, topic, stream, 60 * minutes, truth, pack, keyless))
         offered_s = time.monotonic() - began
         try:
             asyncio.run(wait_caught_up(settings, [topic], timeout=drain_limit, poll=0.5))
@@ -273,6 +294,8 @@ def steady(
         "all_committed_after_s": round(drained_s, 1) if drained_s is not None else None,
         "committed_per_s_by_minute": per_minute(sampler.samples, began, minutes),
         "workers": workers,
+        "pack": pack,
+        "keyless": keyless,
         "failed_commits": sum(_metric(b, "preagg_commit_failures_total", name) or 0 for b in bodies),
         "splits": sum(_metric(b, "preagg_commit_splits_total", name) or 0 for b in bodies),
         "docs_limit_at_end": min(_metric(b, "preagg_commit_docs_limit", name) or 0 for b in bodies),
@@ -377,9 +400,21 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="worker replicas per live stream (one group)")
     ap.add_argument("--only", nargs="*", help="steady kinds and/or 'backfill', 'reads'")
     ap.add_argument("--set", nargs="*", default=[], help="settings for the workers: NAME=VALUE")
+    ap.add_argument(
+        "--compare-tree",
+        type=Path,
+        help="another checkout (git worktree of an older commit): each live stream runs first "
+        "with its workers, then with this tree's, on the same services",
+    )
+    ap.add_argument("--rate", type=int, help="events/s offered by each live stream (default: the kind's)")
+    ap.add_argument("--pack", type=int, default=100, help="events per message of the live streams")
+    ap.add_argument("--keyless", action="store_true", help="live streams without keys (round robin)")
     ap.add_argument("--listens-users", type=int, default=120, help="users x 25 tags = listens documents")
     args = ap.parse_args()
     STREAMS["listens"] = Stream("listens", STREAMS["listens"].rate, listens(args.listens_users))
+    if args.rate:
+        for name, st in list(STREAMS.items()):
+            STREAMS[name] = Stream(st.kind, args.rate, st.make)
     overrides = dict(kv.split("=", 1) for kv in args.set)
     only = set(args.only or [*STREAMS, "backfill", "reads"])
     results: dict[str, Any] = {
@@ -395,13 +430,32 @@ def main() -> None:
         if "reads" in only:
             step(results, "reads_by_id", "reads by id: one $in against chunks", lambda: read_chunks(base))
         for kind in STREAMS:
-            if kind in only:
+            if kind not in only:
+                continue
+            if args.compare_tree:
+                tree = args.compare_tree.resolve()
                 step(
                     results,
-                    f"steady_{kind}",
-                    f"steady state: {kind}, {args.minutes} min",
-                    lambda k=kind: steady(base, k, args.minutes, workers=args.workers),  # type: ignore[misc]
+                    f"steady_{kind}_tree",
+                    f"steady state: {kind}, {args.minutes} min, workers of {tree}",
+                    lambda k=kind, t=tree: steady(  # type: ignore[misc]
+                        base,
+                        k,
+                        args.minutes,
+                        workers=args.workers,
+                        pack=args.pack,
+                        keyless=args.keyless,
+                        tree=t,
+                    ),
                 )
+            step(
+                results,
+                f"steady_{kind}",
+                f"steady state: {kind}, {args.minutes} min",
+                lambda k=kind: steady(  # type: ignore[misc]
+                    base, k, args.minutes, workers=args.workers, pack=args.pack, keyless=args.keyless
+                ),
+            )
         if "backfill" in only:
             step(results, "backfill", "backfill: 30 days of hits", lambda: backfill(base))
     write_results(results, args.out)

@@ -31,6 +31,12 @@ def offset_id(group: str, topic: str, partition: int) -> str:
     return f"{group}|{topic}|{partition}"
 
 
+def token_id(group: str, stream: str) -> str:
+    """``_id`` of a stream's commit token (in the ledger collection; it has no ``group`` field,
+    so ledger reads by group never see it)."""
+    return f"commit-token|{group}|{stream}"
+
+
 @dataclass(frozen=True)
 class Fence:
     """A batch's claim on one partition: MongoDB holds ``expected``; the flush moves it to ``next``."""

@@ -38,6 +38,7 @@ from pipeline.store.offsets import (
     check_fences,
     offset_doc_update,
     offset_id,
+    token_id,
 )
 from pipeline.store.reads import READ_CHUNK, find_in
 
@@ -125,8 +126,15 @@ class MongoSink:
             out[ids[d["_id"]]] = d.get("next")
         return out
 
-    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> Committed:
+    async def commit(
+        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None = None
+    ) -> Committed:
         """Write one flush within :attr:`commit_timeout`; report whether it had already committed.
+
+        ``token`` (a stream's name): the transaction's first statement writes that stream's
+        commit token, so that of two workers committing the same documents at once one aborts
+        on its first statement (WriteConflict) instead of after its upserts. The flusher
+        asks for it after it met write conflicts (keyless streams: docs/ingest.md).
 
         Raises :class:`~pipeline.store.offsets.FenceConflict` in exactly-once mode
         when another worker moved a partition's stored offset under this batch, and
@@ -136,10 +144,10 @@ class MongoSink:
         with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
             await self.client.admin.command("ping")
         with pymongo.timeout(self.commit_timeout):
-            return await self._commit(updates, fences, flush_id)
+            return await self._commit(updates, fences, flush_id, token)
 
     async def _commit(
-        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str
+        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None
     ) -> Committed:
         computed = any(u.compute is not None for u in updates)
         if not self.exactly_once:
@@ -155,6 +163,13 @@ class MongoSink:
         async def body(session: AsyncClientSession) -> None:
             nonlocal already, size
             offsets = self.db[OFFSETS_COLLECTION]
+            if token is not None:
+                await offsets.update_one(
+                    {"_id": token_id(self.group, token)},
+                    {"$inc": {"commits": 1}, "$set": {"worker": self.worker, "at": time.time()}},
+                    upsert=True,
+                    session=session,
+                )
             ids = [offset_id(self.group, f.topic, f.partition) for f in fences]
             stored = {
                 (d["topic"], d["partition"]): d

@@ -76,6 +76,18 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
     ),
     (
         "counter",
+        "preagg_commit_token_attempts",
+        "Commit attempts that took the stream's commit token first (after write conflicts)",
+        lambda f: f.stats.token_commits,
+    ),
+    (
+        "gauge",
+        "preagg_commit_token_mode",
+        "1 while commits take the commit token (a write conflict in the last 5 minutes)",
+        lambda f: float(f.contended()),
+    ),
+    (
+        "counter",
         "preagg_held_back_messages",
         "Messages of diverged partitions, not counted",
         lambda f: f.stats.held_back,

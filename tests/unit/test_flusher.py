@@ -42,12 +42,17 @@ class ModelStore:
         self.counters: dict[str, Counter[str]] = {}
         self.offsets: dict[tuple[str, int], dict[str, Any]] = {}
         self.lose_ack_once = False
+        #: The commit token each commit attempt asked for.
+        self.tokens: list[str | None] = []
 
     async def load_positions(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         return {tp: self.offsets.get(tp, {}).get("next") for tp in tps}
 
-    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> Committed:
+    async def commit(
+        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None = None
+    ) -> Committed:
         docs = len({u.id for u in updates})
+        self.tokens.append(token)
         self.attempts.append(docs)
         if self.fail_commits > 0:
             self.fail_commits -= 1
@@ -461,10 +466,13 @@ def test_write_conflicts_are_counted_and_retried() -> None:
     conflicts = iter([True, True])
     original = store.commit
 
-    async def commit(updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> Committed:
+    async def commit(
+        updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None = None
+    ) -> Committed:
         if next(conflicts, False):
+            store.tokens.append(token)
             raise OperationFailure("WriteConflict", code=112)
-        return await original(updates, fences, flush_id)
+        return await original(updates, fences, flush_id, token)
 
     store.commit = commit  # type: ignore[method-assign]
 
@@ -474,3 +482,6 @@ def test_write_conflicts_are_counted_and_retried() -> None:
 
     asyncio.run(run())
     assert f.stats.write_conflicts == 2 and store.offsets[TP0]["next"] == 3
+    # The first attempt took no token; after the first conflict every commit takes it.
+    assert store.tokens[0] is None and set(store.tokens[1:]) == {"hits"} and f.contended()
+    assert store.tokens == [None, "hits", "hits"] and f.stats.token_commits == 2
