@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from pymongo import MongoClient
 
-from pipeline.bench.common import embedded, step, write_results
+from pipeline.bench.common import embedded, write_results
+from pipeline.bench.common import step as run_step
 from pipeline.bench.hits import ACCESS_LOG, realtime_events
 from pipeline.bench.steady import FLUSHED
 from pipeline.core.shippers import SHIPPERS, envelope
@@ -280,6 +281,7 @@ def main() -> None:
         help="another checkout (a git worktree of an older commit): its worker also runs the keyed "
         "single-event and the packed streams, side by side",
     )
+    ap.add_argument("--only", nargs="*", help="steps to run (default: all), e.g. single_keyless_3_workers")
     ap.add_argument("--out", default="bench-results/ingest.json")
     args = ap.parse_args()
     results: dict[str, Any] = {
@@ -292,6 +294,11 @@ def main() -> None:
         "command": "make bench-ingest",
     }
     single = realtime_events(args.single)
+
+    def step(results: dict[str, Any], key: str, title: str, fn: Callable[[], Any]) -> None:
+        if not args.only or key in args.only:
+            run_step(results, key, title, fn)
+
     with embedded("preagg-bench-ingest-") as (base, _):
         step(
             results,
@@ -324,7 +331,7 @@ def main() -> None:
             "3 workers, one event per message, keyless: every document written by every worker",
             lambda: worker_run(base, "keyless3", keyless, 1, workers=3),
         )
-        beats = filebeat_events(args.single)
+        beats = filebeat_events(args.single) if not args.only or "filebeat_clf" in args.only else []
         step(
             results,
             "filebeat_clf",
