@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import platform
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,19 @@ def embedded(prefix: str, partitions: int = 4) -> Iterator[tuple[Settings, Embed
         yield base, svc
     finally:
         svc.stop()
+
+
+def header(command: str) -> dict[str, Any]:
+    """What every result file starts with: the machine, the time, the command that made it."""
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": command,
+    }
 
 
 def step(results: dict[str, Any], key: str, title: str, fn: Callable[[], Any]) -> None:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import random
 import statistics
 import time
@@ -27,7 +25,7 @@ from typing import Any
 import orjson
 from pymongo import MongoClient
 
-from pipeline.bench.common import embedded, step, write_results
+from pipeline.bench.common import embedded, header, step, write_results
 from pipeline.files import Accepted
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.files import hit_key, read_hits
@@ -218,15 +216,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench-results/hits.json")
     args = ap.parse_args()
 
-    results: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "make bench-hits",
-    }
+    results: dict[str, Any] = header("make bench-hits")
     events = realtime_events(args.events)
     with embedded("preagg-bench-") as (base, _):
         naive = events[: args.naive_events]

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from pymongo import MongoClient
 
-from pipeline.bench.common import embedded, write_results
+from pipeline.bench.common import embedded, header, write_results
 from pipeline.bench.common import step as run_step
 from pipeline.bench.hits import ACCESS_LOG, realtime_events
 from pipeline.bench.steady import FLUSHED
@@ -284,15 +283,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="steps to run (default: all), e.g. single_keyless_3_workers")
     ap.add_argument("--out", default="bench-results/ingest.json")
     args = ap.parse_args()
-    results: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "make bench-ingest",
-    }
+    results: dict[str, Any] = header("make bench-ingest")
     single = realtime_events(args.single)
 
     def step(results: dict[str, Any], key: str, title: str, fn: Callable[[], Any]) -> None:
