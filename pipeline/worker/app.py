@@ -72,7 +72,9 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "datadir": str(settings.home / "faust-data" / settings.worker_id),
         "autodiscover": False,
         "stream_buffer_maxsize": 4096,
-        "broker_max_poll_records": 2000,
+        # Records per fetch call: each call crosses from Faust's consumer thread to the event
+        # loop; 10,000 instead of 2,000 took one event per message from 39k to 43k events/s.
+        "broker_max_poll_records": 10000,
     }
 
 
