@@ -85,6 +85,8 @@ class Sink(Protocol):
 
 #: Sealed batches waiting for their commit before consumption pauses (backpressure).
 MAX_SEALED = 2
+#: Events taken from one list of messages between two yields to the event loop.
+YIELD_EVERY = 5000
 
 #: After a write conflict, a stream's commits take its commit token first for this long
 #: (seconds since the last conflict): workers that write the same documents (keyless
@@ -244,11 +246,12 @@ class Flusher(Generic[A]):
                     await self._on_gap(tp, stored, first)
         bound, limit = self.bound, self.max_pending_keys
         held = self._held_keys()  # sealed and in-flight batches change only while this awaits
+        mark = self.batch.events
         for offset, value, ack, ts in messages:
             b = self.batch
             if len(self.sealed) >= MAX_SEALED or held + b.pending_keys() >= limit:
                 await self._backpressure()
-                b, held = self.batch, self._held_keys()
+                b, held, mark = self.batch, self._held_keys(), self.batch.events
             before = b.documents()
             self.ingest(tp, offset, value, ack, ts)
             after = b.documents()
@@ -256,7 +259,12 @@ class Flusher(Generic[A]):
                 self.stats.sealed += 1
                 self._seal()
                 self._on_sealed()
-                held = self._held_keys()
+                held, mark = self._held_keys(), 0
+            elif b.events - mark >= YIELD_EVERY:
+                # A list of packed messages can hold a million events: let the flush loop's
+                # commit (I/O) go on meanwhile.
+                await asyncio.sleep(0)
+                mark = self.batch.events
 
     async def load_positions(self, tps: Sequence[TP]) -> None:
         """Read stored positions (retried like a write: the store may be down)."""
