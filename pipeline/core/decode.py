@@ -29,13 +29,19 @@ class EventDecoder:
 
     def decode(self, raw: bytes) -> dict[str, Any] | Rejection:
         """The event, or a :class:`Rejection` saying why not."""
-        if len(raw) > self.max_bytes:
-            return Rejection("oversize", f"event of {len(raw)} bytes > limit {self.max_bytes}", raw)
+        if (over := self.oversize(raw)) is not None:
+            return over
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return Rejection("invalid_json", f"not JSON: {exc}", raw)
         return self.check(obj, raw)
+
+    def oversize(self, raw: bytes) -> Rejection | None:
+        """Why a line over :attr:`max_bytes` is refused (``None`` when it is not)."""
+        if len(raw) > self.max_bytes:
+            return Rejection("oversize", f"event of {len(raw)} bytes > limit {self.max_bytes}", raw)
+        return None
 
     def check(self, obj: Any, raw: bytes) -> dict[str, Any] | Rejection:
         """``obj`` if it satisfies the schema; ``raw`` is what a rejection keeps."""
@@ -69,8 +75,8 @@ class FormatDecoder:
         """The validated event of one message line in this topic's format."""
         if self.fmt == "event":
             return self._decoder.decode(raw)
-        if len(raw) > self._decoder.max_bytes:
-            return Rejection("oversize", f"line of {len(raw)} bytes > limit {self._decoder.max_bytes}", raw)
+        if (over := self._decoder.oversize(raw)) is not None:
+            return over
         opened = open_message(raw, self.fmt)
         if isinstance(opened, Shipped):
             opened = self.event_of_line(opened, raw)

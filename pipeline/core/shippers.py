@@ -28,6 +28,7 @@ from typing import Any, Literal, get_args
 import orjson
 
 from pipeline.core.rejection import Rejection
+from pipeline.core.times import TimeError, parse_ts
 
 InputFormat = Literal["event", "clf", "vector", "filebeat", "fluentbit", "auto"]
 #: Every input format a stream topic can be set to (``PREAGG_<KIND>_FORMAT``).
@@ -60,16 +61,11 @@ Opened = dict[str, Any] | Shipped
 
 
 def _shipper_time(value: object) -> float | None:
-    """An envelope's timestamp as epoch seconds: ISO-8601 text or a number; ``None`` if unusable."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            dt = datetime.fromisoformat(value)
-        except ValueError:
-            return None
-        return dt.timestamp() if dt.tzinfo is not None else None
-    return None
+    """An envelope's timestamp as epoch seconds (ISO-8601 text or a number); ``None`` if unusable."""
+    try:
+        return parse_ts(value)
+    except TimeError:
+        return None
 
 
 def _text(value: object) -> str | None:

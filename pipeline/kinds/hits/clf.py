@@ -140,3 +140,11 @@ def clf_props(rec: ClfRecord) -> dict[str, str]:
         "referrer": host or "-",
         "agent": agent_family(rec.agent),
     }
+
+
+def clf_event(rec: ClfRecord, site: str, props: bool) -> dict[str, object]:
+    """A log line as a hit event of ``site`` (its properties when ``props``)."""
+    event: dict[str, object] = {"site": site, "page": rec.path, "ts": rec.ts}
+    if props:
+        event["props"] = clf_props(rec)
+    return event

@@ -12,7 +12,7 @@ from pipeline.core.decode import TimedDecoder
 from pipeline.core.fields import event_schema
 from pipeline.core.rejection import Rejection
 from pipeline.core.shippers import Shipped
-from pipeline.kinds.hits.clf import ClfError, clf_props, parse_line
+from pipeline.kinds.hits.clf import ClfError, clf_event, parse_line
 from pipeline.kinds.hits.layout import FOLDER
 from pipeline.kinds.hits.sites import SiteMap
 
@@ -76,10 +76,7 @@ class HitDecoder(TimedDecoder):
         site = self.sites.site(shipped)
         if site is None:
             return Rejection("site", self.sites.explain(shipped), raw)
-        event: dict[str, Any] = {"site": site, "page": rec.path, "ts": rec.ts}
-        if self.clf_props:
-            event["props"] = clf_props(rec)
-        return event
+        return clf_event(rec, site, self.clf_props)
 
     def decode(self, raw: bytes) -> Hit | Rejection:
         """The hit, or why it is refused."""

@@ -9,7 +9,7 @@ import orjson
 
 from pipeline.core.rejection import Rejection
 from pipeline.files import Accepted, Refused, lines
-from pipeline.kinds.hits.clf import ClfError, clf_props, parse_line
+from pipeline.kinds.hits.clf import ClfError, clf_event, parse_line
 from pipeline.kinds.hits.decode import HitDecoder
 
 
@@ -53,7 +53,4 @@ def _from_clf(name: str, no: int, line: bytes, site: str, props: bool) -> Accept
         rec = parse_line(line.decode("utf-8", errors="replace"))
     except ClfError as exc:
         return Refused(name, no, "clf", str(exc))
-    event: dict[str, object] = {"site": site, "page": rec.path, "ts": rec.ts}
-    if props:
-        event["props"] = clf_props(rec)
-    return Accepted(orjson.dumps(event), hit_key(site, rec.path))
+    return Accepted(orjson.dumps(clf_event(rec, site, props)), hit_key(site, rec.path))
