@@ -40,7 +40,7 @@ from pymongo import MongoClient
 from pipeline.bench.common import embedded, header, write_results
 from pipeline.bench.common import step as run_step
 from pipeline.bench.hits import ACCESS_LOG, realtime_events
-from pipeline.bench.steady import FLUSHED, _metric
+from pipeline.bench.steady import FLUSHED, metric
 from pipeline.core.shippers import SHIPPERS, envelope
 from pipeline.files import lines, shipped
 from pipeline.kinds.hits import KIND as HITS
@@ -133,8 +133,8 @@ def worker_run(
         "events_per_s": round(total / span),
         "cpu_seconds_per_100k": round(used / total * 100_000, 2),
         "cpu_share": round(used / span, 2),
-        "write_conflicts": int(sum(_metric(b, "preagg_write_conflicts_total", "hits") or 0 for b in bodies)),
-        "failed_commits": int(sum(_metric(b, "preagg_commit_failures_total", "hits") or 0 for b in bodies)),
+        "write_conflicts": int(sum(metric(b, "preagg_write_conflicts_total", "hits") or 0 for b in bodies)),
+        "failed_commits": int(sum(metric(b, "preagg_commit_failures_total", "hits") or 0 for b in bodies)),
         "flushes": len(flushes),
         "slowest_flush_s": max(flushes, default=0.0),
     }

@@ -171,7 +171,7 @@ def _wait_assigned(port: int, timeout: float = 120) -> None:
     raise TimeoutError("worker holds no partition")
 
 
-def _metric(body: str, name: str, stream: str) -> float | None:
+def metric(body: str, name: str, stream: str) -> float | None:
     for line in body.splitlines():
         if line.startswith(f'{name}{{stream="{stream}"}}'):
             return float(line.split()[-1])
@@ -296,9 +296,9 @@ def steady(
         "workers": workers,
         "pack": pack,
         "keyless": keyless,
-        "failed_commits": sum(_metric(b, "preagg_commit_failures_total", name) or 0 for b in bodies),
-        "splits": sum(_metric(b, "preagg_commit_splits_total", name) or 0 for b in bodies),
-        "docs_limit_at_end": min(_metric(b, "preagg_commit_docs_limit", name) or 0 for b in bodies),
+        "failed_commits": sum(metric(b, "preagg_commit_failures_total", name) or 0 for b in bodies),
+        "splits": sum(metric(b, "preagg_commit_splits_total", name) or 0 for b in bodies),
+        "docs_limit_at_end": min(metric(b, "preagg_commit_docs_limit", name) or 0 for b in bodies),
         "write_conflicts_logged": sum(w.log_path.read_text().count("WriteConflict") for w in procs),
         **flush_figures("\n".join(w.log_path.read_text() for w in procs), name),
     }
@@ -361,9 +361,9 @@ def backfill(base: Settings, events: int = 1_200_000, days: int = 30, pages: int
         "produce_seconds": round(produce_s, 1),
         "drain_seconds": round(took, 1),
         "events_per_s": round(events / took),
-        "failed_commits": _metric(metrics, "preagg_commit_failures_total", "hits"),
-        "splits": _metric(metrics, "preagg_commit_splits_total", "hits"),
-        "sealed_at_bound": _metric(metrics, "preagg_batches_sealed_total", "hits"),
+        "failed_commits": metric(metrics, "preagg_commit_failures_total", "hits"),
+        "splits": metric(metrics, "preagg_commit_splits_total", "hits"),
+        "sealed_at_bound": metric(metrics, "preagg_batches_sealed_total", "hits"),
         **flush_figures(worker.log_path.read_text(), "hits"),
         "audit_mismatches": _audit(settings, truth),
     }
