@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest chaos clean
+.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,21 @@ install: $(STAMP)
 demo: $(STAMP)  ## generated traffic through the whole pipeline on the embedded services
 	$(PY) -m pipeline demo
 
-test: $(STAMP)  ## unit + integration tests (starts and stops its own Kafka and MongoDB)
+test: $(STAMP) browser  ## unit + integration tests (starts and stops its own Kafka and MongoDB, drives Chromium)
 	$(PY) -m pytest -q
+
+browser:  ## Debian's Chromium for the dashboard's browser test (apt-get, as root or through sudo)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }; }
+	@chromium --version
+
+serve: $(STAMP)  ## preagg serve on the services of `preagg services up` (or PREAGG_MONGO_URL)
+	$(PY) -m pipeline serve
+
+dashboard: $(STAMP)  ## the demo's services, a worker, live generated traffic and the dashboard, until Ctrl-C
+	$(PY) -m pipeline demo --serve
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

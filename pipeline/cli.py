@@ -187,6 +187,29 @@ def cmd_positions(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- serve --------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from pipeline.serve.server import serve
+
+    logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    s = command_settings()
+    if args.port is not None:
+        s = s.with_(serve_port=args.port)
+    if args.bind is not None:
+        s = s.with_(serve_bind=args.bind)
+
+    def ready(url: str) -> None:
+        print(f"dashboard {url}\nAPI       {url}api/hits?site=...  (OpenAPI: {url}openapi.json)", flush=True)
+        print(f"grafana   {url}grafana (JSON API data source) and {url}grafana/hits (Infinity)", flush=True)
+
+    asyncio.run(serve(s, ready))
+    return 0
+
+
 # -- demo ---------------------------------------------------------------------
 
 
@@ -194,7 +217,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from pipeline.demo.run import run_demo
 
     return run_demo(
-        Settings.from_env(), args.events, args.file or [], args.format, args.site, Path(args.chart)
+        Settings.from_env(),
+        args.events,
+        args.file or [],
+        args.format,
+        args.site,
+        Path(args.chart),
+        args.serve,
     )
 
 
@@ -270,12 +299,23 @@ def build_parser() -> argparse.ArgumentParser:
     pos.add_argument("--apply", action="store_true", help="reset: write the change (default: a dry run)")
     pos.set_defaults(func=cmd_positions)
 
+    sv = sub.add_parser("serve", help="the read-only query API, OpenAPI document and dashboard over HTTP")
+    sv.add_argument("--port", type=int, help="default PREAGG_SERVE_PORT (8900); 0: any free port")
+    sv.add_argument("--bind", help="default PREAGG_SERVE_BIND (127.0.0.1)")
+    sv.add_argument("--loglevel", default="warning", help="info logs every request")
+    sv.set_defaults(func=cmd_serve)
+
     dp = sub.add_parser("demo", help="run everything on the embedded services and summarise")
     dp.add_argument("--events", type=int, default=60_000)
     dp.add_argument("--file", action="append", help="replay this file instead of generated traffic")
     dp.add_argument("--format", choices=["jsonl", "clf"], default="jsonl")
     dp.add_argument("--site")
     dp.add_argument("--chart", default="preagg-demo.png", help="PNG of the busiest page")
+    dp.add_argument(
+        "--serve",
+        action="store_true",
+        help="then keep it all running with live traffic and the dashboard (make dashboard) until Ctrl-C",
+    )
     dp.set_defaults(func=cmd_demo)
     return p
 

@@ -64,10 +64,15 @@ def parse_id(text: str) -> int | str:
     return int(text) if text.isdigit() and len(text) < 10 else text
 
 
+def json_rows(rows: list[tuple[Any, Any]], header: tuple[str, str]) -> list[dict[str, Any]]:
+    """Two-column rows as JSON objects named by ``header`` (the CLI's ``--json`` and the HTTP API's)."""
+    return [{header[0]: a, header[1]: b} for a, b in rows]
+
+
 def print_rows(rows: list[tuple[Any, Any]], as_json: bool, header: tuple[str, str]) -> None:
     """Two-column rows as JSON objects or an aligned table."""
     if as_json:
-        print(json.dumps([{header[0]: a, header[1]: b} for a, b in rows]))
+        print(json.dumps(json_rows(rows, header)))
         return
     print(f"{header[0]:>20}  {header[1]}")
     for a, b in rows:

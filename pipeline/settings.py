@@ -221,6 +221,21 @@ class Settings:
     #: Address of the worker's web server. ``0.0.0.0`` exposes metrics to a scraper
     #: on another host (the compose file does so inside its private network).
     web_bind: str = "127.0.0.1"
+    #: Port of ``preagg serve``, the query API and dashboard (its own process: it scales
+    #: apart from ingestion, and a slow chart never delays a flush).
+    serve_port: int = 8900
+    #: Address ``preagg serve`` binds. The default keeps it on this machine; ``0.0.0.0``
+    #: exposes it, and then a ``serve_token`` should guard it.
+    serve_bind: str = "127.0.0.1"
+    #: Bearer token the query API requires (``Authorization: Bearer <token>``); empty:
+    #: none. The dashboard asks for it once and keeps it for the browser tab.
+    serve_token: str = field(default="", repr=False)
+    #: Origins allowed to call the query API from another site's pages (CORS),
+    #: comma-separated, e.g. ``https://grafana.example.com``; empty: none (same origin only).
+    serve_cors: tuple[str, ...] = ()
+    #: Deadline of one API request's MongoDB reads, seconds: past it the request answers
+    #: 503 rather than holding a connection. Longer lets wide ranges finish on a slow store.
+    query_timeout: float = 10.0
     #: ``exactly_once``: each flush commits its aggregates and its source offsets in one
     #: MongoDB transaction guarded by offset fences (needs a replica set, a sharded
     #: cluster or the embedded store). ``at_least_once``: plain bulk writes, for a

@@ -13,6 +13,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.demo.live import live
 from pipeline.files import Accepted
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.files import read_hits
@@ -30,8 +31,19 @@ from pipeline.store.client import mongo_client
 from pipeline.worker.process import WorkerProcess
 
 
-def run_demo(base: Settings, events: int, files: list[str], fmt: str, site: str | None, chart: Path) -> int:
-    """Run the whole demo; returns a process exit code (0 when counts are exact)."""
+def run_demo(
+    base: Settings,
+    events: int,
+    files: list[str],
+    fmt: str,
+    site: str | None,
+    chart: Path,
+    serve: bool = False,
+) -> int:
+    """Run the whole demo; returns a process exit code (0 when counts are exact).
+
+    ``serve``: then keep the services up with a worker, live traffic and the dashboard until Ctrl-C.
+    """
     home = Path(tempfile.mkdtemp(prefix="preagg-demo-"))
     print(f"starting embedded Kafka (Tansu) and MongoDB (SecantusDB) under {home} ...")
     services = EmbeddedServices(home)
@@ -39,7 +51,12 @@ def run_demo(base: Settings, events: int, files: list[str], fmt: str, site: str 
         endpoints = services.start()
         settings = for_embedded(base.with_(home=home, kafka_url=None, mongo_url=None), endpoints)
         print(f"  kafka {endpoints.kafka_url}   mongodb {endpoints.mongo_url}")
-        return asyncio.run(_demo(settings, events, files, fmt, site, chart))
+        rc = asyncio.run(_demo(settings, events, files, fmt, site, chart))
+        if not serve:
+            print("\nthe same data in a browser, live: `make dashboard` (preagg demo --serve)")
+            return rc
+        asyncio.run(live(settings))
+        return rc
     finally:
         services.stop()
         print(f"services stopped; logs were in {home / 'logs'}")

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from pymongo.asynchronous.database import AsyncDatabase
 
+    from pipeline.serve.routes import Route
+
 
 class Decoder(Protocol):
     """One event line → its decoded fields (a tuple) or a :class:`Rejection`."""
@@ -128,3 +130,7 @@ class Kind(Generic[S]):
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """The kind's ``preagg query`` subcommands (each sets ``func``)."""
+
+    def api_routes(self, settings: Settings) -> list[Route]:
+        """The kind's read-only endpoints of ``preagg serve``: its queries over HTTP (default: none)."""
+        return []

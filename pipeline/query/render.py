@@ -8,13 +8,19 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 BARS = " ▁▂▃▄▅▆▇█"
 
 
+def series_rows(series: Sequence[tuple[datetime, int]]) -> list[dict[str, Any]]:
+    """``{"t": ISO time (UTC), "hits": n}`` per bucket: the rows of the CLI's JSON and of ``/api/hits``."""
+    return [{"t": t.isoformat() + "Z", "hits": n} for t, n in series]
+
+
 def as_json(series: Sequence[tuple[datetime, int]]) -> str:
-    """JSON array of ``{"t": ISO time (UTC), "hits": n}``."""
-    return json.dumps([{"t": t.isoformat() + "Z", "hits": n} for t, n in series], indent=1)
+    """JSON array of :func:`series_rows`."""
+    return json.dumps(series_rows(series), indent=1)
 
 
 def as_csv(series: Sequence[tuple[datetime, int]]) -> str:

@@ -48,6 +48,11 @@ print(pipeline.__file__)
 """
 
 
+DASHBOARD_FILES = (
+    "from pipeline.serve.server import DASHBOARD; print(*sorted(p.name for p in DASHBOARD.iterdir()))"
+)
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``bin/`` of a fresh virtual environment holding the wheel."""
@@ -91,6 +96,9 @@ def test_installed_wheel_has_its_schemas_and_decodes_every_kind(installed: Path,
     assert {"hits_daily", "imp_pairs", "rel_users", "listens", "preagg_names"} <= {
         r["collection"] for r in schema["fields"]
     }
+    # preagg serve's dashboard ships inside the package.
+    files = run(installed, tmp_path, installed / "python", "-c", DASHBOARD_FILES)
+    assert files.split() == ["dashboard.css", "dashboard.js", "index.html"], files
 
 
 def test_installed_wheel_produces_aggregates_and_queries(

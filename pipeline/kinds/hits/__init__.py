@@ -24,6 +24,7 @@ from pipeline.kinds.hits.props import PropKeys, namespace_limit
 from pipeline.kinds.hits.settings import HitsSettings
 from pipeline.kinds.hits.sites import SiteMap, SiteMapError
 from pipeline.kinds.kind import Kind, Stream, StreamContext
+from pipeline.serve.routes import Route
 from pipeline.settings import Settings, SettingsError
 from pipeline.store.names import NameCache, NameStore
 from pipeline.store.names.metrics import name_store_metrics
@@ -116,6 +117,11 @@ class Hits(Kind[HitsSettings]):
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         cli.add_queries(sub)
+
+    def api_routes(self, settings: Settings) -> list[Route]:
+        from pipeline.kinds.hits import api
+
+        return api.routes(settings)
 
 
 KIND = Hits()

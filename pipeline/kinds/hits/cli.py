@@ -9,7 +9,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli_common import Db, command_settings, on_db, parse_time
+from pipeline.cli_common import Db, command_settings, on_db, parse_time, print_rows
 from pipeline.kinds.hits.layout import hits_fields
 
 
@@ -43,7 +43,7 @@ def cmd_query_hits(args: argparse.Namespace) -> int:
 
 def cmd_query_props(args: argparse.Namespace) -> int:
     """Custom property counts of a site or page over a range of days."""
-    from pipeline.kinds.hits.query_props import prop_counts
+    from pipeline.kinds.hits.query_props import prop_counts, prop_rows
 
     s = command_settings()
     start: date = args.start
@@ -54,12 +54,26 @@ def cmd_query_props(args: argparse.Namespace) -> int:
 
     rows = on_db(s, run)
     if args.json:
-        print(json.dumps([{"name": r.name, "value": r.value, "count": r.count} for r in rows]))
+        print(json.dumps(prop_rows(rows)))
         return 0
     width = max([len(r.name) for r in rows] + [4])
     print(f"{'name':<{width}}  {'count':>9}  value")
     for r in rows:
         print(f"{r.name:<{width}}  {r.count:>9}  {r.value}")
+    return 0
+
+
+def cmd_query_pages(args: argparse.Namespace) -> int:
+    """The pages of a site with the most hits over a range of days."""
+    from pipeline.kinds.hits.query import top_pages
+
+    s = command_settings()
+    end: date = args.end or args.start
+
+    async def run(db: Db) -> list[tuple[str, int]]:
+        return await top_pages(db, args.site, args.start, end, args.limit, hits_fields(s.schema))
+
+    print_rows(on_db(s, run), args.json, ("page", "hits"))
     return 0
 
 
@@ -88,3 +102,14 @@ def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     qp.add_argument("--name", help="one property (default: all)")
     qp.add_argument("--json", action="store_true")
     qp.set_defaults(func=cmd_query_props)
+    qt = qsub.add_parser("pages", help="the pages of a site with the most hits over a range of days")
+    qt.add_argument("--site", required=True)
+    qt.add_argument(
+        "--from", dest="start", type=date.fromisoformat, required=True, help="first UTC day, YYYY-MM-DD"
+    )
+    qt.add_argument(
+        "--to", dest="end", type=date.fromisoformat, help="last UTC day, YYYY-MM-DD (default: --from)"
+    )
+    qt.add_argument("--limit", type=int, default=10, help="at most this many pages (0: all)")
+    qt.add_argument("--json", action="store_true")
+    qt.set_defaults(func=cmd_query_pages)

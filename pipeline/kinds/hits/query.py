@@ -7,13 +7,13 @@ projecting only the counters it needs.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.kinds.hits.layout import HitsFields, hits_fields, site_filter
-from pipeline.query.series import Granularity, add_into, floor, zero_filled
+from pipeline.query.series import Granularity, add_into, floor, next_bucket, zero_filled
 
 Series = list[tuple[datetime, int]]
 
@@ -71,6 +71,51 @@ async def hits_series(
     async for doc in db[coll].find(flt, proj):
         add_into(acc, _items(doc, by, fields))
     return zero_filled(start, end, by, acc)
+
+
+async def top_pages(
+    db: AsyncDatabase[dict[str, Any]],
+    site: str,
+    first: date,
+    last: date,
+    limit: int = 10,
+    fields: HitsFields | None = None,
+) -> list[tuple[str, int]]:
+    """The pages of ``site`` with the most hits from ``first`` to ``last`` (UTC days, inclusive).
+
+    One indexed read of the site's monthly documents (the (site, page, date) index,
+    its site prefix): a page costs one document per month of the range, of at most 31
+    counters, whatever its traffic. A month inside the range counts by its total; the
+    range's first and last months sum their days. Most hits first, then by page.
+    """
+    fields = fields or hits_fields()
+    f = fields.monthly
+    lo, hi = datetime(first.year, first.month, 1), datetime(last.year, last.month, 1)
+    flt = {f"{f.metadata}.{f.site}": site, f"{f.metadata}.{f.date}": {"$gte": lo, "$lte": hi}}
+    proj = {f"{f.metadata}.{f.page}": 1, f"{f.metadata}.{f.date}": 1, f.daily: 1, f.total: 1, "_id": 0}
+    sums: dict[str, int] = {}
+    async for doc in db[f.collection].find(flt, proj):
+        month: datetime = doc[f.metadata][f.date]
+        page: str = doc[f.metadata][f.page]
+        end = next_bucket(month, "month") - timedelta(days=1)
+        if first <= month.date() and end.date() <= last:
+            n = int(doc.get(f.total, 0))
+        else:
+            n = sum(
+                int(v)
+                for d, v in (doc.get(f.daily) or {}).items()
+                if first <= month.date().replace(day=int(d)) <= last
+            )
+        if n:
+            sums[page] = sums.get(page, 0) + n
+    ranked = sorted(sums.items(), key=lambda r: (-r[1], r[0]))
+    return ranked[:limit] if limit else ranked
+
+
+async def known_sites(db: AsyncDatabase[dict[str, Any]], fields: HitsFields | None = None) -> list[str]:
+    """Every site with hits, sorted: ``distinct`` on the monthly index's first field."""
+    f = (fields or hits_fields()).monthly
+    return sorted(await db[f.collection].distinct(f"{f.metadata}.{f.site}"))
 
 
 async def busiest_page(

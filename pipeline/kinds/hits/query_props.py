@@ -7,7 +7,7 @@ names namespace and one of the values namespaces involved.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date, datetime
 from typing import Any
 
@@ -103,3 +103,8 @@ async def prop_counts(
     out = [PropCount(a, b, n) for (a, b), n in merged.items()]
     out.sort(key=lambda r: (r.name, -r.count, r.value))
     return out
+
+
+def prop_rows(rows: list[PropCount]) -> list[dict[str, Any]]:
+    """``{"name", "value", "count"}`` per row: the CLI's ``--json`` and ``/api/props``."""
+    return [asdict(r) for r in rows]

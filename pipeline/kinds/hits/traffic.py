@@ -65,7 +65,7 @@ def _pages(rng: random.Random, n: int) -> list[str]:
 def generate(
     events: int,
     end: float,
-    days: int = 3,
+    days: float = 3,
     seed: int = 7,
     late_share: float = 0.05,
     bad_share: float = 0.003,

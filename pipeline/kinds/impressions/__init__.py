@@ -13,6 +13,7 @@ from pipeline.kinds.impressions.aggregate import ImpressionCounts
 from pipeline.kinds.impressions.decode import ImpressionDecoder
 from pipeline.kinds.impressions.settings import ImpressionsSettings
 from pipeline.kinds.kind import Kind, Stream, StreamContext
+from pipeline.serve.routes import Route
 from pipeline.settings import Settings
 
 
@@ -36,6 +37,11 @@ class Impressions(Kind[ImpressionsSettings]):
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         cli.add_queries(sub)
+
+    def api_routes(self, settings: Settings) -> list[Route]:
+        from pipeline.kinds.impressions import api
+
+        return api.routes(settings)
 
 
 KIND = Impressions()

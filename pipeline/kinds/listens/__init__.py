@@ -16,6 +16,7 @@ from pipeline.kinds.listens.aggregate import ListenSketches
 from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.files import read_lastfm
 from pipeline.kinds.listens.settings import ListensSettings
+from pipeline.serve.routes import Route
 from pipeline.settings import Settings
 
 
@@ -42,6 +43,11 @@ class Listens(Kind[ListensSettings]):
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         cli.add_queries(sub)
+
+    def api_routes(self, settings: Settings) -> list[Route]:
+        from pipeline.kinds.listens import api
+
+        return api.routes(settings)
 
 
 KIND = Listens()

@@ -13,7 +13,7 @@ def cmd_query_listens(args: argparse.Namespace) -> int:
     """A user's top tags by distinct songs, or whether a user heard a song under a tag."""
     from pipeline.core.bloom import BloomSpec
     from pipeline.kinds.listens import KIND
-    from pipeline.kinds.listens.query import heard, top_tags
+    from pipeline.kinds.listens.query import TOP_TAGS_HEADER, heard, shown_top_tags, top_tags
 
     s = command_settings()
     ls = s.of(KIND)
@@ -31,8 +31,7 @@ def cmd_query_listens(args: argparse.Namespace) -> int:
     if args.what == "heard":
         print("yes" if result else "no")
         return 0
-    rows = [(tag, round(n, 1)) for tag, n in result]
-    print_rows(rows, args.json, ("tag", "distinct_songs"))
+    print_rows(shown_top_tags(result), args.json, TOP_TAGS_HEADER)
     return 0
 
 

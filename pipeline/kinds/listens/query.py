@@ -55,6 +55,15 @@ async def top_tags(
     return ranked[:limit]
 
 
+#: Column names of top-tags rows (CLI ``--json`` and ``/api/top-tags``).
+TOP_TAGS_HEADER = ("tag", "distinct_songs")
+
+
+def shown_top_tags(ranked: list[tuple[Id, float]]) -> list[tuple[Id, float]]:
+    """Top tags as shown: estimates rounded to one decimal (HyperLogLog is not exact)."""
+    return [(tag, round(n, 1)) for tag, n in ranked]
+
+
 async def heard(
     db: AsyncDatabase[dict[str, Any]],
     user: Id,

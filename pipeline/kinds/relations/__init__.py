@@ -15,6 +15,7 @@ from pipeline.kinds.relations.aggregate import RelationFilters
 from pipeline.kinds.relations.decode import RelationDecoder
 from pipeline.kinds.relations.files import read_movielens
 from pipeline.kinds.relations.settings import RelationsSettings
+from pipeline.serve.routes import Route
 from pipeline.settings import Settings
 
 
@@ -41,6 +42,11 @@ class Relations(Kind[RelationsSettings]):
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         cli.add_queries(sub)
+
+    def api_routes(self, settings: Settings) -> list[Route]:
+        from pipeline.kinds.relations import api
+
+        return api.routes(settings)
 
 
 KIND = Relations()

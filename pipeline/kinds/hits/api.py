@@ -1,0 +1,125 @@
+"""The hits kind's HTTP endpoints: hit series, top pages, custom properties, sites.
+
+Each answers with the same rows as the matching ``preagg query`` command; ranges are
+bounded per granularity so one request stays one bounded read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, timedelta
+from typing import Any
+
+from pipeline.cli_common import json_rows
+from pipeline.kinds.hits import grafana
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN
+from pipeline.kinds.hits.query import hits_series, known_sites, top_pages
+from pipeline.kinds.hits.query_props import prop_counts, prop_rows
+from pipeline.query.render import series_rows
+from pipeline.query.series import GRANULARITIES
+from pipeline.serve.params import BadParam, Param
+from pipeline.serve.routes import Route, rows_of
+from pipeline.settings import Settings
+
+SITE = Param("site", "the site, as in the events' `site`", required=True)
+PAGE = Param("page", "one page (default: all pages of the site)")
+
+
+def check_span(name: str, first: Any, last: Any, longest: timedelta, unit: str) -> None:
+    """``last`` not before ``first``, and at most ``longest`` after it."""
+    if last < first:
+        raise BadParam("to", f"is before `from` ({last} < {first})")
+    if last - first > longest:
+        raise BadParam(name, f"the range is longer than {unit} allows ({longest.days} days)")
+
+
+def _check_series(a: Mapping[str, Any]) -> None:
+    check_span("from", a["from"], a["to"], MAX_SPAN[a["by"]], f"by={a['by']}")
+
+
+def _check_days(longest: int) -> Any:
+    def check(a: Mapping[str, Any]) -> None:
+        check_span("from", a["from"], a["to"] or a["from"], timedelta(days=longest), "this endpoint")
+
+    return check
+
+
+def routes(settings: Settings) -> list[Route]:
+    """The hits endpoints, reading documents in the deployment's schema."""
+    fields = hits_fields(settings.schema)
+
+    async def series(db: Any, a: Mapping[str, Any]) -> Any:
+        return series_rows(await hits_series(db, a["site"], a["page"], a["from"], a["to"], a["by"], fields))
+
+    async def pages(db: Any, a: Mapping[str, Any]) -> Any:
+        top = await top_pages(db, a["site"], a["from"], a["to"], a["limit"], fields)
+        return json_rows(top, ("page", "hits"))
+
+    async def props(db: Any, a: Mapping[str, Any]) -> Any:
+        last: date = a["to"] or a["from"]
+        return prop_rows(await prop_counts(db, a["site"], a["page"], a["from"], last, a["name"], fields))
+
+    async def sites(db: Any, a: Mapping[str, Any]) -> Any:
+        return [{"site": s} for s in await known_sites(db, fields)]
+
+    day_range = (
+        Param("from", "first UTC day", "date", default="today-29d"),
+        Param("to", "last UTC day (inclusive)", "date", default="today"),
+    )
+    count = {"type": "integer", "minimum": 0}
+    return [
+        Route(
+            "/api/hits",
+            "Zero-filled hit series of a site or page (as `preagg query hits --json`)",
+            (
+                SITE,
+                PAGE,
+                Param("from", "start: ISO time, epoch ms or now-60m", "time", default="now-60m"),
+                Param("to", "end (inclusive bucket): ISO time, epoch ms or now", "time", default="now"),
+                Param("by", "bucket size", "choice", default="minute", choices=GRANULARITIES),
+            ),
+            series,
+            rows_of(("t", {"type": "string", "format": "date-time"}), ("hits", count)),
+            _check_series,
+            "hits",
+        ),
+        Route(
+            "/api/pages",
+            "The pages of a site with the most hits over a range of UTC days (as `preagg query pages`)",
+            (
+                SITE,
+                *day_range,
+                Param("limit", "most pages", "integer", default="10", minimum=1, maximum=1000),
+            ),
+            pages,
+            rows_of(("page", {"type": "string"}), ("hits", count)),
+            _check_days(MAX_PAGE_DAYS),
+            "hits",
+        ),
+        Route(
+            "/api/props",
+            "Custom property counts of a site or page over UTC days (as `preagg query props --json`)",
+            (
+                SITE,
+                PAGE,
+                Param("from", "first UTC day", "date", default="today"),
+                Param("to", "last UTC day (default: from)", "date"),
+                Param("name", "one property (default: all)"),
+            ),
+            props,
+            rows_of(("name", {"type": "string"}), ("value", {"type": "string"}), ("count", count)),
+            _check_days(MAX_PROP_DAYS),
+            "hits",
+        ),
+        Route(
+            "/api/sites",
+            "Every site with hits",
+            (),
+            sites,
+            rows_of(("site", {"type": "string"})),
+            None,
+            "hits",
+        ),
+        *grafana.routes(settings),
+    ]

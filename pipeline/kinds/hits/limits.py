@@ -1,0 +1,19 @@
+"""Bounds of one hits query over HTTP: each answer stays one bounded read (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+#: Longest range of one series per granularity: at most about 2,900 minutes, 2,200
+#: hours, 1,100 days or 600 months per answer.
+MAX_SPAN: Mapping[str, timedelta] = {
+    "minute": timedelta(days=2),
+    "hour": timedelta(days=93),
+    "day": timedelta(days=1100),
+    "month": timedelta(days=50 * 366),
+}
+#: Longest range of the top pages (monthly documents: one per page and month).
+MAX_PAGE_DAYS = 366
+#: Longest range of property counts (daily documents: one per page and day).
+MAX_PROP_DAYS = 93

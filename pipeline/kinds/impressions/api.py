@@ -1,0 +1,59 @@
+"""The impressions kind's HTTP endpoint: counts by user, by item, or the top items."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.cli_common import json_rows
+from pipeline.kinds.impressions.query import items_of_user, top_items, users_of_item
+from pipeline.serve.params import Param, exactly_one, one_of
+from pipeline.serve.routes import ID_SCHEMA, Route
+from pipeline.settings import Settings
+
+#: Most rows one answer holds (a popular item's users can be millions).
+MAX_ROWS = 10_000
+
+
+def routes(settings: Settings) -> list[Route]:
+    """``/api/impressions`` (as ``preagg query impressions --json``)."""
+    mode = settings.schema
+
+    async def impressions(db: Any, a: Mapping[str, Any]) -> Any:
+        which = one_of(a, ("user", "item", "top"))
+        if which == "user":
+            return json_rows(await items_of_user(db, a["user"], a["limit"], mode), ("item", "count"))
+        if which == "item":
+            return json_rows(await users_of_item(db, a["item"], a["limit"], mode), ("user", "count"))
+        day = a["day"].isoformat() if a["day"] is not None else None
+        return json_rows(await top_items(db, a["top"], day, mode), ("item", "count"))
+
+    row = {
+        "type": "object",
+        "properties": {"item": ID_SCHEMA, "user": ID_SCHEMA, "count": {"type": "integer"}},
+        "required": ["count"],
+    }
+    return [
+        Route(
+            "/api/impressions",
+            "Items a user has seen (user=), users who saw an item (item=) or the N most viewed items (top=)",
+            (
+                Param("user", "items this user has seen, with counts", "id"),
+                Param("item", "users who saw this item, with counts", "id"),
+                Param("top", "the N most viewed items", "integer", minimum=1, maximum=MAX_ROWS),
+                Param("day", "with top: that UTC day", "date"),
+                Param(
+                    "limit",
+                    "with user or item: most rows",
+                    "integer",
+                    default="1000",
+                    minimum=1,
+                    maximum=MAX_ROWS,
+                ),
+            ),
+            impressions,
+            {"type": "array", "items": row},
+            exactly_one("user", "item", "top"),
+            "impressions",
+        )
+    ]

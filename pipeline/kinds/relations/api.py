@@ -1,0 +1,43 @@
+"""The relations kind's HTTP endpoint: items related to a user, or users related to an item."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.kinds.relations.layout import relation_sides
+from pipeline.kinds.relations.query import related_items, related_users
+from pipeline.serve.params import Param, exactly_one, one_of
+from pipeline.serve.routes import ID_SCHEMA, Route
+from pipeline.settings import Settings
+
+
+def routes(settings: Settings) -> list[Route]:
+    """``/api/related`` (as ``preagg query related --json``, cut at ``limit``)."""
+    from pipeline.kinds.relations import KIND
+
+    rs = settings.of(KIND)
+    sides = relation_sides(rs.user_capacity, rs.item_capacity, rs.fpr, settings.schema)
+
+    async def related(db: Any, a: Mapping[str, Any]) -> Any:
+        if one_of(a, ("user", "item")) == "user":
+            found = await related_items(db, a["user"], sides)
+        else:
+            found = await related_users(db, a["item"], sides)
+        return found[: a["limit"]]
+
+    return [
+        Route(
+            "/api/related",
+            "Items whose Bloom filter holds a user (user=), or users whose filter holds an item (item=)",
+            (
+                Param("user", "items related to this user", "id"),
+                Param("item", "users related to this item", "id"),
+                Param("limit", "most ids", "integer", default="1000", minimum=1, maximum=100_000),
+            ),
+            related,
+            {"type": "array", "items": dict(ID_SCHEMA)},
+            exactly_one("user", "item"),
+            "relations",
+        )
+    ]

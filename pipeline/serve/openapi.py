@@ -1,0 +1,79 @@
+"""The OpenAPI 3.1 document of the query API, built from the routes' declarations (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pipeline.serve.routes import Route
+
+ERROR_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "error": {"type": "string", "description": "what is wrong, naming the parameter"},
+        "parameter": {"type": "string", "description": "the parameter at fault, when one is"},
+    },
+    "required": ["error"],
+}
+
+
+def _responses(route_returns: Mapping[str, Any], guarded: bool) -> dict[str, Any]:
+    err = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    out: dict[str, Any] = {
+        "200": {"description": "the rows", "content": {"application/json": {"schema": dict(route_returns)}}},
+        "400": {"description": "a bad parameter (named in the answer)", **err},
+        "503": {"description": "the store did not answer within the deadline", **err},
+    }
+    if guarded:
+        out["401"] = {"description": "missing or wrong bearer token", **err}
+    return out
+
+
+def _operation(route: Route, guarded: bool) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": route.summary,
+        "operationId": route.path.strip("/").removeprefix("api/").replace("-", "_").replace("/", "_"),
+        "tags": [route.tag] if route.tag else [],
+        "parameters": [
+            {
+                "name": p.name,
+                "in": "query",
+                "required": p.required,
+                "description": p.help,
+                "schema": p.schema(),
+            }
+            for p in route.params
+        ],
+        "responses": _responses(route.returns, guarded),
+    }
+    if route.method == "POST":
+        body = {"type": "object", "description": "as the route's summary says"}
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    return op
+
+
+def openapi_document(routes: Iterable[Route], guarded: bool, version: str) -> dict[str, Any]:
+    """The document: every listed route as an operation on its path.
+
+    ``guarded``: a bearer token is required (``PREAGG_SERVE_TOKEN``), so every
+    operation carries the security requirement and a 401 answer.
+    """
+    paths: dict[str, Any] = {}
+    for r in routes:
+        if r.listed:
+            paths.setdefault(r.path, {})[r.method.lower()] = _operation(r, guarded)
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "preagg query API",
+            "version": version,
+            "description": "Read-only JSON over the pre-aggregated documents: the same rows as "
+            "`preagg query ... --json`. Times are UTC.",
+        },
+        "paths": paths,
+        "components": {"schemas": {"Error": dict(ERROR_SCHEMA)}},
+    }
+    if guarded:
+        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        doc["security"] = [{"bearer": []}]
+    return doc

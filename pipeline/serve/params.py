@@ -1,0 +1,154 @@
+"""Query parameters of the HTTP API: declared once, parsed into values, described in OpenAPI (pure).
+
+A bad value is a :class:`BadParam` naming the parameter; the server answers it with
+400, so a caller knows which of its parameters to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any, Literal
+
+from pipeline.cli_common import parse_id, parse_time
+
+ParamType = Literal["string", "integer", "time", "date", "id", "choice", "boolean"]
+
+
+class BadParam(ValueError):
+    """A query parameter the endpoint cannot take; ``name`` is the parameter."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Param:
+    """One query parameter: its type, whether it is needed, its default (as text) and bounds."""
+
+    name: str
+    help: str
+    type: ParamType = "string"
+    required: bool = False
+    #: Parsed like a caller's text, so a relative time (``now-60m``) is resolved per request.
+    default: str | None = None
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def parse(self, raw: str | None, now: datetime) -> Any:
+        """The value of ``raw`` (``None``: absent), or :class:`BadParam`."""
+        if raw is None or raw == "":
+            if self.required:
+                raise BadParam(self.name, "is required")
+            if self.default is None:
+                return None
+            raw = self.default
+        try:
+            return self._value(raw, now)
+        except BadParam:
+            raise
+        except (ValueError, OverflowError) as exc:
+            raise BadParam(self.name, f"{raw!r} is not {self._expected()} ({exc})") from None
+
+    def _value(self, raw: str, now: datetime) -> Any:
+        if self.type == "time":
+            return parse_time_or_ms(raw, now)
+        if self.type == "date":
+            return parse_day(raw, now)
+        if self.type == "id":
+            return parse_id(raw)
+        if self.type == "boolean":
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError("expected true or false")
+            return raw.lower() in ("true", "1")
+        if self.type == "choice":
+            if raw not in self.choices:
+                raise BadParam(self.name, f"{raw!r} is not one of {', '.join(self.choices)}")
+            return raw
+        if self.type == "integer":
+            n = int(raw)
+            if self.minimum is not None and n < self.minimum:
+                raise BadParam(self.name, f"{n} is below the minimum {self.minimum}")
+            if self.maximum is not None and n > self.maximum:
+                raise BadParam(self.name, f"{n} is above the maximum {self.maximum}")
+            return n
+        if len(raw) > 2048:
+            raise BadParam(self.name, "is longer than 2048 characters")
+        return raw
+
+    def _expected(self) -> str:
+        return {
+            "time": "an ISO time, epoch milliseconds or now[-N(s|m|h|d|w)]",
+            "date": "a date YYYY-MM-DD or today[-N(d|w)]",
+            "integer": "an integer",
+            "boolean": "true or false",
+        }.get(self.type, "valid")
+
+    def schema(self) -> dict[str, Any]:
+        """The parameter's OpenAPI schema."""
+        out: dict[str, Any]
+        if self.type == "integer":
+            out = {"type": "integer"}
+            if self.minimum is not None:
+                out["minimum"] = self.minimum
+            if self.maximum is not None:
+                out["maximum"] = self.maximum
+        elif self.type == "choice":
+            out = {"type": "string", "enum": list(self.choices)}
+        elif self.type == "date":  # not format: date, which would refuse today-7d
+            out = {"type": "string", "pattern": r"^(\d{4}-\d{2}-\d{2}|today(-\d+[dw])?)$"}
+        elif self.type == "boolean":
+            out = {"type": "boolean"}
+        else:
+            out = {"type": "string"}
+        if self.default is not None:
+            out["default"] = int(self.default) if self.type == "integer" else self.default
+        return out
+
+
+def parse_time_or_ms(raw: str, now: datetime) -> datetime:
+    """:func:`pipeline.cli_common.parse_time`, plus epoch milliseconds (Grafana's ``${__from}``)."""
+    if raw.isdigit() and len(raw) >= 10:
+        return datetime.fromtimestamp(int(raw) / 1000, UTC)
+    return parse_time(raw, now)
+
+
+def parse_day(raw: str, now: datetime) -> date:
+    """A UTC day: ``YYYY-MM-DD``, ``today`` or ``today-7d`` (the dashboard's default ranges)."""
+    if raw.startswith("today"):
+        return parse_time("now" + raw[5:], now).astimezone(UTC).date()
+    return date.fromisoformat(raw)
+
+
+def parse_params(params: Sequence[Param], query: Mapping[str, str], now: datetime) -> dict[str, Any]:
+    """Every declared parameter's value from a request's query; an undeclared one is refused.
+
+    Refusing unknown names catches typos (``?form=``) that would otherwise silently
+    fall back to a default range.
+    """
+    known = {p.name for p in params}
+    for name in query:
+        if name not in known:
+            raise BadParam(name, f"unknown parameter (this endpoint takes {', '.join(sorted(known))})")
+    return {p.name: p.parse(query.get(p.name), now) for p in params}
+
+
+def one_of(values: Mapping[str, Any], names: Sequence[str]) -> str:
+    """The one of ``names`` that is set; :class:`BadParam` when none or several are."""
+    given = [n for n in names if values.get(n) is not None]
+    if len(given) != 1:
+        raise BadParam(names[0] if not given else given[1], f"give exactly one of {', '.join(names)}")
+    return given[0]
+
+
+def exactly_one(*names: str) -> Callable[[Mapping[str, Any]], None]:
+    """A route check: exactly one of ``names`` is given."""
+
+    def check(values: Mapping[str, Any]) -> None:
+        one_of(values, names)
+
+    return check

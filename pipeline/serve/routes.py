@@ -1,0 +1,56 @@
+"""What one read-only API endpoint is: its path, parameters, answer and handler (no HTTP here).
+
+Each stream kind declares its endpoints next to its CLI (``pipeline/kinds/<kind>/api.py``,
+returned by ``Kind.api_routes``); the server (:mod:`pipeline.serve.server`) turns
+them into HTTP handlers and :mod:`pipeline.serve.openapi` into the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pipeline.serve.params import Param
+
+if TYPE_CHECKING:
+    from pymongo.asynchronous.database import AsyncDatabase
+
+#: Parsed parameters (a ``POST``'s JSON body as ``body``) → the JSON answer (lists and dicts of plain values).
+Handler = Callable[["AsyncDatabase[dict[str, Any]]", Mapping[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint of the query API: a ``GET`` with query parameters, or a ``POST`` of a JSON body."""
+
+    path: str
+    summary: str
+    params: tuple[Param, ...]
+    handler: Handler
+    #: JSON Schema of the answer (OpenAPI).
+    returns: Mapping[str, Any] = field(default_factory=dict)
+    #: Rules between parameters (a range's end after its start...): raise ``BadParam``.
+    check: Callable[[Mapping[str, Any]], None] | None = None
+    #: OpenAPI tag: the kind the endpoint belongs to.
+    tag: str = ""
+    #: ``GET`` (query parameters) or ``POST`` (a JSON object, handed over as ``body``).
+    method: Literal["GET", "POST"] = "GET"
+    #: In the OpenAPI document (an alias such as a trailing-slash path is not).
+    listed: bool = True
+
+
+def rows_of(*props: tuple[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """JSON Schema of an array of objects with these properties (all required)."""
+    return {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {name: dict(schema) for name, schema in props},
+            "required": [name for name, _ in props],
+        },
+    }
+
+
+#: JSON Schema of a user, item or tag id: an integer or a string, as sent.
+ID_SCHEMA: Mapping[str, Any] = {"oneOf": [{"type": "integer"}, {"type": "string"}]}

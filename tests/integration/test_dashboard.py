@@ -1,0 +1,190 @@
+"""The dashboard in headless Chromium against a running pipeline: the charts show the stream, then follow it.
+
+Debian's Chromium (``make browser``, run by ``make test``) is driven by Playwright's
+Python package with ``executable_path``: nothing is downloaded at test time. The
+screenshot and the time to first chart are written to ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from pipeline.ops.lag import wait_caught_up
+from pipeline.producer import EventProducer
+from pipeline.serve.process import ServeProcess
+from pipeline.settings import Settings
+from pipeline.worker.process import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = Path(
+    os.environ.get("PREAGG_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
+)
+#: Flags for a headless Chromium on a machine without outside network (no background calls home).
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOKEN = "dash-token"
+SITE = "live.test"
+
+
+def first_chart(page: Any, timeout: float = 30.0) -> float:
+    """Milliseconds from navigation to the first chart drawn, once there is one.
+
+    Polled with ``evaluate`` (the DevTools protocol): ``wait_for_function`` evaluates a
+    string in the page, which the dashboard's Content-Security-Policy rightly refuses.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ms = page.evaluate("window.preaggFirstChart")
+        if ms is not None:
+            return float(ms)
+        time.sleep(0.05)
+    raise AssertionError("no chart drawn")
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail("Chromium is missing: `make browser` installs Debian's package (make test runs it)")
+    return path
+
+
+def hits(times: list[float]) -> list[tuple[bytes, bytes]]:
+    pages = ["/", "/pricing", "/docs"]
+    return [
+        (orjson.dumps({"site": SITE, "page": pages[i % 3], "ts": t, "props": {"plan": "pro"}}), SITE.encode())
+        for i, t in enumerate(times)
+    ]
+
+
+async def send(settings: Settings, lines: list[tuple[bytes, bytes]]) -> None:
+    async with EventProducer(settings, settings.topic("hits"), 20) as p:
+        for line, key in lines:
+            await p.send_raw(line, key)
+    await wait_caught_up(settings, [settings.topic("hits")], timeout=120)
+
+
+def produce(settings: Settings, lines: list[tuple[bytes, bytes]]) -> None:
+    """Send and wait until committed, on a thread of its own (Playwright's sync API holds this one's loop)."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, send(settings, lines)).result()
+
+
+def minute_of(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:00Z")
+
+
+@pytest.fixture
+def pipeline(settings: Settings) -> Iterator[tuple[Settings, str]]:
+    """A worker consuming and a server answering (with a token), both running for the whole test."""
+    settings = settings.with_(serve_token=TOKEN)
+    worker = WorkerProcess(settings, "dash-worker").start()
+    server = None
+    try:
+        produce(settings, hits([time.time() - 3600 * 24 * 3]))  # topic and group are ready
+        server = ServeProcess(settings).start()
+        yield settings, server.url
+    finally:
+        if server is not None:
+            server.stop()
+        assert worker.terminate() == 0, worker.log_path.read_text()[-3000:]
+
+
+def test_dashboard_shows_the_stream_and_follows_it_live(pipeline: tuple[Settings, str]) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    settings, url = pipeline
+    now = time.time()
+    first = [now - 60 * m - s for m in range(2, 20) for s in (5, 17, 29, 41)][:60]
+    produce(settings, hits(first))
+    per_minute = Counter(minute_of(t) for t in first)
+    this_month = datetime.now(UTC).strftime("%Y-%m")
+    month_hits = sum(1 for t in [*first, now - 3 * 86400] if minute_of(t).startswith(this_month))
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        started = time.monotonic()
+        page.goto(f"{url}?site={SITE}&refresh=1#token={TOKEN}")
+        first_chart_ms = first_chart(page)
+        wall_ms = (time.monotonic() - started) * 1000
+        expect(page.locator("#rt-total")).to_have_text(f"{len(first):,}", timeout=30_000)
+
+        bars = page.eval_on_selector_all(
+            "#rt-chart rect", "rs => rs.map(r => [r.dataset.t, Number(r.dataset.n)])"
+        )
+        assert len(bars) == 60
+        assert {t: n for t, n in bars if n} == dict(per_minute)
+        assert page.locator("#month-total").text_content() == f"{month_hits:,}"
+        assert page.locator("#site").input_value() == SITE
+        top = page.eval_on_selector_all("#pages-table tbody tr", "rs => rs.map(r => r.dataset.page)")
+        assert set(top) == {"/", "/pricing", "/docs"}
+        assert "plan" in (page.locator("#props-table").text_content() or "")
+        page.screenshot(path=str(ARTIFACTS / "dashboard-before.png"), full_page=True)
+
+        # More events while the page stays open: the live chart changes without a reload.
+        page.evaluate("window.notReloaded = true")
+        renders = int(page.locator("#rt-chart").get_attribute("data-renders") or 0)
+        more = [time.time() - s for s in range(1, 41)]
+        produce(settings, hits(more))
+        total = len(first) + len(more)
+        expect(page.locator("#rt-total")).to_have_text(f"{total:,}", timeout=60_000)
+        assert page.evaluate("window.notReloaded") is True
+        assert int(page.locator("#rt-chart").get_attribute("data-renders") or 0) > renders
+        shown = page.eval_on_selector_all(
+            "#rt-chart rect", "rs => rs.reduce((a, r) => a + Number(r.dataset.n), 0)"
+        )
+        assert shown == total
+        # A page of the table narrows the charts to it.
+        page.locator("#pages-table tbody tr[data-page='/docs']").click()
+        want_docs = sum(1 for i, _ in enumerate(first) if i % 3 == 2) + sum(
+            1 for i, _ in enumerate(more) if i % 3 == 2
+        )
+        expect(page.locator("#rt-total")).to_have_text(f"{want_docs:,}", timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+        browser.close()
+    assert not errors, errors
+    (ARTIFACTS / "dashboard.json").write_text(
+        json.dumps({"first_chart_ms": round(first_chart_ms), "goto_to_first_chart_ms": round(wall_ms)}) + "\n"
+    )
+    print(f"time to first chart: {first_chart_ms:.0f} ms after navigation start ({wall_ms:.0f} ms wall)")
+
+
+def test_dashboard_asks_for_the_token_it_lacks(pipeline: tuple[Settings, str]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    _, url = pipeline
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.goto(url)
+        page.wait_for_selector("#token-form:not([hidden])", timeout=15_000)
+        page.fill("#token", TOKEN)
+        page.click("#token-form button")
+        first_chart(page)
+        assert page.locator("#site").input_value() == SITE
+        browser.close()

@@ -1,0 +1,387 @@
+"""``preagg serve`` on the embedded services: every endpoint answers what the query layer answers.
+
+One stream of each kind goes through a real worker; one server (with a token and a
+CORS origin) answers; each answer is compared with the query function the CLI uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
+import pytest
+from openapi_spec_validator import validate
+
+from pipeline.core.bloom import BloomSpec
+from pipeline.core.ids import id_bytes
+from pipeline.kinds.hits.grafana import epoch_ms
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.query import hits_series, known_sites, top_pages
+from pipeline.kinds.hits.query_props import prop_counts, prop_rows
+from pipeline.kinds.impressions.query import items_of_user, top_items, users_of_item
+from pipeline.kinds.listens import KIND as LISTENS
+from pipeline.kinds.listens.query import heard, shown_top_tags, top_tags
+from pipeline.kinds.relations import KIND as RELATIONS
+from pipeline.kinds.relations.layout import relation_sides
+from pipeline.kinds.relations.query import related_items, related_users
+from pipeline.producer import EventProducer
+from pipeline.query.render import series_rows
+from pipeline.serve.process import ServeProcess
+from pipeline.services.embedded import Endpoints, for_embedded
+from pipeline.settings import Settings
+
+from .helpers import run_cli, run_worker_to_end, with_db
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "s3cret-token"
+ORIGIN = "https://grafana.example"
+NOW = datetime.now(UTC).replace(second=0, microsecond=0)
+TODAY = NOW.date()
+
+
+def hit_lines(rng: random.Random) -> list[tuple[bytes, bytes]]:
+    """Hits of two sites over the last 40 days (a month boundary inside), the last hour busiest."""
+    out = []
+    pages = ["/", "/a", "/b", "/c?x=1", "/über"]
+    for i in range(3_000):
+        site = "shop.test" if i % 4 else "blog.test"
+        page = rng.choices(pages, weights=[5, 4, 3, 2, 1])[0]
+        recent = rng.random() < 0.3
+        back = (
+            timedelta(minutes=rng.randrange(1, 60)) if recent else timedelta(hours=rng.randrange(1, 40 * 24))
+        )
+        ts = (NOW - back).timestamp() + rng.random() * 59
+        event: dict[str, Any] = {"site": site, "page": page, "ts": round(ts, 3)}
+        if rng.random() < 0.7:
+            event["props"] = {"country": rng.choice(["DE", "FR", "US"]), "device": rng.choice(["m", "d"])}
+        out.append((orjson.dumps(event), site.encode()))
+    return out
+
+
+async def send(settings: Settings, kind: str, lines: list[tuple[bytes, bytes]]) -> None:
+    async with EventProducer(settings, settings.topic(kind), 50) as p:
+        for line, key in lines:
+            await p.send_raw(line, key)
+
+
+@pytest.fixture(scope="module")
+def served(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, str]]:
+    """A database with every kind's documents, and a token-guarded server over it."""
+    tag = uuid.uuid4().hex[:8]
+    base = Settings(
+        partitions=2, home=tmp_path_factory.mktemp("serve"), flush_interval=0.5, session_timeout=6.0
+    )
+    settings = for_embedded(base.named(tag), services).with_(serve_token=TOKEN, serve_cors=(ORIGIN,))
+    rng = random.Random(15)
+    asyncio.run(send(settings, "hits", hit_lines(rng)))
+    ts = NOW.timestamp() - 3600
+    imps = [
+        (orjson.dumps({"user": u, "item": rng.randrange(8), "ts": ts}), id_bytes(u))
+        for u in [1, 2, "ann"] * 40
+    ]
+    asyncio.run(send(settings, "impressions", imps))
+    rels = [(orjson.dumps({"user": u, "item": i}), id_bytes(u)) for u in range(5) for i in range(u, u + 3)]
+    asyncio.run(send(settings, "relations", rels))
+    songs = [
+        (orjson.dumps({"user": 7, "tag": t, "song": rng.randrange(n), "ts": ts}), id_bytes(7))
+        for t, n in [("rock", 50), ("jazz", 20)]
+        for _ in range(2 * n)
+    ]
+    asyncio.run(send(settings, "listens", songs))
+    run_worker_to_end(settings, topics=settings.stream_topics)
+    server = ServeProcess(settings).start()
+    try:
+        yield settings, server.url
+    finally:
+        assert server.stop() == 0
+
+
+def get(url: str, token: str | None = TOKEN, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """Status and JSON body of a GET."""
+    return call(urllib.request.Request(url, headers=headers or {}), token)
+
+
+def post(url: str, body: Any, token: str | None = TOKEN) -> tuple[int, Any]:
+    data = json.dumps(body).encode()
+    return call(urllib.request.Request(url, data, {"Content-Type": "application/json"}, method="POST"), token)
+
+
+def call(req: urllib.request.Request, token: str | None) -> tuple[int, Any]:
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def q(url: str, path: str, **params: Any) -> str:
+    return url + path.lstrip("/") + "?" + urlencode(params)
+
+
+def test_each_endpoint_answers_the_query_layers_rows(served: tuple[Settings, str]) -> None:
+    settings, url = served
+    f = hits_fields(settings.schema)
+    start, end = NOW - timedelta(minutes=59), NOW + timedelta(seconds=59)
+    month_lo, month_hi = (NOW - timedelta(days=40)).replace(day=1, hour=0, minute=0), NOW
+    first, last = TODAY - timedelta(days=35), TODAY
+    ls = settings.of(LISTENS)
+    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
+    rs = settings.of(RELATIONS)
+    sides = relation_sides(rs.user_capacity, rs.item_capacity, rs.fpr, settings.schema)
+    iso = lambda t: t.isoformat().replace("+00:00", "Z")  # noqa: E731
+
+    async def truth(db: Any) -> dict[str, Any]:
+        return {
+            "minute": series_rows(await hits_series(db, "shop.test", None, start, end, "minute", f)),
+            "page-hour": series_rows(
+                await hits_series(db, "shop.test", "/a", NOW - timedelta(days=3), NOW, "hour", f)
+            ),
+            "day": series_rows(await hits_series(db, "shop.test", None, month_lo, month_hi, "day", f)),
+            "month": series_rows(await hits_series(db, "blog.test", None, month_lo, month_hi, "month", f)),
+            "pages": [{"page": p, "hits": n} for p, n in await top_pages(db, "shop.test", first, last, 3, f)],
+            "props": prop_rows(await prop_counts(db, "shop.test", "/a", first, last, None, f)),
+            "sites": [{"site": s} for s in await known_sites(db, f)],
+            "tags": [
+                {"tag": t, "distinct_songs": n} for t, n in shown_top_tags(await top_tags(db, 7, 7, 10))
+            ],
+            "heard": {"heard": await heard(db, 7, "rock", 3, spec)},
+            "user": [{"item": i, "count": n} for i, n in await items_of_user(db, "ann")],
+            "item": [{"user": u, "count": n} for u, n in await users_of_item(db, 3)],
+            "top": [{"item": i, "count": n} for i, n in await top_items(db, 3, TODAY.isoformat())],
+            "rel-user": await related_items(db, 2, sides),
+            "rel-item": await related_users(db, 4, sides),
+        }
+
+    want = with_db(settings, truth)
+    got = {
+        "minute": get(q(url, "/api/hits", site="shop.test", **{"from": iso(start), "to": iso(end)})),
+        "page-hour": get(
+            q(
+                url,
+                "/api/hits",
+                site="shop.test",
+                page="/a",
+                by="hour",
+                **{"from": iso(NOW - timedelta(days=3)), "to": iso(NOW)},
+            )
+        ),
+        "day": get(
+            q(url, "/api/hits", site="shop.test", by="day", **{"from": iso(month_lo), "to": iso(month_hi)})
+        ),
+        "month": get(
+            q(url, "/api/hits", site="blog.test", by="month", **{"from": iso(month_lo), "to": iso(month_hi)})
+        ),
+        "pages": get(q(url, "/api/pages", site="shop.test", limit=3, **{"from": first, "to": last})),
+        "props": get(q(url, "/api/props", site="shop.test", page="/a", **{"from": first, "to": last})),
+        "sites": get(q(url, "/api/sites")),
+        "tags": get(q(url, "/api/top-tags", user=7)),
+        "heard": get(q(url, "/api/heard", user=7, tag="rock", song=3)),
+        "user": get(q(url, "/api/impressions", user="ann")),
+        "item": get(q(url, "/api/impressions", item=3)),
+        "top": get(q(url, "/api/impressions", top=3, day=TODAY)),
+        "rel-user": get(q(url, "/api/related", user=2)),
+        "rel-item": get(q(url, "/api/related", item=4)),
+    }
+    assert {k: v[0] for k, v in got.items()} == dict.fromkeys(got, 200)
+    assert {k: v[1] for k, v in got.items()} == want
+    # Not vacuous: the data is there and spans the month boundary.
+    assert sum(r["hits"] for r in want["minute"]) > 300 and len(want["day"]) > 35
+    assert (
+        want["pages"][0]["page"] == "/"
+        and want["props"]
+        and want["sites"] == [{"site": "blog.test"}, {"site": "shop.test"}]
+    )
+    assert want["tags"][0]["tag"] == "rock" and want["user"] and want["rel-user"] == [2, 3, 4]
+    # The CLI's new query prints the same rows.
+    cli = run_cli(
+        settings,
+        "query",
+        "pages",
+        "--site",
+        "shop.test",
+        "--from",
+        str(first),
+        "--to",
+        str(last),
+        "--limit",
+        "3",
+        "--json",
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout) == want["pages"]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "parameter"),
+    [
+        ("/api/hits", {}, "site"),
+        ("/api/hits", {"site": "s", "by": "week"}, "by"),
+        ("/api/hits", {"site": "s", "form": "now"}, "form"),
+        ("/api/hits", {"site": "s", "from": "yesterday"}, "from"),
+        ("/api/hits", {"site": "s", "from": "now-3d"}, "from"),  # minutes: 2 days at most
+        ("/api/hits", {"site": "s", "from": "now", "to": "now-1h"}, "to"),
+        ("/api/pages", {"site": "s", "limit": "5000"}, "limit"),
+        ("/api/pages", {"site": "s", "from": "2020-01-01", "to": "2022-01-01"}, "from"),
+        ("/api/props", {"site": "s", "from": "2024-02-30"}, "from"),
+        ("/api/top-tags", {"user": "1", "days": "8"}, "days"),
+        ("/api/impressions", {}, "user"),
+        ("/api/impressions", {"user": "1", "item": "2"}, "item"),
+        ("/api/related", {"user": "1", "limit": "0"}, "limit"),
+    ],
+)
+def test_bad_parameters_get_400_naming_them(
+    served: tuple[Settings, str], path: str, params: dict[str, str], parameter: str
+) -> None:
+    _, url = served
+    status, body = get(q(url, path, **params))
+    assert status == 400, body
+    assert body["parameter"] == parameter and body["error"].startswith(parameter)
+
+
+def test_token_cors_and_public_paths(served: tuple[Settings, str]) -> None:
+    _, url = served
+    assert get(q(url, "/api/sites"), token=None)[0] == 401
+    assert get(q(url, "/api/sites"), token="wrong")[0] == 401
+    assert post(url + "grafana/query", {}, token=None)[0] == 401
+    assert get(url + "health", token=None) == (200, {"status": "ok"})
+    with urllib.request.urlopen(url, timeout=10) as r:  # the page itself; its calls carry the token
+        assert b"/dashboard.js" in r.read() and "default-src 'self'" in r.headers["Content-Security-Policy"]
+    allowed = urllib.request.Request(
+        q(url, "/api/sites"), headers={"Origin": ORIGIN, "Authorization": f"Bearer {TOKEN}"}
+    )
+    with urllib.request.urlopen(allowed, timeout=10) as r:
+        assert r.headers["Access-Control-Allow-Origin"] == ORIGIN
+    other = urllib.request.Request(
+        q(url, "/api/sites"), headers={"Origin": "https://evil.example", "Authorization": f"Bearer {TOKEN}"}
+    )
+    with urllib.request.urlopen(other, timeout=10) as r:
+        assert "Access-Control-Allow-Origin" not in r.headers
+    preflight = urllib.request.Request(url + "api/hits", headers={"Origin": ORIGIN}, method="OPTIONS")
+    with urllib.request.urlopen(preflight, timeout=10) as r:
+        assert r.status == 204 and "Authorization" in r.headers["Access-Control-Allow-Headers"]
+
+
+def test_openapi_document_is_valid_and_lists_every_endpoint(served: tuple[Settings, str]) -> None:
+    _, url = served
+    status, doc = get(url + "openapi.json", token=None)
+    assert status == 200
+    validate(doc)
+    for path in (
+        "/api/hits",
+        "/api/pages",
+        "/api/props",
+        "/api/sites",
+        "/api/top-tags",
+        "/api/heard",
+        "/api/impressions",
+        "/api/related",
+        "/grafana/query",
+        "/grafana/hits",
+    ):
+        assert path in doc["paths"], path
+    assert doc["security"] == [{"bearer": []}]
+    hits = doc["paths"]["/api/hits"]["get"]
+    assert [p["name"] for p in hits["parameters"]] == ["site", "page", "from", "to", "by"]
+
+
+def test_grafana_contracts_return_the_series(served: tuple[Settings, str]) -> None:
+    settings, url = served
+    f = hits_fields(settings.schema)
+    assert get(url + "grafana")[0] == 200
+    assert post(url + "grafana/metrics", {})[1][0]["value"] == "hits"
+    assert post(url + "grafana/metric-payload-options", {"metric": "hits", "name": "site"})[1] == [
+        {"label": "blog.test", "value": "blog.test"},
+        {"label": "shop.test", "value": "shop.test"},
+    ]
+    frm, to = NOW - timedelta(hours=6), NOW
+    body = {  # as the JSON API data source sends it
+        "range": {
+            "from": frm.isoformat().replace("+00:00", ".000Z"),
+            "to": to.isoformat().replace("+00:00", ".000Z"),
+            "raw": {"from": "now-6h", "to": "now"},
+        },
+        "interval": "30s",
+        "intervalMs": 30_000,
+        "maxDataPoints": 1000,
+        "targets": [
+            {"target": "hits", "refId": "A", "payload": {"site": "shop.test"}},
+            {"target": "hits", "refId": "B", "payload": {"site": "shop.test", "page": "/a"}},
+        ],
+    }
+    status, answer = post(url + "grafana/query", body)
+    assert status == 200
+
+    async def series(db: Any) -> list[list[tuple[datetime, int]]]:
+        return [await hits_series(db, "shop.test", p, frm, to, "minute", f) for p in (None, "/a")]
+
+    want = with_db(settings, series)
+    assert [a["target"] for a in answer] == ["shop.test", "shop.test/a"]
+    assert answer[0]["datapoints"] == [[n, epoch_ms(t)] for t, n in want[0]]
+    assert answer[1]["datapoints"] == [[n, epoch_ms(t)] for t, n in want[1]]
+    # Thirty days at Grafana's 1 h interval come by the hour; the Infinity form answers rows.
+    long = {
+        **body,
+        "range": {"from": (NOW - timedelta(days=30)).isoformat(), "to": NOW.isoformat()},
+        "intervalMs": 3_600_000,
+    }
+    assert len(post(url + "grafana/query", long)[1][0]["datapoints"]) == 30 * 24 + 1
+    ms = lambda t: str(int(t.timestamp() * 1000))  # noqa: E731
+    status, rows = get(
+        q(url, "/grafana/hits", site="shop.test", intervalMs=30_000, **{"from": ms(frm), "to": ms(to)})
+    )
+    assert status == 200 and rows == [{"time": epoch_ms(t), "hits": n} for t, n in want[0]]
+    bad = {**body, "targets": [{"target": "hits", "refId": "A", "payload": {}}]}
+    status, err = post(url + "grafana/query", bad)
+    assert status == 400 and err["parameter"] == "targets[0].payload.site"
+
+
+def test_grafana_provisioning_files_chart_a_site(served: tuple[Settings, str]) -> None:
+    """The files in docs/grafana/ parse, and each panel's URL, with Grafana's macros filled, answers."""
+    import yaml
+
+    _, url = served
+    root = Path(__file__).resolve().parents[2] / "docs" / "grafana"
+    sources = yaml.safe_load((root / "provisioning" / "datasources" / "preagg.yaml").read_text())
+    source = sources["datasources"][0]
+    assert source["type"] == "yesoreyeram-infinity-datasource"
+    providers = yaml.safe_load((root / "provisioning" / "dashboards" / "preagg.yaml").read_text())
+    assert providers["providers"][0]["options"]["path"]
+    dash = json.loads((root / "dashboards" / "preagg-hits.json").read_text())
+    base = source["jsonData"]["allowedHosts"][0]
+    macros = {  # what Grafana puts in their place for "the last hour" and site shop.test
+        "$site": "shop.test",
+        "$page": "",
+        "${__from}": str(int((NOW - timedelta(hours=1)).timestamp() * 1000)),
+        "${__to}": str(int(NOW.timestamp() * 1000)),
+        "$__interval_ms": "60000",
+        "${__from:date:YYYY-MM-DD}": (TODAY - timedelta(days=1)).isoformat(),
+        "${__to:date:YYYY-MM-DD}": TODAY.isoformat(),
+    }
+    variable = dash["templating"]["list"][0]["query"]["infinityQuery"]
+    answers = []
+    for target in [variable] + [t for panel in dash["panels"] for t in panel["targets"]]:
+        assert target["url"].startswith(base) and target["datasource"]["uid"] == source["uid"]
+        params = {p["key"]: macros.get(p["value"], p["value"]) for p in target["url_options"]["params"]}
+        status, rows = get(
+            url + target["url"][len(base) + 1 :] + "?" + urlencode({k: v for k, v in params.items() if v})
+        )
+        assert status == 200, rows
+        assert {c["selector"] for c in target["columns"]} <= set(rows[0])
+        answers.append(rows)
+    sites, series, pages = answers
+    assert {"site": "shop.test"} in sites
+    assert len(series) == 61 and sum(r["hits"] for r in series) > 0
+    assert pages[0]["page"] == "/"

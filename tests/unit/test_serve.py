@@ -1,0 +1,137 @@
+"""The query API's pure parts: parameters, Grafana's resolution and bodies, the OpenAPI document."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pytest
+from openapi_spec_validator import validate
+
+from pipeline.kinds import load_kinds
+from pipeline.kinds.hits.grafana import choose_by, parse_panel_query
+from pipeline.serve.openapi import openapi_document
+from pipeline.serve.params import BadParam, Param, exactly_one, parse_params
+from pipeline.serve.routes import Route
+from pipeline.settings import Settings
+
+NOW = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
+
+
+def bad(params: tuple[Param, ...], query: dict[str, str]) -> BadParam:
+    with pytest.raises(BadParam) as err:
+        parse_params(params, query, NOW)
+    return err.value
+
+
+def test_parameters_parse_defaults_and_name_what_is_wrong() -> None:
+    params = (
+        Param("site", "", required=True),
+        Param("from", "", "time", default="now-60m"),
+        Param("day", "", "date", default="today-7d"),
+        Param("by", "", "choice", default="minute", choices=("minute", "hour")),
+        Param("limit", "", "integer", default="10", minimum=1, maximum=100),
+        Param("user", "", "id"),
+    )
+    got = parse_params(params, {"site": "s", "user": "42"}, NOW)
+    assert got == {
+        "site": "s",
+        "from": NOW - timedelta(minutes=60),
+        "day": date(2026, 3, 22),
+        "by": "minute",
+        "limit": 10,
+        "user": 42,
+    }
+    assert parse_params(params, {"site": "s", "from": "1774785600000", "user": "ann"}, NOW)[
+        "from"
+    ] == datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
+    assert parse_params(params, {"site": "s", "from": "2026-03-01T10:00:00+02:00"}, NOW)["from"].hour == 10
+    for query, name in [
+        ({}, "site"),
+        ({"site": "s", "limit": "0"}, "limit"),
+        ({"site": "s", "limit": "ten"}, "limit"),
+        ({"site": "s", "by": "week"}, "by"),
+        ({"site": "s", "from": "last tuesday"}, "from"),
+        ({"site": "s", "day": "2026-02-30"}, "day"),
+        ({"site": "s", "sight": "x"}, "sight"),
+    ]:
+        err = bad(params, query)
+        assert err.name == name and str(err).startswith(f"{name}: ")
+
+
+def test_exactly_one_of_several_parameters() -> None:
+    check = exactly_one("user", "item")
+    check({"user": 1, "item": None})
+    with pytest.raises(BadParam, match="exactly one of user, item"):
+        check({"user": None, "item": None})
+    with pytest.raises(BadParam) as err:
+        check({"user": 1, "item": 2})
+    assert err.value.name == "item"
+
+
+@pytest.mark.parametrize(
+    ("span", "interval_ms", "max_points", "by"),
+    [
+        (timedelta(hours=6), 30_000, 1000, "minute"),
+        (timedelta(hours=6), 120_000, 1000, "hour"),  # minutes would be finer than Grafana asked
+        (timedelta(days=2), 1_000, 500, "hour"),  # 2,881 minutes are more points than the panel has
+        (timedelta(days=30), 3_600_000, 1000, "hour"),
+        (timedelta(days=30), 3_600_000, 500, "day"),
+        (timedelta(days=700), 86_400_000, 1000, "day"),
+        (timedelta(days=7000), 86_400_000, 1000, "month"),
+    ],
+)
+def test_grafana_resolution_follows_interval_and_points(
+    span: timedelta, interval_ms: int, max_points: int, by: str
+) -> None:
+    assert choose_by(NOW - span, NOW, interval_ms, max_points) == by
+
+
+def test_grafana_query_body_is_checked_field_by_field() -> None:
+    body: dict[str, Any] = {
+        "range": {"from": "2026-03-29T06:00:00.000Z", "to": "2026-03-29T12:00:00.000Z"},
+        "intervalMs": 30_000,
+        "maxDataPoints": 800,
+        "targets": [
+            {"target": "hits", "refId": "A", "payload": {"site": "a.test"}},
+            {"target": "hits", "refId": "B", "data": {"site": "b.test", "page": "/x"}},  # older plugin field
+            {"target": "hits", "refId": "C", "hide": True},
+        ],
+    }
+    q = parse_panel_query(body, NOW)
+    assert q.by == "minute" and q.end - q.start == timedelta(hours=6)
+    assert [(t.ref, t.site, t.page) for t in q.targets] == [("A", "a.test", None), ("B", "b.test", "/x")]
+    for broken, name in [
+        ([], "body"),
+        ({**body, "range": None}, "range"),
+        ({**body, "range": {"from": "soon", "to": "later"}}, "range"),
+        ({**body, "targets": [{"target": "cpu", "payload": {"site": "a"}}]}, "targets[0].target"),
+        ({**body, "targets": [{"target": "hits", "payload": {}}]}, "targets[0].payload.site"),
+        ({**body, "targets": [{}] * 21}, "targets"),
+        ({**body, "intervalMs": "fast"}, "intervalMs"),
+    ]:
+        with pytest.raises(BadParam) as err:
+            parse_panel_query(broken, NOW)
+        assert err.value.name == name
+
+
+def test_openapi_document_of_every_kind_is_valid() -> None:
+    settings = Settings()
+    routes = [r for k in load_kinds(settings.kinds) for r in k.api_routes(settings)]
+    for guarded in (False, True):
+        doc = openapi_document(routes, guarded, "1.0")
+        validate(doc)  # type: ignore[arg-type]
+        assert ("security" in doc) is guarded
+    paths = [r.path for r in routes]
+    assert len({(r.method, r.path) for r in routes}) == len(routes)
+    assert {"/api/hits", "/api/pages", "/api/props", "/api/sites", "/grafana/query"} <= set(paths)
+    assert doc["paths"]["/grafana/query"]["post"]["requestBody"]["required"] is True
+    assert "/grafana/" not in doc["paths"]  # an alias, served but not listed
+
+
+def test_a_route_without_parameters_still_documents_its_errors() -> None:
+    async def handler(db: Any, a: Any) -> Any:
+        return []
+
+    doc = openapi_document([Route("/api/x", "x", (), handler)], False, "1")
+    assert set(doc["paths"]["/api/x"]["get"]["responses"]) == {"200", "400", "503"}
