@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -69,6 +69,19 @@ def hit_lines(rng: random.Random) -> list[tuple[bytes, bytes]]:
     return out
 
 
+HITS = hit_lines(random.Random(15))
+
+
+def pages_truth(site: str, first: date, last: date) -> list[dict[str, Any]]:
+    """Top pages counted from the events themselves, most first."""
+    counts: dict[str, int] = {}
+    for line, _ in HITS:
+        e = orjson.loads(line)
+        if e["site"] == site and first <= datetime.fromtimestamp(e["ts"], UTC).date() <= last:
+            counts[e["page"]] = counts.get(e["page"], 0) + 1
+    return [{"page": p, "hits": n} for p, n in sorted(counts.items(), key=lambda r: (-r[1], r[0]))]
+
+
 async def send(settings: Settings, kind: str, lines: list[tuple[bytes, bytes]]) -> None:
     async with EventProducer(settings, settings.topic(kind), 50) as p:
         for line, key in lines:
@@ -83,8 +96,8 @@ def served(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Ite
         partitions=2, home=tmp_path_factory.mktemp("serve"), flush_interval=0.5, session_timeout=6.0
     )
     settings = for_embedded(base.named(tag), services).with_(serve_token=TOKEN, serve_cors=(ORIGIN,))
-    rng = random.Random(15)
-    asyncio.run(send(settings, "hits", hit_lines(rng)))
+    rng = random.Random(16)
+    asyncio.run(send(settings, "hits", HITS))
     ts = NOW.timestamp() - 3600
     imps = [
         (orjson.dumps({"user": u, "item": rng.randrange(8), "ts": ts}), id_bytes(u))
@@ -205,6 +218,19 @@ def test_each_endpoint_answers_the_query_layers_rows(served: tuple[Settings, str
         and want["sites"] == [{"site": "blog.test"}, {"site": "shop.test"}]
     )
     assert want["tags"][0]["tag"] == "rock" and want["user"] and want["rel-user"] == [2, 3, 4]
+    # Top pages are right, not only equal: across the month boundary, and within one month.
+    assert want["pages"] == pages_truth("shop.test", first, last)[:3]
+    mid = TODAY - timedelta(days=TODAY.day + 3), TODAY - timedelta(days=TODAY.day)  # days of last month
+    status, rows = get(q(url, "/api/pages", site="blog.test", limit=100, **{"from": mid[0], "to": mid[1]}))
+    assert status == 200 and rows == pages_truth("blog.test", *mid) and rows
+    whole = (
+        (TODAY.replace(day=1) - timedelta(days=1)).replace(day=1) - timedelta(days=5),
+        TODAY,
+    )  # a whole month inside
+    status, rows = get(
+        q(url, "/api/pages", site="blog.test", limit=100, **{"from": whole[0], "to": whole[1]})
+    )
+    assert status == 200 and rows == pages_truth("blog.test", *whole)
     # The CLI's new query prints the same rows.
     cli = run_cli(
         settings,
