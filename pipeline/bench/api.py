@@ -34,13 +34,17 @@ DEVICES = ("desktop", "mobile", "tablet")
 
 
 def hit_events(per_day: int, days: int, now: float, seed: int = 3) -> list[tuple[bytes, bytes | None]]:
-    """``per_day`` hits a day on 200 Zipf-weighted pages over the last ``days`` days, half with props."""
+    """``per_day`` hits a day on 200 Zipf-weighted pages over the last ``days`` days, half with props.
+
+    In time order, as a backfill of logs arrives.
+    """
     rng = random.Random(seed)
     weights = [1 / (r + 1) ** 1.05 for r in range(len(PAGES))]
     out: list[tuple[bytes, bytes | None]] = []
     start = now - days * 86400
-    for page in rng.choices(PAGES, weights, k=per_day * days):
-        event: dict[str, Any] = {"site": SITE, "page": page, "ts": round(rng.uniform(start, now), 3)}
+    times = sorted(round(rng.uniform(start, now), 3) for _ in range(per_day * days))
+    for page, ts in zip(rng.choices(PAGES, weights, k=len(times)), times, strict=True):
+        event: dict[str, Any] = {"site": SITE, "page": page, "ts": ts}
         if rng.random() < 0.5:
             event["props"] = {"country": rng.choice(COUNTRIES), "device": rng.choice(DEVICES)}
         out.append((orjson.dumps(event), SITE.encode()))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from time import monotonic
 from typing import Any, TypeAlias
 
 import aiokafka
@@ -201,6 +202,10 @@ class WorkerConsumer(faust_aiokafka.Consumer):
                     await self.wait_first(self.callback(self._to_message(tp, rec)), self.suspend_flow.wait())
             else:
                 handler, taken = registered
+                # Faust's livelock watch (verify_event_path) reads when a stream last took an
+                # event; without this it logs "Stream has not started processing" every few
+                # seconds for partitions whose records never pass through a Faust stream.
+                self.app.monitor.stream_inbound_time[tp] = monotonic()
                 # Rebalances and shutdown wait until Faust's unacked messages are acked. The last
                 # record of a list is acked last (batches commit in order): one message stands
                 # for the list.

@@ -1,4 +1,4 @@
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from pipeline.cli_common import parse_time
 from pipeline.query.series import buckets, floor, zero_filled
@@ -34,17 +34,3 @@ def test_parse_time_relative_and_iso() -> None:
     assert parse_time("now-60m", now) == datetime(2020, 1, 1, 11, tzinfo=UTC)
     assert parse_time("now-2d", now) == datetime(2019, 12, 30, 12, tzinfo=UTC)
     assert parse_time("2020-01-01", now) == datetime(2020, 1, 1, tzinfo=UTC)
-
-
-def test_a_short_minute_series_projects_only_its_hours() -> None:
-    from pipeline.kinds.hits.layout import hits_fields
-    from pipeline.kinds.hits.query import minute_paths, series_query
-
-    f = hits_fields("compact").daily
-    late = datetime(2026, 3, 29, 23, 30)
-    assert minute_paths(f.minute, late - timedelta(minutes=59), late) == [f"{f.minute}.22", f"{f.minute}.23"]
-    across = minute_paths(f.minute, late, late + timedelta(minutes=59))  # into the next day
-    assert across == [f"{f.minute}.0", f"{f.minute}.23"]
-    assert minute_paths(f.minute, late - timedelta(days=2), late) == [f.minute]
-    _, _, proj = series_query("s", None, late - timedelta(minutes=5), late, "minute", hits_fields("compact"))
-    assert f"{f.minute}.23" in proj and f.minute not in proj

@@ -13,7 +13,7 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.kinds.hits.layout import HitsFields, hits_fields, site_filter
-from pipeline.query.series import Granularity, add_into, buckets, floor, next_bucket, zero_filled
+from pipeline.query.series import Granularity, add_into, floor, next_bucket, zero_filled
 
 Series = list[tuple[datetime, int]]
 
@@ -36,22 +36,10 @@ def _items(doc: dict[str, Any], by: Granularity, fields: HitsFields) -> list[tup
     return [(month, int(doc.get(fm.total, 0)))]
 
 
-def minute_paths(minute: str, start: datetime, end: datetime) -> list[str]:
-    """The ``minute.<h>`` sub-documents a minute series of less than a day needs (all of ``minute`` else).
-
-    The real-time chart (60 minutes) then reads one or two of a daily document's 24
-    hours of minute counters, not all of them: the same hours of every day in range,
-    of which the buckets outside the range are dropped by zero-filling.
-    """
-    if end - start >= timedelta(hours=23):
-        return [minute]
-    return [f"{minute}.{h}" for h in sorted({b.hour for b in buckets(start, end, "hour")})]
-
-
 def series_query(
     site: str, page: str | None, start: datetime, end: datetime, by: Granularity, fields: HitsFields
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Collection, filter and projection of the one read a series needs (only the counters it shows)."""
+    """Collection, filter and projection of the one read a series needs."""
     daily = by in ("minute", "hour")
     f = fields.daily if daily else fields.monthly
     lo, hi = (
@@ -64,8 +52,7 @@ def series_query(
         "day": fields.monthly.daily,
         "month": fields.monthly.total,
     }[by]
-    paths = minute_paths(counter, start, end) if by == "minute" else [counter]
-    return f.collection, flt, {f"{f.metadata}.{f.date}": 1, **dict.fromkeys(paths, 1), "_id": 0}
+    return f.collection, flt, {f"{f.metadata}.{f.date}": 1, counter: 1, "_id": 0}
 
 
 async def hits_series(
