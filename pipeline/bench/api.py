@@ -10,6 +10,7 @@ users), and headless Chromium loads the dashboard ``--loads`` times.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import random
@@ -52,7 +53,7 @@ def hit_events(per_day: int, days: int, now: float, seed: int = 3) -> list[tuple
 
 
 def other_kinds(now: float, seed: int = 4) -> dict[str, list[tuple[bytes, bytes | None]]]:
-    """Listens (100 users x 25 tags), impressions (1,000 users x 500 items), relations (2,000 pairs)."""
+    """Listens (100 users x 25 tags), 30,000 impressions (1,000 users x 500 items), 2,000 relations."""
     rng = random.Random(seed)
 
     def ts() -> float:
@@ -64,7 +65,7 @@ def other_kinds(now: float, seed: int = 4) -> dict[str, list[tuple[bytes, bytes 
         event = {"user": user, "tag": f"tag{rng.randrange(25)}", "song": rng.randrange(2_000), "ts": ts()}
         listens.append((orjson.dumps(event), id_bytes(user)))
     imps: list[tuple[bytes, bytes | None]] = []
-    for _ in range(100_000):
+    for _ in range(30_000):
         user = rng.randrange(1_000)
         imps.append((orjson.dumps({"user": user, "item": rng.randrange(500), "ts": ts()}), id_bytes(user)))
     rels: list[tuple[bytes, bytes | None]] = []
@@ -146,7 +147,7 @@ def endpoints(rng: random.Random) -> dict[str, Callable[[], Request]]:
     }
 
 
-def latencies(urls: dict[str, str], requests: int) -> dict[str, Any]:
+def latencies(urls: dict[str, str], requests: int, only: tuple[str, ...] = ()) -> dict[str, Any]:
     """p50/p99 per endpoint and server over kept-alive connections; every answer must be 200.
 
     With several servers (``--baseline``) each request goes to each in turn, so both
@@ -159,6 +160,8 @@ def latencies(urls: dict[str, str], requests: int) -> dict[str, Any]:
     rng = random.Random(9)
     out: dict[str, Any] = {}
     for name, make in endpoints(rng).items():
+        if only and name not in only:
+            continue
         times: dict[str, list[float]] = {label: [] for label in urls}
         sizes: list[int] = []
         for i in range(requests + 3):
@@ -186,6 +189,46 @@ def latencies(urls: dict[str, str], requests: int) -> dict[str, Any]:
     for conn in conns.values():
         conn.close()
     return out
+
+
+SITE_WIDE = (
+    "hits: site, last 60 min by minute",
+    "props: site, 7 days",
+    "grafana query: site, 6 h at 30 s",
+    "hits: site, 30 days by day",
+    "pages: top 10 of 30 days",
+)
+
+
+def index_effect(settings: Settings, url: str, requests: int) -> dict[str, Any]:
+    """A site's charts without and with the (site, date) indexes, one after the other on the same data."""
+    from pipeline.kinds.hits.layout import indexes
+    from pipeline.store.client import mongo_client
+
+    wanted = [i for i in indexes(settings.schema) if i.name == "site_date"]
+
+    async def change(drop: bool) -> None:
+        client = mongo_client(settings.mongo_url or "")
+        try:
+            for i in wanted:
+                coll = client[settings.db][i.collection]
+                if drop:
+                    await coll.drop_index(i.name)
+                else:
+                    await coll.create_index(list(i.keys), name=i.name)
+        finally:
+            await client.close()
+
+    def measure() -> dict[str, Any]:
+        rows = latencies({"serve": url}, requests, only=SITE_WIDE)
+        return {name: row["serve"] for name, row in rows.items()}
+
+    asyncio.run(change(drop=True))
+    try:
+        without = measure()
+    finally:
+        asyncio.run(change(drop=False))
+    return {"without_site_date": without, "with_site_date": measure()}
 
 
 def first_chart(url: str, loads: int) -> dict[str, Any]:
@@ -248,6 +291,12 @@ def main() -> None:
             )
             step(
                 results, "dashboard", "dashboard in Chromium", lambda: first_chart(urls["serve"], args.loads)
+            )
+            step(
+                results,
+                "site_date_index",
+                "a site's charts without and with the (site, date) index",
+                lambda: index_effect(base, urls["serve"], max(20, args.requests // 3)),
             )
         finally:
             for server in servers.values():

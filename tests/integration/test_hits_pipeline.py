@@ -121,3 +121,4 @@ def test_indexes_exist(settings: Settings) -> None:
     for c in info.values():
         keys = [("m.s", 1), ("m.p", 1), ("m.d", 1)]  # compact names, the default
         assert c["site_page_date"]["key"] == keys
+        assert c["site_date"]["key"] == [("m.s", 1), ("m.d", 1)]  # a site's charts, all pages
