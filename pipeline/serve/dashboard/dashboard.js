@@ -170,8 +170,11 @@ async function run(...loads) {
   }
 }
 
-function refreshAll() {
-  return run(loadRealtime, loadMonth, loadPages, loadProps);
+// The two charts first, then the tables: a site's property counts over a month read
+// every daily document of it, and would hold the charts back behind them.
+async function refreshAll() {
+  await run(loadRealtime, loadMonth);
+  await run(loadPages, loadProps);
 }
 
 function pickPage(page) {
@@ -230,8 +233,12 @@ $("site").addEventListener("change", (e) => {
   pickPage(null);
 });
 $("all-pages").addEventListener("click", () => pickPage(null));
-$("prev").addEventListener("click", () => { state.month = shiftMonth(state.month, -1); run(loadMonth, loadPages, loadProps); });
-$("next").addEventListener("click", () => { state.month = shiftMonth(state.month, 1); run(loadMonth, loadPages, loadProps); });
+function showMonth(by) {
+  state.month = shiftMonth(state.month, by);
+  run(loadMonth).then(() => run(loadPages, loadProps));
+}
+$("prev").addEventListener("click", () => showMonth(-1));
+$("next").addEventListener("click", () => showMonth(1));
 $("token-form").addEventListener("submit", (e) => {
   e.preventDefault();
   token = $("token").value;
