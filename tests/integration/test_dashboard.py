@@ -166,6 +166,12 @@ def test_dashboard_shows_the_stream_and_follows_it_live(pipeline: tuple[Settings
         )
         expect(page.locator("#rt-total")).to_have_text(f"{want_docs:,}", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+        # The month chart steps back a month and forth again.
+        label = page.locator("#month-label").text_content()
+        page.locator("#prev").click()
+        expect(page.locator("#month-label")).not_to_have_text(label or "", timeout=15_000)
+        page.locator("#next").click()
+        expect(page.locator("#month-label")).to_have_text(label or "", timeout=15_000)
         browser.close()
     assert not errors, errors
     (ARTIFACTS / "dashboard.json").write_text(
