@@ -87,6 +87,11 @@ def test_grafana_resolution_follows_interval_and_points(
     assert choose_by(NOW - span, NOW, interval_ms, max_points) == by
 
 
+def test_grafana_resolution_refuses_what_no_bucket_bounds() -> None:
+    with pytest.raises(BadParam, match="longer than the API serves"):
+        choose_by(NOW - timedelta(days=60 * 366), NOW, 86_400_000, 1000)
+
+
 def test_grafana_query_body_is_checked_field_by_field() -> None:
     body: dict[str, Any] = {
         "range": {"from": "2026-03-29T06:00:00.000Z", "to": "2026-03-29T12:00:00.000Z"},

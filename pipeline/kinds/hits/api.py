@@ -6,7 +6,7 @@ bounded per granularity so one request stays one bounded read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, timedelta
 from typing import Any
 
@@ -38,7 +38,7 @@ def _check_series(a: Mapping[str, Any]) -> None:
     check_span("from", a["from"], a["to"], MAX_SPAN[a["by"]], f"by={a['by']}")
 
 
-def _check_days(longest: int) -> Any:
+def _check_days(longest: int) -> Callable[[Mapping[str, Any]], None]:
     def check(a: Mapping[str, Any]) -> None:
         check_span("from", a["from"], a["to"] or a["from"], timedelta(days=longest), "this endpoint")
 

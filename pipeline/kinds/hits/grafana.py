@@ -50,6 +50,8 @@ def choose_by(start: datetime, end: datetime, interval_ms: int, max_points: int)
         fits = span / size + 1 <= max(max_points, 1) and span <= MAX_SPAN[by]
         if size >= timedelta(milliseconds=interval_ms) and fits:
             return by
+    if span > MAX_SPAN["month"]:
+        raise BadParam("from", f"the range is longer than the API serves ({MAX_SPAN['month'].days} days)")
     return "month"
 
 
