@@ -25,7 +25,7 @@ browser:  ## Debian's Chromium for the dashboard's browser test (apt-get, as roo
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); export DEBIAN_FRONTEND=noninteractive; \
 	  $$SUDO apt-get install -y -qq chromium >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }; }
-	@chromium --version
+	@chromium --version 2>/dev/null
 
 serve: $(STAMP)  ## preagg serve on the services of `preagg services up` (or PREAGG_MONGO_URL)
 	$(PY) -m pipeline serve
