@@ -97,6 +97,12 @@ def _middlewares(settings: Settings) -> list[Any]:
             return await handler(request)
         except BadParam as exc:
             return _error(400, str(exc), exc.name)
+        except web.HTTPException as exc:  # no such endpoint or method: JSON too, pointing at the list
+            if not _guarded(request.path) or exc.status not in (404, 405):
+                raise
+            return _error(
+                exc.status, f"{exc.reason}: {request.method} {request.path} (endpoints: /openapi.json)"
+            )
         except (PyMongoError, TimeoutError) as exc:
             log.warning("%s %s: store error %s: %s", request.method, request.path_qs, type(exc).__name__, exc)
             return _error(503, f"the store did not answer ({type(exc).__name__}); try again")

@@ -283,6 +283,9 @@ def test_token_cors_and_public_paths(served: tuple[Settings, str]) -> None:
     assert get(q(url, "/api/sites"), token="wrong")[0] == 401
     assert post(url + "grafana/query", {}, token=None)[0] == 401
     assert get(url + "health", token=None) == (200, {"status": "ok"})
+    status, body = get(url + "api/nothing")
+    assert status == 404 and "/openapi.json" in body["error"]
+    assert post(url + "api/hits", {})[0] == 405
     with urllib.request.urlopen(url, timeout=10) as r:  # the page itself; its calls carry the token
         assert b"/dashboard.js" in r.read() and "default-src 'self'" in r.headers["Content-Security-Policy"]
     allowed = urllib.request.Request(
