@@ -300,7 +300,7 @@ def main() -> None:
             )
         finally:
             for server in servers.values():
-                server.stop()
+                server.terminate()
     write_results(results, args.out)
 
 

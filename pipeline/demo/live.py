@@ -55,5 +55,5 @@ async def live(settings: Settings, rate: int = 20) -> None:
                     await asyncio.wait_for(stop.wait(), 1)
         print("\nstopping ...", flush=True)
     finally:
-        server.stop()
+        server.terminate()
         worker.terminate()

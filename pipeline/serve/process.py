@@ -32,7 +32,3 @@ class ServeProcess(ChildProcess):
         self.terminate()
         log = self.log_path.read_text(errors="replace")
         raise RuntimeError(f"preagg serve did not start:\n{log[-3000:]}")
-
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM, SIGKILL past ``timeout``; the exit code."""
-        return self.terminate(timeout)

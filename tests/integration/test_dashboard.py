@@ -107,7 +107,7 @@ def pipeline(settings: Settings) -> Iterator[tuple[Settings, str]]:
         yield settings, server.url
     finally:
         if server is not None:
-            server.stop()
+            server.terminate()
         assert worker.terminate() == 0, worker.log_path.read_text()[-3000:]
 
 

@@ -117,7 +117,7 @@ def served(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Ite
     try:
         yield settings, server.url
     finally:
-        assert server.stop() == 0
+        assert server.terminate() == 0
 
 
 def get(url: str, token: str | None = TOKEN, headers: dict[str, str] | None = None) -> tuple[int, Any]:

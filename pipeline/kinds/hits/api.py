@@ -13,25 +13,17 @@ from typing import Any
 from pipeline.cli_common import json_rows
 from pipeline.kinds.hits import grafana
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN
+from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN, check_span
 from pipeline.kinds.hits.query import hits_series, known_sites, top_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
 from pipeline.query.render import series_rows
 from pipeline.query.series import GRANULARITIES
-from pipeline.serve.params import BadParam, Param
+from pipeline.serve.params import Param
 from pipeline.serve.routes import Route, rows_of
 from pipeline.settings import Settings
 
 SITE = Param("site", "the site, as in the events' `site`", required=True)
 PAGE = Param("page", "one page (default: all pages of the site)")
-
-
-def check_span(name: str, first: Any, last: Any, longest: timedelta, unit: str) -> None:
-    """``last`` not before ``first``, and at most ``longest`` after it."""
-    if last < first:
-        raise BadParam("to", f"is before `from` ({last} < {first})")
-    if last - first > longest:
-        raise BadParam(name, f"the range is longer than {unit} allows ({longest.days} days)")
 
 
 def _check_series(a: Mapping[str, Any]) -> None:

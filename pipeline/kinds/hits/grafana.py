@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.kinds.hits.limits import MAX_SPAN
+from pipeline.kinds.hits.limits import MAX_SPAN, check_span
 from pipeline.kinds.hits.query import hits_series, known_sites
 from pipeline.query.series import GRANULARITIES, Granularity
 from pipeline.serve.params import BadParam, Param, parse_time_or_ms
@@ -166,8 +166,7 @@ def routes(settings: Settings) -> list[Route]:
         return [{"time": epoch_ms(t), "hits": n} for t, n in series]
 
     def check(a: Mapping[str, Any]) -> None:
-        if a["to"] < a["from"]:
-            raise BadParam("to", "is before from")
+        check_span("from", a["from"], a["to"], MAX_SPAN["month"], "the API")
 
     json_api = "Grafana JSON API data source: "
     return [

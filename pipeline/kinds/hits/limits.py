@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
+
+from pipeline.serve.params import BadParam
 
 #: Longest range of one series per granularity: at most about 2,900 minutes, 2,200
 #: hours, 1,100 days or 600 months per answer.
@@ -17,3 +20,11 @@ MAX_SPAN: Mapping[str, timedelta] = {
 MAX_PAGE_DAYS = 366
 #: Longest range of property counts (daily documents: one per page and day).
 MAX_PROP_DAYS = 93
+
+
+def check_span(name: str, first: Any, last: Any, longest: timedelta, unit: str) -> None:
+    """``last`` not before ``first``, and at most ``longest`` after it (else a 400 naming ``name``)."""
+    if last < first:
+        raise BadParam("to", f"is before `from` ({last} < {first})")
+    if last - first > longest:
+        raise BadParam(name, f"the range is longer than {unit} allows ({longest.days} days)")
