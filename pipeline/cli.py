@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli_common import Db, command_settings, on_db
+from pipeline.cli_common import Db, command_settings, on_db, parse_time
 from pipeline.files import SEND_AS, Accepted, Record, shipped
 from pipeline.settings import Settings, SettingsError
 
@@ -128,6 +128,29 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     st = on_db(s, run, primary_reads=True)
     print(json.dumps(st, indent=2, default=str) if args.json else status_text(st))
+    return 0
+
+
+def cmd_deadletters(args: argparse.Namespace) -> int:
+    from pipeline.ops.deadletters import replay
+
+    s = command_settings()
+    since = parse_time(args.since).timestamp() if args.since else None
+    dry = args.action == "show" or args.dry_run
+
+    async def run(db: Db) -> Any:
+        return await replay(s, db, args.reason, since, args.topic, dry_run=dry)
+
+    out = on_db(s, run, primary_reads=True)
+    others = ", ".join(f"{r} {n}" for r, n in sorted(out.by_reason.items())) or "none"
+    print(f"read {out.read} dead letters not yet replayed for {args.reason!r} ({others})")
+    verb = "would send" if dry else "sent"
+    for topic, n in sorted(out.sent.items()):
+        print(f"{verb} {n} {args.reason} events back to {topic}")
+    if not out.sent:
+        print(f"nothing to send: no {args.reason} dead letters" + (" since then" if since else ""))
+    for rec in out.examples:
+        print(f"  {rec.get('topic')}[{rec.get('partition')}]@{rec.get('offset')}: {rec.get('detail')}")
     return 0
 
 
@@ -271,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     qsub = qp.add_subparsers(dest="what", required=True)
     for kind in kinds:
         kind.add_queries(qsub)
+    for kind in kinds:
+        kind.add_commands(sub)
 
     sc = sub.add_parser("schema", help="the stored field names of every collection, and what they mean")
     sc.add_argument("--mode", choices=["compact", "readable"], help="default: PREAGG_SCHEMA (compact)")
@@ -286,6 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_status)
+
+    dl = sub.add_parser("deadletters", help="the dead-letter topic: show by reason, replay what belongs")
+    dl.add_argument("action", choices=["show", "replay"])
+    dl.add_argument("--reason", required=True, help="late, schema, future, ... (as in preagg status)")
+    dl.add_argument("--since", help="only those dead-lettered since: ISO time or now-2d")
+    dl.add_argument("--topic", help="only those from this source topic")
+    dl.add_argument("--dry-run", action="store_true", help="replay: count, send nothing")
+    dl.set_defaults(func=cmd_deadletters)
 
     su = sub.add_parser("setup", help="create topics, collections, indexes (and shard keys) once; idempotent")
     su.add_argument("--check", action="store_true", help="only list what is missing (exit 1 if anything)")

@@ -21,8 +21,12 @@ T = TypeVar("T")
 Db: TypeAlias = "AsyncDatabase[dict[str, Any]]"
 
 
-def parse_time(text: str, now: datetime | None = None) -> datetime:
-    """``now``, ``now-60m``, ``now-2d``, an ISO date or datetime (UTC unless an offset is given)."""
+def parse_time(text: str, now: datetime | None = None, local: bool = False) -> datetime:
+    """``now``, ``now-60m``, ``now-2d``, an ISO date or datetime (UTC unless an offset is given).
+
+    ``local``: an ISO time without offset stays naive, the site's wall-clock time
+    (hits queries resolve it in the site's zone).
+    """
     now = now or datetime.now(UTC)
     m = _REL.match(text.strip())
     if m:
@@ -30,6 +34,8 @@ def parse_time(text: str, now: datetime | None = None) -> datetime:
         delta = timedelta(**{_UNITS[unit]: int(n)}) if n else timedelta()
         return now + delta if sign == "+" else now - delta
     dt = datetime.fromisoformat(text)
+    if local:
+        return dt
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
 
 

@@ -111,6 +111,12 @@ class StreamSettings:
     #: envelope around a log line; ``auto``, detected per message (mixed producers on one
     #: topic, for a little more CPU per message). Lines that fit no shape are dead-lettered.
     format: InputFormat = "event"
+    #: Lateness horizon in seconds (0: off, the default, so backfills of old logs count).
+    #: An event older than this when decoded is dead-lettered with reason ``late``, counted
+    #: in metrics and ``preagg status``; ``preagg deadletters replay --reason late`` sends
+    #: such events back when they belong after all. On: charts of the recent past stop
+    #: changing after the horizon; off: every event counts, however late.
+    lateness: float = 0.0
 
 
 S = TypeVar("S", bound=StreamSettings)

@@ -15,6 +15,8 @@ import jsonschema_rs
 import orjson
 
 from pipeline.core.rejection import Rejection
+from pipeline.core.replay import PREFIX as REPLAY_PREFIX
+from pipeline.core.replay import unwrap
 from pipeline.core.shippers import Shipped, open_message
 from pipeline.core.times import event_time
 
@@ -118,18 +120,33 @@ class TimedDecoder(FormatDecoder):
         future_skew: float,
         clock: Callable[[], float] = time.time,
         fmt: str = "event",
+        lateness: float = 0.0,
     ) -> None:
         super().__init__(label, schema, max_bytes, fmt)
         self.fields = fields
         self._future_skew = future_skew
         self._clock = clock
+        #: Seconds after which an event is ``late`` (0: never); see :mod:`pipeline.core.replay`.
+        self.lateness = lateness
 
     def decode_event(self, raw: bytes) -> tuple[dict[str, Any], float] | Rejection:
-        """The validated event and its time, or why it is refused."""
+        """The validated event and its time, or why it is refused.
+
+        A replayed dead letter (:mod:`pipeline.core.replay`) is decoded as the event it
+        wraps; one replayed for being ``late`` is not held to the lateness horizon again.
+        """
+        lateness = self.lateness
+        if raw.startswith(REPLAY_PREFIX):
+            got = unwrap(raw)
+            if isinstance(got, Rejection):
+                return got
+            reason, raw = got
+            if reason == "late":
+                lateness = 0.0
         obj = self.open(raw)
         if isinstance(obj, Rejection):
             return obj
-        ts = event_time(obj["ts"], raw, self._clock(), self._future_skew)
+        ts = event_time(obj["ts"], raw, self._clock(), self._future_skew, lateness)
         if isinstance(ts, Rejection):
             return ts
         return obj, ts

@@ -70,12 +70,24 @@ def day_text(day: date) -> str:
     return f"{day:%Y%m%d}"
 
 
-def event_time(value: Any, raw: bytes, now: float, future_skew: float) -> float | Rejection:
-    """An event's ``ts`` field as epoch seconds, or why it is refused (bad_time, future)."""
+def event_time(
+    value: Any, raw: bytes, now: float, future_skew: float, lateness: float = 0.0
+) -> float | Rejection:
+    """An event's ``ts`` field as epoch seconds, or why it is refused (bad_time, future, late).
+
+    ``lateness``: events older than this many seconds are ``late`` (0: no horizon).
+    """
     try:
         ts = parse_ts(value)
     except TimeError as exc:
         return Rejection("bad_time", str(exc), raw)
     if ts > now + future_skew:
         return Rejection("future", f"ts {ts:.0f} is more than {future_skew:.0f}s in the future", raw)
+    if lateness and ts < now - lateness:
+        return Rejection(
+            "late",
+            f"ts {utc(ts):%Y-%m-%dT%H:%M:%SZ} is {(now - ts) / 3600:.1f} h old, past the stream's lateness "
+            f"horizon ({lateness / 3600:g} h); `preagg deadletters replay --reason late` counts it",
+            raw,
+        )
     return ts

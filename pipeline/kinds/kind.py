@@ -126,10 +126,15 @@ class Kind(Generic[S]):
         if fmt != "jsonl":
             raise ValueError(f"{self.name}: unknown format {fmt!r}")
         # Files hold events whatever the topic's format (``--as`` says how they are sent).
-        return read_jsonl(paths, self.decoder(settings, replace(s, format="event")).decode, self.key)
+        return read_jsonl(
+            paths, self.decoder(settings, replace(s, format="event", lateness=0.0)).decode, self.key
+        )
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """The kind's ``preagg query`` subcommands (each sets ``func``)."""
+
+    def add_commands(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """The kind's own top-level ``preagg`` commands (hits: ``sites``, ``retention``)."""
 
     def api_routes(self, settings: Settings) -> list[Route]:
         """The kind's read-only endpoints of ``preagg serve``: its queries over HTTP (default: none)."""

@@ -6,16 +6,21 @@ import csv
 import io
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from pipeline.core.calendar import iso
 
 BARS = " ▁▂▃▄▅▆▇█"
 
 
 def series_rows(series: Sequence[tuple[datetime, int]]) -> list[dict[str, Any]]:
-    """``{"t": ISO time (UTC), "hits": n}`` per bucket: the rows of the CLI's JSON and of ``/api/hits``."""
-    return [{"t": t.isoformat() + "Z", "hits": n} for t, n in series]
+    """``{"t": ISO time with its offset, "hits": n}`` per bucket: the CLI's JSON and ``/api/hits``.
+
+    UTC (and a naive time, UTC here) ends in ``Z``; a site's local time carries its offset.
+    """
+    return [{"t": iso(t), "hits": n} for t, n in series]
 
 
 def as_json(series: Sequence[tuple[datetime, int]]) -> str:
@@ -29,13 +34,20 @@ def as_csv(series: Sequence[tuple[datetime, int]]) -> str:
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["t", "hits"])
     for t, n in series:
-        w.writerow([t.isoformat() + "Z", n])
+        w.writerow([iso(t), n])
     return out.getvalue()
 
 
 def as_table(series: Sequence[tuple[datetime, int]]) -> str:
     """Aligned two-column text."""
-    return "\n".join(f"{t:%Y-%m-%d %H:%M}  {n:>10}" for t, n in series)
+    return "\n".join(f"{_short(t)}  {n:>10}" for t, n in series)
+
+
+def _short(t: datetime) -> str:
+    """``YYYY-MM-DD HH:MM``, with the offset when not UTC."""
+    if t.tzinfo is None or t.tzinfo is UTC:
+        return f"{t:%Y-%m-%d %H:%M}"
+    return f"{t:%Y-%m-%d %H:%M%z}"
 
 
 def sparkline(values: Sequence[int], width: int = 72) -> str:
@@ -49,7 +61,7 @@ def sparkline(values: Sequence[int], width: int = 72) -> str:
     return "".join(BARS[min(len(BARS) - 1, round(v / top * (len(BARS) - 1)))] for v in values)
 
 
-def plot_png(series: Sequence[tuple[datetime, int]], path: Path, title: str) -> Path:
+def plot_png(series: Sequence[tuple[datetime, int]], path: Path, title: str, zone: str = "UTC") -> Path:
     """Draw the series as a bar/line chart into a PNG file."""
     import matplotlib
 
@@ -63,7 +75,7 @@ def plot_png(series: Sequence[tuple[datetime, int]], path: Path, title: str) -> 
     ax.fill_between(xs, ys, step="post", alpha=0.3)  # type: ignore[arg-type]
     ax.set_title(title)
     ax.set_ylabel("hits")
-    ax.set_xlabel("time (UTC)")
+    ax.set_xlabel(f"time ({zone})")
     ax.grid(alpha=0.3)
     fig.autofmt_xdate()
     fig.tight_layout()

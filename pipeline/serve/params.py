@@ -111,10 +111,13 @@ class Param:
 
 
 def parse_time_or_ms(raw: str, now: datetime) -> datetime:
-    """:func:`pipeline.cli_common.parse_time`, plus epoch milliseconds (Grafana's ``${__from}``)."""
+    """:func:`pipeline.cli_common.parse_time`, plus epoch milliseconds (Grafana's ``${__from}``).
+
+    An ISO time without offset stays naive: the site's wall-clock time.
+    """
     if raw.isdigit() and len(raw) >= 10:
         return datetime.fromtimestamp(int(raw) / 1000, UTC)
-    return parse_time(raw, now)
+    return parse_time(raw, now, local=True)
 
 
 def parse_day(raw: str, now: datetime) -> date:

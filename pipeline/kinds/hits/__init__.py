@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from pipeline.core.fields import FieldMode, Index, ShardKey
+from pipeline.core.fields import FieldMode, Index, ShardKey, hashed_id
 from pipeline.files import Record
 from pipeline.kinds.hits import cli, layout
 from pipeline.kinds.hits.aggregate import HitCounts
@@ -21,7 +21,10 @@ from pipeline.kinds.hits.budget import values_per_name
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
+from pipeline.kinds.hits.retention import Tiers
 from pipeline.kinds.hits.settings import HitsSettings
+from pipeline.kinds.hits.site_config import COLLECTION as SITES_COLLECTION
+from pipeline.kinds.hits.site_config import SiteConfigs
 from pipeline.kinds.hits.sites import SiteMap, SiteMapError
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.serve.routes import Route
@@ -47,7 +50,7 @@ class Hits(Kind[HitsSettings]):
             sites = SiteMap(s.site, s.site_field, s.site_map)
         except SiteMapError as exc:
             raise SettingsError(str(exc)) from None
-        return HitDecoder(
+        d = HitDecoder(
             settings.max_event_bytes,
             settings.future_skew,
             max_props=s.props_max_per_event,
@@ -56,6 +59,8 @@ class Hits(Kind[HitsSettings]):
             sites=sites,
             clf_props=s.clf_props,
         )
+        d.lateness = s.lateness
+        return d
 
     def stream(self, ctx: StreamContext, s: HitsSettings) -> Stream:
         values = values_per_name(s, ctx.mode)
@@ -80,22 +85,28 @@ class Hits(Kind[HitsSettings]):
         prop_keys = PropKeys(names, ctx.mode)
         decoder, fields = self.decoder(ctx.settings, s), layout.hits_fields(ctx.mode)
 
-        async def resolve_props(agg: HitCounts) -> None:
+        sites = SiteConfigs(ctx.db, Tiers(s.retention_minute_days, s.retention_hour_days))
+
+        async def before_plan(agg: HitCounts) -> None:
+            await sites.refresh()  # the zones and tiers this flush plans with
             if agg.props:
                 await prop_keys.resolve(agg.prop_pairs())
 
         return Stream(
-            lambda: HitCounts(decoder, fields, prop_keys),
-            before_plan=resolve_props,
-            before_plan_label="name store",
+            lambda: HitCounts(decoder, fields, prop_keys, sites),
+            before_plan=before_plan,
+            before_plan_label="sites' zones and name store",
             metrics=lambda: name_store_metrics(names),
         )
 
-    def indexes(self, mode: FieldMode) -> list[Index]:
-        return layout.indexes(mode)
+    def collections(self) -> list[str]:
+        return [*super().collections(), SITES_COLLECTION]
 
     def shard_keys(self, mode: FieldMode) -> list[ShardKey]:
-        return layout.shard_keys(mode)
+        return [*layout.shard_keys(mode), hashed_id(SITES_COLLECTION)]
+
+    def indexes(self, mode: FieldMode) -> list[Index]:
+        return layout.indexes(mode)
 
     def key(self, event: Any) -> bytes:
         return hit_key(event[0], event[1])
@@ -112,11 +123,20 @@ class Hits(Kind[HitsSettings]):
         self, paths: Iterable[str], fmt: str, settings: Settings, s: HitsSettings, args: argparse.Namespace
     ) -> Iterator[Record]:
         return read_hits(
-            paths, fmt, self.decoder(settings, replace(s, format="event")), args.site, args.props
+            paths,
+            fmt,
+            self.decoder(settings, replace(s, format="event", lateness=0.0)),
+            args.site,
+            args.props,
         )
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         cli.add_queries(sub)
+
+    def add_commands(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        from pipeline.kinds.hits import admin
+
+        admin.add_commands(sub)
 
     def api_routes(self, settings: Settings) -> list[Route]:
         from pipeline.kinds.hits import api

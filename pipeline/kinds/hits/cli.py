@@ -15,17 +15,21 @@ from pipeline.kinds.hits.layout import hits_fields
 
 def cmd_query_hits(args: argparse.Namespace) -> int:
     """Zero-filled hit series of a site or page as a table, JSON, CSV and/or a PNG."""
-    from pipeline.kinds.hits.query import hits_series
+    from pipeline.kinds.hits.query import hits_series, instant
+    from pipeline.kinds.hits.site_config import site_config
     from pipeline.query.render import as_csv, as_json, as_table, plot_png, sparkline
 
     s = command_settings()
-    start, end = parse_time(args.start), parse_time(args.end)
-    if end < start:
-        print("--to is before --from", file=sys.stderr)
-        return 2
+    start, end = parse_time(args.start, local=True), parse_time(args.end, local=True)
+    zone = "UTC"
 
     async def run(db: Db) -> list[tuple[datetime, int]]:
-        return await hits_series(db, args.site, args.page, start, end, args.by, hits_fields(s.schema))
+        nonlocal zone
+        cal = (await site_config(db, args.site)).calendar
+        zone = cal.zone
+        if instant(end, cal) < instant(start, cal):
+            raise SystemExit("--to is before --from")
+        return await hits_series(db, args.site, args.page, start, end, args.by, hits_fields(s.schema), cal)
 
     series = on_db(s, run)
     if args.json:
@@ -36,8 +40,8 @@ def cmd_query_hits(args: argparse.Namespace) -> int:
         print(as_table(series))
         print(f"total {sum(n for _, n in series)}  " + sparkline([n for _, n in series]))
     if args.plot:
-        title = f"{args.site}{args.page or ' (all pages)'}: hits per {args.by} (UTC)"
-        print(f"plot written to {plot_png(series, Path(args.plot), title)}", file=sys.stderr)
+        title = f"{args.site}{args.page or ' (all pages)'}: hits per {args.by} ({zone})"
+        print(f"plot written to {plot_png(series, Path(args.plot), title, zone)}", file=sys.stderr)
     return 0
 
 
@@ -82,8 +86,13 @@ def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     qh = qsub.add_parser("hits", help="zero-filled hit series of a site or page")
     qh.add_argument("--site", required=True)
     qh.add_argument("--page", help="one page (default: all pages of the site)")
-    qh.add_argument("--from", dest="start", default="now-60m", help="ISO time or now-60m (default)")
-    qh.add_argument("--to", dest="end", default="now", help="ISO time or now (default)")
+    qh.add_argument(
+        "--from",
+        dest="start",
+        default="now-60m",
+        help="ISO date or time (without offset: the site's local time) or now-60m (default)",
+    )
+    qh.add_argument("--to", dest="end", default="now", help="ISO date or time, or now (default)")
     qh.add_argument("--by", choices=["minute", "hour", "day", "month"], default="minute")
     fmt = qh.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
@@ -94,10 +103,14 @@ def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     qp.add_argument("--site", required=True)
     qp.add_argument("--page", help="one page (default: all pages of the site)")
     qp.add_argument(
-        "--from", dest="start", type=date.fromisoformat, required=True, help="first UTC day, YYYY-MM-DD"
+        "--from",
+        dest="start",
+        type=date.fromisoformat,
+        required=True,
+        help="first day (the site's local calendar), YYYY-MM-DD",
     )
     qp.add_argument(
-        "--to", dest="end", type=date.fromisoformat, help="last UTC day, YYYY-MM-DD (default: --from)"
+        "--to", dest="end", type=date.fromisoformat, help="last local day, YYYY-MM-DD (default: --from)"
     )
     qp.add_argument("--name", help="one property (default: all)")
     qp.add_argument("--json", action="store_true")
@@ -105,10 +118,14 @@ def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     qt = qsub.add_parser("pages", help="the pages of a site with the most hits over a range of days")
     qt.add_argument("--site", required=True)
     qt.add_argument(
-        "--from", dest="start", type=date.fromisoformat, required=True, help="first UTC day, YYYY-MM-DD"
+        "--from",
+        dest="start",
+        type=date.fromisoformat,
+        required=True,
+        help="first day (the site's local calendar), YYYY-MM-DD",
     )
     qt.add_argument(
-        "--to", dest="end", type=date.fromisoformat, help="last UTC day, YYYY-MM-DD (default: --from)"
+        "--to", dest="end", type=date.fromisoformat, help="last local day, YYYY-MM-DD (default: --from)"
     )
     qt.add_argument("--limit", type=int, default=10, help="at most this many pages (0: all)")
     qt.add_argument("--json", action="store_true")

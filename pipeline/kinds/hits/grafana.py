@@ -56,8 +56,8 @@ def choose_by(start: datetime, end: datetime, interval_ms: int, max_points: int)
 
 
 def epoch_ms(t: datetime) -> int:
-    """A naive UTC bucket start as Unix milliseconds."""
-    return int(t.replace(tzinfo=UTC).timestamp() * 1000)
+    """A bucket start (aware, or naive UTC) as Unix milliseconds."""
+    return int((t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 @dataclass(frozen=True)

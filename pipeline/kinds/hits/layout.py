@@ -45,6 +45,8 @@ class DocFields:
 class DailyFields(DocFields):
     """Stored names of the daily hits document."""
 
+    start: str
+    zone: str
     hourly: str
     minute: str
     props: str

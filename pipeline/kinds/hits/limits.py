@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pipeline.serve.params import BadParam
@@ -22,8 +22,16 @@ MAX_PAGE_DAYS = 366
 MAX_PROP_DAYS = 93
 
 
+def _utc(t: Any) -> Any:
+    return t.replace(tzinfo=UTC) if isinstance(t, datetime) and t.tzinfo is None else t
+
+
 def check_span(name: str, first: Any, last: Any, longest: timedelta, unit: str) -> None:
-    """``last`` not before ``first``, and at most ``longest`` after it (else a 400 naming ``name``)."""
+    """``last`` not before ``first``, and at most ``longest`` after it (else a 400 naming ``name``).
+
+    A naive time (a site's wall clock) is compared as UTC: 14 hours either way do not matter here.
+    """
+    first, last = _utc(first), _utc(last)
     if last < first:
         raise BadParam("to", f"is before `from` ({last} < {first})")
     if last - first > longest:

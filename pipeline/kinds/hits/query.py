@@ -12,39 +12,72 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.core.calendar import EPOCH_ORDINAL, Calendar, dt_minute, zone_info
 from pipeline.kinds.hits.layout import HitsFields, hits_fields, site_filter
-from pipeline.query.series import Granularity, add_into, floor, next_bucket, zero_filled
+from pipeline.kinds.hits.site_config import site_config
+from pipeline.query.series import Granularity, next_bucket
 
 Series = list[tuple[datetime, int]]
+"""(bucket start as an aware local time with its offset, hits)."""
 
 
-def _items(doc: dict[str, Any], by: Granularity, fields: HitsFields) -> list[tuple[datetime, int]]:
-    if by in ("minute", "hour"):
-        f = fields.daily
-        day: datetime = doc[f.metadata][f.date]
-        if by == "hour":
-            return [(day + timedelta(hours=int(h)), int(n)) for h, n in doc.get(f.hourly, {}).items()]
-        return [
-            (day + timedelta(hours=int(h), minutes=int(m)), int(n))
-            for h, mins in doc.get(f.minute, {}).items()
-            for m, n in mins.items()
-        ]
-    fm = fields.monthly
-    month: datetime = doc[fm.metadata][fm.date]
+def instant(t: datetime, cal: Calendar) -> int:
+    """UTC minute of ``t``: an aware time as it is, a naive one as the site's wall-clock time."""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=zone_info(cal.zone_of_day(t.date().toordinal())))
+    return dt_minute(t)
+
+
+def local_days(start: datetime, end: datetime, cal: Calendar) -> tuple[int, int, int, int]:
+    """(first, last UTC minute; first, last local day ordinal) of a range."""
+    lo, hi = instant(start, cal), instant(end, cal)
+    return lo, hi, cal.day_of(lo)[0], cal.day_of(hi)[0]
+
+
+def _day_dt(ordinal: int) -> datetime:
+    d = date.fromordinal(ordinal)
+    return datetime(d.year, d.month, d.day)
+
+
+def _doc_start(doc: dict[str, Any], fields: HitsFields) -> int:
+    """UTC minute a daily document's day starts at (a UTC day when it records none)."""
+    meta = doc[fields.daily.metadata]
+    start = meta.get(fields.daily.start)
+    if isinstance(start, datetime):
+        return dt_minute(start)
+    day: datetime = meta[fields.daily.date]
+    return (day.date().toordinal() - EPOCH_ORDINAL) * 1440
+
+
+def _buckets(by: Granularity, lo: int, hi: int, d0: int, d1: int, cal: Calendar) -> list[int]:
+    """Bucket keys in order: UTC minutes (minute, hour) or local day ordinals (day, month)."""
+    if by == "minute":
+        return list(range(lo, hi + 1))
+    if by == "hour":
+        out = []
+        for d in range(d0, d1 + 1):
+            s, e = cal.start(d), cal.end(d)
+            out += [b for b in range(s, e, 60) if b + 60 > lo and b <= hi]
+        return out
     if by == "day":
-        return [(month.replace(day=int(d)), int(n)) for d, n in doc.get(fm.daily, {}).items()]
-    return [(month, int(doc.get(fm.total, 0)))]
+        return list(range(d0, d1 + 1))
+    months = []
+    m = date.fromordinal(d0).replace(day=1)
+    while m.toordinal() <= d1:
+        months.append(m.toordinal())
+        m = next_bucket(datetime(m.year, m.month, 1), "month").date()
+    return months
 
 
 def series_query(
-    site: str, page: str | None, start: datetime, end: datetime, by: Granularity, fields: HitsFields
+    site: str, page: str | None, d0: int, d1: int, by: Granularity, fields: HitsFields
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Collection, filter and projection of the one read a series needs."""
+    """Collection, filter and projection of the one read a series needs (local days d0..d1)."""
     daily = by in ("minute", "hour")
     f = fields.daily if daily else fields.monthly
-    lo, hi = (
-        (floor(start, "day"), floor(end, "day")) if daily else (floor(start, "month"), floor(end, "month"))
-    )
+    lo, hi = _day_dt(d0), _day_dt(d1)
+    if not daily:
+        lo, hi = lo.replace(day=1), hi.replace(day=1)
     flt = site_filter(f, site, page, lo, hi)
     counter = {
         "minute": fields.daily.minute,
@@ -52,7 +85,31 @@ def series_query(
         "day": fields.monthly.daily,
         "month": fields.monthly.total,
     }[by]
-    return f.collection, flt, {f"{f.metadata}.{f.date}": 1, counter: 1, "_id": 0}
+    proj = {f"{f.metadata}.{f.date}": 1, counter: 1, "_id": 0}
+    if daily:
+        proj[f"{f.metadata}.{fields.daily.start}"] = 1
+    return f.collection, flt, proj
+
+
+def _items(doc: dict[str, Any], by: Granularity, fields: HitsFields) -> list[tuple[int, int]]:
+    """(bucket key, count) of one document."""
+    if by in ("minute", "hour"):
+        f = fields.daily
+        start = _doc_start(doc, fields)
+        if by == "hour":
+            return [(start + 60 * int(h), int(n)) for h, n in doc.get(f.hourly, {}).items()]
+        return [
+            (start + 60 * int(h) + int(m), int(n))
+            for h, mins in doc.get(f.minute, {}).items()
+            for m, n in mins.items()
+        ]
+    fm = fields.monthly
+    month: datetime = doc[fm.metadata][fm.date]
+    if by == "day":
+        return [
+            (month.date().replace(day=int(d)).toordinal(), int(n)) for d, n in doc.get(fm.daily, {}).items()
+        ]
+    return [(month.date().toordinal(), int(doc.get(fm.total, 0)))]
 
 
 async def hits_series(
@@ -63,14 +120,26 @@ async def hits_series(
     end: datetime,
     by: Granularity,
     fields: HitsFields | None = None,
+    calendar: Calendar | None = None,
 ) -> Series:
-    """Zero-filled hit counts of a page (or of all pages of a site) per bucket in [start, end]."""
+    """Zero-filled hit counts of a page (or of all pages of a site) per bucket in [start, end].
+
+    Buckets are the site's local minutes, hours, days and months (its zone's, DST
+    included); a naive ``start``/``end`` is the site's wall-clock time, an aware one an
+    instant. Each bucket is labelled with its local start and offset.
+    """
     fields = fields or hits_fields()
-    coll, flt, proj = series_query(site, page, start, end, by, fields)
-    acc: dict[datetime, int] = {}
+    cal = calendar or (await site_config(db, site)).calendar
+    lo, hi, d0, d1 = local_days(start, end, cal)
+    coll, flt, proj = series_query(site, page, d0, d1, by, fields)
+    acc: dict[int, int] = {}
     async for doc in db[coll].find(flt, proj):
-        add_into(acc, _items(doc, by, fields))
-    return zero_filled(start, end, by, acc)
+        for b, n in _items(doc, by, fields):
+            acc[b] = acc.get(b, 0) + n
+    keys = _buckets(by, lo, hi, d0, d1, cal)
+    if by in ("minute", "hour"):
+        return [(cal.at(b), acc.get(b, 0)) for b in keys]
+    return [(cal.day_start(date.fromordinal(b)), acc.get(b, 0)) for b in keys]
 
 
 async def top_pages(
@@ -81,7 +150,7 @@ async def top_pages(
     limit: int = 10,
     fields: HitsFields | None = None,
 ) -> list[tuple[str, int]]:
-    """The pages of ``site`` with the most hits from ``first`` to ``last`` (UTC days, inclusive).
+    """The pages of ``site`` with the most hits from ``first`` to ``last`` (its local days, inclusive).
 
     One indexed read of the site's monthly documents (the (site, page, date) index,
     its site prefix): a page costs one document per month of the range, of at most 31

@@ -46,3 +46,10 @@ class HitsSettings(StreamSettings):
     #: ``props_max_values`` (with the defaults: 5,331 values in compact mode, 201 in
     #: readable mode with 128-byte values; see ``pipeline/kinds/hits/budget.py``).
     props_max_doc_bytes: int = 8_000_000
+    #: Days the minute counters (the real-time chart) and the hourly counters of the daily
+    #: documents are kept; 0: forever. Daily and monthly counts are kept forever.
+    #: ``preagg retention run`` prunes past them; ``preagg sites set-retention`` overrides
+    #: them per site. Minutes are most of a daily document's bytes (docs/calendar.md):
+    #: a shorter tier is a smaller collection, a longer one a real-time chart further back.
+    retention_minute_days: int = 30
+    retention_hour_days: int = 400

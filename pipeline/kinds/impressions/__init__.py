@@ -26,7 +26,9 @@ class Impressions(Kind[ImpressionsSettings]):
     about = "impressions: JSON lines {user, item, ts}"
 
     def decoder(self, settings: Settings, s: ImpressionsSettings) -> ImpressionDecoder:
-        return ImpressionDecoder(settings.max_event_bytes, settings.future_skew, fmt=self.input_format(s))
+        d = ImpressionDecoder(settings.max_event_bytes, settings.future_skew, fmt=self.input_format(s))
+        d.lateness = s.lateness
+        return d
 
     def stream(self, ctx: StreamContext, s: ImpressionsSettings) -> Stream:
         decoder, fields = self.decoder(ctx.settings, s), layout.impression_fields(ctx.mode)

@@ -31,7 +31,9 @@ class Listens(Kind[ListensSettings]):
     about = "listens: JSON lines {user, tag, song, ts}, or Last.fm user_taggedartists.dat"
 
     def decoder(self, settings: Settings, s: ListensSettings) -> ListenDecoder:
-        return ListenDecoder(settings.max_event_bytes, settings.future_skew, fmt=self.input_format(s))
+        d = ListenDecoder(settings.max_event_bytes, settings.future_skew, fmt=self.input_format(s))
+        d.lateness = s.lateness
+        return d
 
     def stream(self, ctx: StreamContext, s: ListensSettings) -> Stream:
         decoder = self.decoder(ctx.settings, s)

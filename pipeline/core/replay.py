@@ -1,0 +1,42 @@
+"""Re-sent dead letters: the wrapper ``preagg deadletters replay`` puts around an event (pure).
+
+A replayed event goes back to its topic as one JSON line::
+
+    {"preagg_replay": "late", "raw": "<the event as it first came>"}   # or "raw_b64"
+
+Decoders unwrap it and decode the original as usual, except for the check its
+reason names: an operator who replays ``late`` events has decided they belong, so
+the lateness horizon does not refuse them again (every other check still runs).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import orjson
+
+from pipeline.core.rejection import Rejection
+
+PREFIX = b'{"preagg_replay":'
+
+
+def wrap(reason: str, record: dict[str, object]) -> bytes:
+    """The wrapper of a dead-letter record (its ``raw`` or ``raw_b64`` as it was)."""
+    out: dict[str, object] = {"preagg_replay": reason}
+    if "raw_b64" in record:
+        out["raw_b64"] = record["raw_b64"]
+    else:
+        out["raw"] = record["raw"]
+    return orjson.dumps(out)
+
+
+def unwrap(raw: bytes) -> tuple[str, bytes] | Rejection:
+    """(reason, original event) of a wrapper, or why it is not one."""
+    try:
+        obj = orjson.loads(raw)
+        reason = obj["preagg_replay"]
+        inner = base64.b64decode(obj["raw_b64"], validate=True) if "raw_b64" in obj else obj["raw"].encode()
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, binascii.Error):
+        return Rejection("schema", "a preagg_replay wrapper without its raw event", raw)
+    return str(reason), inner

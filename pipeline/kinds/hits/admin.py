@@ -1,0 +1,171 @@
+"""``preagg sites`` (zones, retention overrides) and ``preagg retention run``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import date
+from typing import Any
+
+from pipeline.cli_common import Db, command_settings, on_db
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.retention import Tiers
+from pipeline.settings import Settings
+
+
+def _tiers(s: Settings) -> Tiers:
+    from pipeline.kinds.hits import KIND
+
+    hs = s.of(KIND)
+    return Tiers(hs.retention_minute_days, hs.retention_hour_days)
+
+
+def cmd_sites(args: argparse.Namespace) -> int:
+    """List every site (with hits or settings): its zone, its zone changes, its retention."""
+    from pipeline.kinds.hits.query import known_sites
+    from pipeline.kinds.hits.retention import site_tiers
+    from pipeline.kinds.hits.site_config import SiteConfig, load
+
+    s = command_settings()
+    default = _tiers(s)
+
+    async def run(db: Db) -> list[dict[str, Any]]:
+        configs = await load(db)
+        names = sorted(set(await known_sites(db, hits_fields(s.schema))) | set(configs))
+        rows = []
+        for name in names:
+            c = configs.get(name) or SiteConfig(name)
+            t = site_tiers(default, c.minute_days, c.hour_days)
+            rows.append(
+                {
+                    "site": name,
+                    "zone": c.zone,
+                    "zones": [
+                        {"since": ch.since.isoformat() if ch.since else None, "zone": ch.zone}
+                        for ch in c.changes
+                    ],
+                    "minute_days": t.minute_days,
+                    "hour_days": t.hour_days,
+                }
+            )
+        return rows
+
+    rows = on_db(s, run)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    width = max([len(r["site"]) for r in rows] + [4])
+    print(f"{'site':<{width}}  {'zone':<22}  minutes  hours  zone history")
+    for r in rows:
+        history = ", ".join(f"{z['zone']} from {z['since']}" for z in r["zones"] if z["since"])
+        keep = [("forever" if r[k] == 0 else f"{r[k]} d") for k in ("minute_days", "hour_days")]
+        print(f"{r['site']:<{width}}  {r['zone']:<22}  {keep[0]:>7}  {keep[1]:>5}  {history}")
+    return 0
+
+
+def cmd_set_zone(args: argparse.Namespace) -> int:
+    """Give a site a time zone, from the beginning (a site without hits) or from a local date on."""
+    from pipeline.kinds.hits.site_config import (
+        SiteConfigError,
+        has_hits,
+        plan_zone_change,
+        save_zones,
+        site_config,
+    )
+
+    s = command_settings()
+    f = hits_fields(s.schema).monthly
+
+    async def run(db: Db) -> str:
+        current = await site_config(db, args.site)
+        hits = await has_hits(db, f.collection, f"{f.metadata}.{f.site}", args.site)
+        changes = plan_zone_change(current, args.zone, args.since, hits, time.time(), s.future_skew)
+        await save_zones(db, current, changes)
+        if args.since is None:
+            return f"{args.site}: {args.zone}"
+        return f"{args.site}: {args.zone} from {args.since} (earlier days keep {current.zone})"
+
+    try:
+        print(on_db(s, run, primary_reads=True))
+    except SiteConfigError as exc:
+        print(f"preagg sites set-zone: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_set_retention(args: argparse.Namespace) -> int:
+    """Override (or with 0 restore) the retention of a site's minute and hourly counters."""
+    from pipeline.kinds.hits.site_config import SiteConfigError, save_retention
+
+    s = command_settings()
+    if args.minutes is None and args.hours is None:
+        print("preagg sites set-retention: give --minutes and/or --hours", file=sys.stderr)
+        return 2
+
+    async def run(db: Db) -> None:
+        await save_retention(db, args.site, args.minutes, args.hours)
+
+    try:
+        on_db(s, run, primary_reads=True)
+    except SiteConfigError as exc:
+        print(f"preagg sites set-retention: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.site}: retention set (preagg sites lists it)")
+    return 0
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    """Prune minute and hourly counters past their tiers (``--dry-run``: count only)."""
+    from pipeline.kinds.hits.retention import utc_today
+    from pipeline.kinds.hits.retention_run import Pruned, run_retention
+
+    s = command_settings()
+    default = _tiers(s)
+    today = args.today or utc_today()
+
+    async def run(db: Db) -> list[Pruned]:
+        return await run_retention(db, hits_fields(s.schema), default, today, args.dry_run)
+
+    t0 = time.monotonic()
+    done = on_db(s, run, primary_reads=True)
+    verb = "would prune" if args.dry_run else "pruned"
+    for p in done:
+        print(f"{verb} {p.what}: {p.documents} daily documents")
+    if not done:
+        print("nothing to prune: every tier is forever (0)")
+    print(f"{len(done)} statements in {time.monotonic() - t0:.2f} s")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``preagg sites ...`` and ``preagg retention run``."""
+    sp = sub.add_parser("sites", help="sites: their time zones and retention (set-zone, set-retention)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_sites)
+    ssub = sp.add_subparsers(dest="action")
+    z = ssub.add_parser(
+        "set-zone", help="a site's IANA time zone, from the beginning or from a local date on"
+    )
+    z.add_argument("site")
+    z.add_argument("zone", help="IANA name: Europe/Berlin, America/New_York, Asia/Kolkata, UTC...")
+    z.add_argument(
+        "--from",
+        dest="since",
+        type=date.fromisoformat,
+        help="first local day in the new zone, YYYY-MM-DD (needed once the site has hits; "
+        "earlier days keep their zone)",
+    )
+    z.set_defaults(func=cmd_set_zone)
+    r = ssub.add_parser("set-retention", help="a site's own retention of minute and hourly counters")
+    r.add_argument("site")
+    r.add_argument("--minutes", type=int, help="days of minute counters (0: the deployment's)")
+    r.add_argument("--hours", type=int, help="days of hourly counters (0: the deployment's)")
+    r.set_defaults(func=cmd_set_retention)
+    rp = sub.add_parser("retention", help="prune minute and hourly counters past their retention")
+    rsub = rp.add_subparsers(dest="action", required=True)
+    run = rsub.add_parser("run", help="prune now (a few update_many statements, safe while workers run)")
+    run.add_argument("--dry-run", action="store_true", help="count what would be pruned, change nothing")
+    run.add_argument("--today", type=date.fromisoformat, help=argparse.SUPPRESS)
+    run.set_defaults(func=cmd_retention)

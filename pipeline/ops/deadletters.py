@@ -1,0 +1,169 @@
+"""``preagg deadletters show|replay``: read the dead-letter topic, re-send what the operator decides belongs.
+
+Replay sends each chosen dead letter back to the topic it came from inside a small
+wrapper (:mod:`pipeline.core.replay`): workers decode the original and, for a ``late``
+one, skip the lateness horizon that refused it. Each replay remembers how far it read
+per dead-letter partition (in ``preagg_meta``) and starts there next time, so replaying
+twice does not count an event twice; ``--since`` only narrows what a run sends.
+A run killed between its sends and that record sends its last events again next time:
+the log says so, and how many.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pymongo.asynchronous.database import AsyncDatabase
+
+from pipeline.core.replay import wrap
+from pipeline.producer import EventProducer
+from pipeline.security import kafka_client_kwargs
+from pipeline.settings import Settings
+from pipeline.store.meta import META_COLLECTION
+
+log = logging.getLogger("preagg.deadletters")
+
+#: Seconds without a new record after which a partition whose end is unknown counts as read.
+IDLE_SECONDS = 10.0
+
+
+@dataclass
+class Replay:
+    """What one run read and sent."""
+
+    read: int = 0
+    by_reason: Counter[str] = field(default_factory=Counter)
+    sent: Counter[str] = field(default_factory=Counter)
+    positions: dict[int, int] = field(default_factory=dict)
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def progress_id(dlq: str, reason: str) -> str:
+    """``preagg_meta`` ``_id`` of a reason's replay progress on a dead-letter topic."""
+    return f"replay/{dlq}/{reason}"
+
+
+async def load_progress(db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str) -> dict[int, int]:
+    """Next offset to read per dead-letter partition, as the last replay of ``reason`` left it."""
+    doc = await db[META_COLLECTION].find_one({"_id": progress_id(dlq, reason)})
+    return {int(p): int(n) for p, n in ((doc or {}).get("next") or {}).items()}
+
+
+async def save_progress(
+    db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str, positions: dict[int, int]
+) -> None:
+    """Record how far this replay read."""
+    await db[META_COLLECTION].update_one(
+        {"_id": progress_id(dlq, reason)},
+        {"$set": {f"next.{p}": n for p, n in positions.items()}},
+        upsert=True,
+    )
+
+
+async def read_dead_letters(
+    settings: Settings, start: dict[int, int], timeout: float = 120.0
+) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """Every dead letter from ``start`` (per partition; else the beginning) to the topic's end."""
+    dlq = settings.deadletter_topic
+    c = AIOKafkaConsumer(
+        **kafka_client_kwargs(settings),
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+    )
+    await c.start()
+    records: list[dict[str, Any]] = []
+    positions: dict[int, int] = {}
+    try:
+        parts = c.partitions_for_topic(dlq)
+        if parts is None:
+            await c._client.force_metadata_update()
+            parts = c.partitions_for_topic(dlq) or set()
+        tps = [TopicPartition(dlq, p) for p in sorted(parts)]
+        if not tps:
+            return [], {}
+        c.assign(tps)
+        for tp in tps:
+            if tp.partition in start:
+                c.seek(tp, start[tp.partition])
+            else:
+                await c.seek_to_beginning(tp)
+        done: set[TopicPartition] = set()
+        deadline, idle_since = time.monotonic() + timeout, time.monotonic()
+        while len(done) < len(tps) and time.monotonic() < deadline:
+            got = await c.getmany(timeout_ms=500, max_records=5000)
+            if got:
+                idle_since = time.monotonic()
+            for tp, recs in got.items():
+                for r in recs:
+                    try:
+                        rec = orjson.loads(r.value or b"")
+                    except orjson.JSONDecodeError:
+                        log.warning(
+                            "%s[%d]@%d is not a dead letter (not JSON): skipped", dlq, tp.partition, r.offset
+                        )
+                        continue
+                    rec["_partition"], rec["_offset"] = tp.partition, r.offset
+                    records.append(rec)
+            for tp in tps:
+                hw = c.highwater(tp)
+                pos = await c.position(tp)
+                positions[tp.partition] = pos
+                if (hw is not None and pos >= hw) or time.monotonic() - idle_since > IDLE_SECONDS:
+                    done.add(tp)
+        if len(done) < len(tps):
+            log.warning("stopped reading %s after %.0f s: the next run goes on from here", dlq, timeout)
+    finally:
+        await c.stop()
+    return records, positions
+
+
+def chosen(rec: dict[str, Any], reason: str, since: float | None, topic: str | None) -> bool:
+    """Whether a dead letter is one to replay: its reason, dead-lettered since ``since``, its topic."""
+    if rec.get("reason") != reason:
+        return False
+    if since is not None and float(rec.get("at") or 0) < since:
+        return False
+    return topic is None or rec.get("topic") == topic
+
+
+async def replay(
+    settings: Settings,
+    db: AsyncDatabase[dict[str, Any]],
+    reason: str,
+    since: float | None = None,
+    topic: str | None = None,
+    dry_run: bool = False,
+) -> Replay:
+    """Send the dead letters of ``reason`` (not yet replayed) back to their topics."""
+    dlq = settings.deadletter_topic
+    start = await load_progress(db, dlq, reason)
+    records, positions = await read_dead_letters(settings, start)
+    out = Replay(read=len(records), positions=positions)
+    picked: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        out.by_reason[str(rec.get("reason"))] += 1
+        if chosen(rec, reason, since, topic):
+            picked.setdefault(str(rec["topic"]), []).append(rec)
+    if dry_run:
+        for t, recs in picked.items():
+            out.sent[t] = len(recs)
+            out.examples += recs[: max(0, 5 - len(out.examples))]
+        return out
+    for t, recs in picked.items():
+        async with EventProducer(settings, t, pack_size=1) as p:
+            for rec in recs:
+                await p.send_raw(wrap(reason, rec), None)
+        out.sent[t] = len(recs)
+        log.info("replayed %d %s dead letters to %s", len(recs), reason, t)
+    if positions:
+        await asyncio.shield(save_progress(db, dlq, reason, positions))
+    return out
