@@ -21,7 +21,6 @@ from pipeline.kinds.hits.budget import values_per_name
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
-from pipeline.kinds.hits.retention import Tiers
 from pipeline.kinds.hits.settings import HitsSettings
 from pipeline.kinds.hits.site_config import COLLECTION as SITES_COLLECTION
 from pipeline.kinds.hits.site_config import SiteConfigs
@@ -85,7 +84,7 @@ class Hits(Kind[HitsSettings]):
         prop_keys = PropKeys(names, ctx.mode)
         decoder, fields = self.decoder(ctx.settings, s), layout.hits_fields(ctx.mode)
 
-        sites = SiteConfigs(ctx.db, Tiers(s.retention_minute_days, s.retention_hour_days))
+        sites = SiteConfigs(ctx.db)
 
         async def before_plan(agg: HitCounts) -> None:
             await sites.refresh()  # the zones and tiers this flush plans with

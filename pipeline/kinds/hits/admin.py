@@ -12,6 +12,7 @@ from typing import Any
 from pipeline.cli_common import Db, command_settings, on_db
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.retention import Tiers
+from pipeline.kinds.hits.retention_run import SETTLE_SECONDS
 from pipeline.settings import Settings
 
 
@@ -126,7 +127,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
     today = args.today or utc_today()
 
     async def run(db: Db) -> list[Pruned]:
-        return await run_retention(db, hits_fields(s.schema), default, today, args.dry_run)
+        return await run_retention(db, hits_fields(s.schema), default, today, args.dry_run, args.settle)
 
     t0 = time.monotonic()
     done = on_db(s, run, primary_reads=True)
@@ -168,4 +169,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     run = rsub.add_parser("run", help="prune now (a few update_many statements, safe while workers run)")
     run.add_argument("--dry-run", action="store_true", help="count what would be pruned, change nothing")
     run.add_argument("--today", type=date.fromisoformat, help=argparse.SUPPRESS)
+    run.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE_SECONDS,
+        help=f"seconds between recording the cutoffs and pruning, for workers to read them "
+        f"(default {SETTLE_SECONDS:g})",
+    )
     run.set_defaults(func=cmd_retention)

@@ -14,8 +14,7 @@ its retention tier are not written (:mod:`pipeline.kinds.hits.retention`).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Protocol
 
@@ -25,7 +24,7 @@ from pipeline.core.times import minute_of
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import HitsFields, daily_id, monthly_id
-from pipeline.kinds.hits.retention import Retention, Tiers, utc_today
+from pipeline.kinds.hits.retention import NOTHING_PRUNED, Pruned
 
 Key = tuple[str, str, int]
 """(site, page, minute since the epoch, UTC)."""
@@ -40,15 +39,13 @@ they land in the right local day (every zone's midnight is on a quarter hour).""
 PropCounts = dict[SlotKey, dict[tuple[str, str], int]]
 """Per (site, page, quarter hour), hits per property (name, value)."""
 
-KEEP_ALL = Retention(Tiers(0, 0), {})
-
 
 class Calendars(Protocol):
     """Each site's local calendar and retention (:class:`pipeline.kinds.hits.site_config.SiteConfigs`)."""
 
     def calendar(self, site: str) -> Calendar: ...
 
-    def retention(self) -> Retention: ...
+    def retention(self) -> Pruned: ...
 
 
 class UtcCalendars:
@@ -57,8 +54,8 @@ class UtcCalendars:
     def calendar(self, site: str) -> Calendar:
         return UTC_CALENDAR
 
-    def retention(self) -> Retention:
-        return KEEP_ALL
+    def retention(self) -> Pruned:
+        return NOTHING_PRUNED
 
 
 UTC_SITES = UtcCalendars()
@@ -79,7 +76,6 @@ class HitCounts:
 
     __slots__ = (
         "calendars",
-        "clock",
         "counts",
         "days",
         "decoder",
@@ -95,13 +91,11 @@ class HitCounts:
         fields: HitsFields,
         prop_keys: PropKeySource | None = None,
         calendars: Calendars = UTC_SITES,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.decoder = decoder
         self.fields = fields
         self.prop_keys = prop_keys
         self.calendars = calendars
-        self.clock = clock
         self.counts: dict[Key, int] = {}
         self.props: PropCounts = {}
         self.props_pending = 0
@@ -157,14 +151,7 @@ class HitCounts:
         """The upserts that add this window's counts to MongoDB."""
         if self.props and self.prop_keys is None:
             raise RuntimeError("hits with properties need a name store (prop_keys)")
-        return plan_hits(
-            self.counts,
-            self.fields,
-            self.props,
-            self.prop_keys,
-            self.calendars,
-            utc_today(minute_dt(int(self.clock() // 60))).toordinal(),
-        )
+        return plan_hits(self.counts, self.fields, self.props, self.prop_keys, self.calendars)
 
 
 def plan_hits(
@@ -173,12 +160,11 @@ def plan_hits(
     props: Mapping[SlotKey, Mapping[tuple[str, str], int]] | None = None,
     prop_keys: PropKeySource | None = None,
     calendars: Calendars = UTC_SITES,
-    today: int = 0,
 ) -> list[DocUpdate]:
     """Group minute counts into one upsert per daily and per monthly document.
 
-    Each site's minutes go to its local days (``calendars``); a day past a retention
-    tier as of ``today`` (a UTC date ordinal) gets no counters of that tier. Property
+    Each site's minutes go to its local days (``calendars``); a day a retention run has
+    pruned (or is about to) gets no counters of that tier. Property
     counts go to the daily documents (which every counted hit touches).
     """
     fd, fm = fields.daily, fields.monthly
@@ -213,7 +199,7 @@ def plan_hits(
         upd.add(fd.total, n)
         keep = keeps.get((site, ordinal))
         if keep is None:
-            keep = keeps[site, ordinal] = retention.keeps(site, ordinal, today) if today else (True, True)
+            keep = keeps[site, ordinal] = retention.keeps(site, ordinal)
         if keep[1]:
             upd.add(f"{fd.hourly}.{hour}", n)
         if keep[0]:

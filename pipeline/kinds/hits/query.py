@@ -126,7 +126,8 @@ async def hits_series(
 
     Buckets are the site's local minutes, hours, days and months (its zone's, DST
     included); a naive ``start``/``end`` is the site's wall-clock time, an aware one an
-    instant. Each bucket is labelled with its local start and offset.
+    instant. Each bucket is labelled with its local start: an aware time with the
+    site's offset, or a naive UTC time for a site in UTC (as before zones existed).
     """
     fields = fields or hits_fields()
     cal = calendar or (await site_config(db, site)).calendar
@@ -138,8 +139,12 @@ async def hits_series(
             acc[b] = acc.get(b, 0) + n
     keys = _buckets(by, lo, hi, d0, d1, cal)
     if by in ("minute", "hour"):
-        return [(cal.at(b), acc.get(b, 0)) for b in keys]
-    return [(cal.day_start(date.fromordinal(b)), acc.get(b, 0)) for b in keys]
+        out = [(cal.at(b), acc.get(b, 0)) for b in keys]
+    else:
+        out = [(cal.day_start(date.fromordinal(b)), acc.get(b, 0)) for b in keys]
+    if cal.utc:  # a site in UTC answers naive UTC times, as it always has
+        return [(t.replace(tzinfo=None), n) for t, n in out]
+    return out
 
 
 async def top_pages(

@@ -3,10 +3,13 @@
 Pruning removes a whole counter field (``minute``, then ``hourly``) from the daily
 documents of days past their tier; totals, properties and monthly documents stay.
 The tiers count whole UTC days back from today: a day is pruned when its date is
-older than ``today - N``. Workers drop the counters of a tier one day *earlier*
-(:meth:`Retention.keeps`), so a late event never writes a minute into a day that a
-retention run, at whatever moment, may have pruned: it still counts in its hour,
-day and month.
+older than ``today - N``.
+
+A run first records its cutoffs (:class:`Pruned`, in ``preagg_meta``), waits for the
+workers to read them, then prunes. Workers write no counter of a tier into a day up
+to its recorded cutoff (:meth:`Pruned.keeps`: one day of margin), so a late event
+never recreates a pruned minute: it still counts in its hour, day and month. Until a
+first run, nothing is dropped: a backfill of old logs keeps every counter.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class Tiers:
 
 @dataclass(frozen=True)
 class Retention:
-    """The deployment's tiers and the per-site overrides, as of one moment."""
+    """The deployment's tiers and the per-site overrides: what a run prunes."""
 
     default: Tiers
     overrides: Mapping[str, Tiers]
@@ -38,15 +41,60 @@ class Retention:
         """The site's tiers."""
         return self.overrides.get(site, self.default)
 
-    def keeps(self, site: str, day_ordinal: int, today: int) -> tuple[bool, bool]:
-        """Whether a worker may write (minute, hourly) counters of the site's local day now.
 
-        One day of margin before the run's cutoff (see the module's docstring).
+#: Key of the sites on the deployment's tiers in :class:`Pruned`.
+ALL = "*"
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """Per tier, the cutoff of the last run (a UTC date ordinal: days before it are pruned).
+
+    Keyed by site for the sites with overrides, :data:`ALL` for the others.
+    """
+
+    minute: Mapping[str, int]
+    hour: Mapping[str, int]
+
+    def keeps(self, site: str, day_ordinal: int) -> tuple[bool, bool]:
+        """Whether a worker may write (minute, hourly) counters of the site's local day.
+
+        Not up to the cutoff itself: the margin covers a day pruned by the next run
+        while a worker still holds the previous cutoffs.
         """
-        t = self.tiers(site)
-        minute = t.minute_days == 0 or day_ordinal > today - t.minute_days
-        hour = t.hour_days == 0 or day_ordinal > today - t.hour_days
-        return minute and hour, hour
+        m = self.minute.get(site, self.minute.get(ALL))
+        h = self.hour.get(site, self.hour.get(ALL))
+        hour = h is None or day_ordinal > h
+        return hour and (m is None or day_ordinal > m), hour
+
+    def as_doc(self) -> dict[str, Any]:
+        """How ``preagg_meta`` stores it (site names are values: a dot in one is no path)."""
+        return {
+            "minute": [{"site": k, "before": _midnight(date.fromordinal(v))} for k, v in self.minute.items()],
+            "hour": [{"site": k, "before": _midnight(date.fromordinal(v))} for k, v in self.hour.items()],
+        }
+
+    @classmethod
+    def of_doc(cls, doc: Mapping[str, Any] | None) -> Pruned:
+        """The stored cutoffs (none before a first run)."""
+        doc = doc or {}
+        return cls(
+            {str(e["site"]): e["before"].date().toordinal() for e in doc.get("minute") or []},
+            {str(e["site"]): e["before"].date().toordinal() for e in doc.get("hour") or []},
+        )
+
+
+NOTHING_PRUNED = Pruned({}, {})
+
+
+def cutoffs(retention: Retention, today: date) -> Pruned:
+    """The cutoffs a run at ``today`` prunes before (a tier of 0 has none)."""
+    out: dict[str, dict[str, int]] = {"minute": {}, "hour": {}}
+    for key, t in [(ALL, retention.default), *retention.overrides.items()]:
+        for tier, days in (("minute", t.minute_days), ("hour", t.hour_days)):
+            if days:
+                out[tier][key] = (today - timedelta(days=days)).toordinal()
+    return Pruned(out["minute"], out["hour"])
 
 
 def site_tiers(default: Tiers, minute_days: int | None, hour_days: int | None) -> Tiers:

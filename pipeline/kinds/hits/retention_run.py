@@ -2,14 +2,17 @@
 
 Each statement unsets one counter field (``minute`` or ``hourly``) of the daily
 documents older than a tier, on the (site, date) index. It is safe while workers
-write: an update of one document is atomic, workers write no counter of a tier into a
-day at its edge (:meth:`pipeline.kinds.hits.retention.Retention.keeps`), and a
-pruned field is not recreated. Outside a transaction on purpose: a run may touch
-millions of documents; a run cut short is finished by the next.
+write: the run records its cutoffs first and waits until every worker has read them
+(:data:`pipeline.kinds.hits.site_config.REFRESH_SECONDS`, twice); from then on no
+worker writes a counter of a tier into a day up to its cutoff
+(:meth:`pipeline.kinds.hits.retention.Pruned.keeps`), so a pruned field is not
+recreated, and an update of one document is atomic. Outside a transaction on purpose:
+a run may touch millions of documents; a run cut short is finished by the next.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -17,8 +20,11 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.kinds.hits.layout import HitsFields
-from pipeline.kinds.hits.retention import Tiers, prunes
-from pipeline.kinds.hits.site_config import load, retention_of
+from pipeline.kinds.hits.retention import Tiers, cutoffs, prunes
+from pipeline.kinds.hits.site_config import REFRESH_SECONDS, load, retention_of, save_pruned
+
+#: Seconds between recording the cutoffs and pruning: every worker re-reads them meanwhile.
+SETTLE_SECONDS = 2 * REFRESH_SECONDS
 
 
 @dataclass(frozen=True)
@@ -30,13 +36,22 @@ class Pruned:
 
 
 async def run_retention(
-    db: AsyncDatabase[dict[str, Any]], fields: HitsFields, default: Tiers, today: date, dry_run: bool = False
+    db: AsyncDatabase[dict[str, Any]],
+    fields: HitsFields,
+    default: Tiers,
+    today: date,
+    dry_run: bool = False,
+    settle: float = SETTLE_SECONDS,
 ) -> list[Pruned]:
     """Prune (or with ``dry_run`` count) the daily documents' counters past their tiers."""
     retention = retention_of(default, (await load(db)).values())
     coll = db[fields.daily.collection]
+    statements = prunes(fields.daily, retention, today)
+    if statements and not dry_run:
+        await save_pruned(db, cutoffs(retention, today))
+        await asyncio.sleep(settle)
     out = []
-    for p in prunes(fields.daily, retention, today):
+    for p in statements:
         if dry_run:
             n = await coll.count_documents(p.filter)
         else:

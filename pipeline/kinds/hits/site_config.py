@@ -24,10 +24,13 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import UTC_CALENDAR, Calendar, ZoneChange, ZoneError, check_zone, minute_dt
-from pipeline.kinds.hits.retention import Retention, Tiers, site_tiers
+from pipeline.kinds.hits.retention import NOTHING_PRUNED, Pruned, Retention, Tiers, site_tiers
+from pipeline.store.meta import META_COLLECTION
 from pipeline.store.reads import find_in
 
 COLLECTION = "hits_sites"
+#: ``preagg_meta`` ``_id`` of the last retention run's cutoffs.
+PRUNED_ID = "hits_retention"
 #: Seconds a worker keeps the sites' settings before reading them again.
 REFRESH_SECONDS = 10.0
 #: Least notice of a zone change on a site with hits, whatever the future skew.
@@ -185,6 +188,16 @@ async def save_retention(
         await db[COLLECTION].update_one({"_id": site}, update, upsert=True)
 
 
+async def load_pruned(db: AsyncDatabase[dict[str, Any]]) -> Pruned:
+    """The cutoffs the last ``preagg retention run`` recorded."""
+    return Pruned.of_doc(await db[META_COLLECTION].find_one({"_id": PRUNED_ID}))
+
+
+async def save_pruned(db: AsyncDatabase[dict[str, Any]], pruned: Pruned) -> None:
+    """Record a run's cutoffs before it prunes (workers stop writing those days)."""
+    await db[META_COLLECTION].update_one({"_id": PRUNED_ID}, {"$set": pruned.as_doc()}, upsert=True)
+
+
 def retention_of(default: Tiers, configs: Iterable[SiteConfig]) -> Retention:
     """The deployment's tiers with the overrides of the sites that have some."""
     return Retention(
@@ -201,18 +214,13 @@ class SiteConfigs:
     """A worker's cache of sites' settings, re-read at most every :data:`REFRESH_SECONDS`."""
 
     def __init__(
-        self,
-        db: AsyncDatabase[dict[str, Any]],
-        default: Tiers,
-        clock: Any = time.monotonic,
-        every: float = REFRESH_SECONDS,
+        self, db: AsyncDatabase[dict[str, Any]], clock: Any = time.monotonic, every: float = REFRESH_SECONDS
     ) -> None:
         self.db = db
-        self.default = default
         self.clock = clock
         self.every = every
         self.configs: dict[str, SiteConfig] = {}
-        self._retention = Retention(default, {})
+        self._pruned = NOTHING_PRUNED
         self._read_at: float | None = None
 
     async def refresh(self) -> None:
@@ -221,12 +229,12 @@ class SiteConfigs:
         if self._read_at is not None and now - self._read_at < self.every:
             return
         self.configs = await load(self.db)
-        self._retention = retention_of(self.default, self.configs.values())
+        self._pruned = await load_pruned(self.db)
         self._read_at = now
 
-    def retention(self) -> Retention:
-        """The tiers as last read."""
-        return self._retention
+    def retention(self) -> Pruned:
+        """The last retention run's cutoffs, as last read."""
+        return self._pruned
 
     def get(self, site: str) -> SiteConfig | None:
         """The site's settings as last read (``None``: UTC, deployment retention)."""
