@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api chaos clean
+.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests
 	$(VENV)/bin/mypy
 
-bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
+bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
 
 bench-hits: $(STAMP)  ## naive vs packed vs single, freshness, access-log replay
 	$(PY) -m pipeline.bench.hits --out bench-results/hits.json
@@ -62,6 +62,9 @@ bench-ingest: $(STAMP)  ## one worker's read capacity: raw client, stock Faust, 
 
 bench-steady: $(STAMP)  ## 3-minute live streams of every kind with warm documents, a 30-day backfill, chunked reads by id
 	$(PY) -m pipeline.bench.steady --out bench-results/steady.json
+
+bench-calendar: $(STAMP)  ## 60 days of hits in UTC and Europe/Berlin: drain, bytes per daily document, chart reads; retention before/after
+	$(PY) -m pipeline.bench.calendar --out bench-results/calendar.json
 
 bench-api: $(STAMP) browser  ## query API p50/p99 per endpoint on 200 pages x 30 days; dashboard time to first chart
 	$(PY) -m pipeline.bench.api --out bench-results/api.json

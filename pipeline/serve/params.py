@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
 from pipeline.cli_common import parse_id, parse_time
@@ -120,11 +120,32 @@ def parse_time_or_ms(raw: str, now: datetime) -> datetime:
     return parse_time(raw, now, local=True)
 
 
+class RelativeDay(date):
+    """``today`` or ``today-7d`` as parsed: the UTC date, and how far from today it was asked.
+
+    A query about a site in a time zone takes today in that zone instead (:meth:`local`).
+    """
+
+    offset: timedelta
+
+    def local(self, today: date) -> date:
+        """The same distance from the site's ``today``."""
+        return today + self.offset
+
+
 def parse_day(raw: str, now: datetime) -> date:
-    """A UTC day: ``YYYY-MM-DD``, ``today`` or ``today-7d`` (the dashboard's default ranges)."""
+    """A day: ``YYYY-MM-DD``, ``today`` or ``today-7d`` (the dashboard's default ranges)."""
     if raw.startswith("today"):
-        return parse_time("now" + raw[5:], now).astimezone(UTC).date()
+        utc_day = parse_time("now" + raw[5:], now).astimezone(UTC).date()
+        out = RelativeDay(utc_day.year, utc_day.month, utc_day.day)
+        out.offset = utc_day - now.astimezone(UTC).date()
+        return out
     return date.fromisoformat(raw)
+
+
+def local_day(day: date, today: date) -> date:
+    """``day`` as asked of a site whose date now is ``today`` (only ``today±N`` moves)."""
+    return day.local(today) if isinstance(day, RelativeDay) else day
 
 
 def parse_params(params: Sequence[Param], query: Mapping[str, str], now: datetime) -> dict[str, Any]:

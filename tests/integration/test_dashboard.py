@@ -18,10 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
 
+from pipeline.cli_common import on_db
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
 from pipeline.serve.process import ServeProcess
@@ -193,4 +195,43 @@ def test_dashboard_asks_for_the_token_it_lacks(pipeline: tuple[Settings, str]) -
         page.click("#token-form button")
         first_chart(page)
         assert page.locator("#site").input_value() == SITE
+        browser.close()
+
+
+def test_dashboard_follows_the_site_time_zone(pipeline: tuple[Settings, str]) -> None:
+    """A site in Asia/Kolkata: minutes labelled +05:30, the month is Kolkata's month."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from pipeline.kinds.hits.site_config import SiteConfig, plan_zone_change, save_zones
+
+    settings, url = pipeline
+    site, tz = "kolkata.test", ZoneInfo("Asia/Kolkata")
+
+    async def set_zone(db: Any) -> None:
+        current = SiteConfig(site)
+        await save_zones(
+            db, current, plan_zone_change(current, "Asia/Kolkata", None, False, time.time(), 300)
+        )
+
+    on_db(settings, set_zone)
+    now = time.time()
+    times = [now - 60 * m - 7 for m in range(1, 30)]
+    lines = [(orjson.dumps({"site": site, "page": "/", "ts": t}), site.encode()) for t in times]
+    produce(settings, lines)
+    per_minute = Counter(datetime.fromtimestamp(t, tz).strftime("%Y-%m-%dT%H:%M:00+05:30") for t in times)
+    this_month = datetime.now(tz).strftime("%Y-%m")
+    month_hits = sum(1 for t in times if datetime.fromtimestamp(t, tz).strftime("%Y-%m") == this_month)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.goto(f"{url}?site={site}#token={TOKEN}")
+        expect(page.locator("#rt-total")).to_have_text(f"{len(times):,}", timeout=30_000)
+        expect(page.locator(".zone").first).to_have_text("Asia/Kolkata")
+        bars = page.eval_on_selector_all(
+            "#rt-chart rect", "rs => rs.map(r => [r.dataset.t, Number(r.dataset.n)])"
+        )
+        assert {t: n for t, n in bars if n} == dict(per_minute)
+        assert page.locator("#month-total").text_content() == f"{month_hits:,}"
+        days = page.eval_on_selector_all("#month-chart rect", "rs => rs.map(r => r.dataset.t)")
+        assert days[0] == f"{this_month}-01T00:00:00+05:30"
         browser.close()

@@ -16,9 +16,10 @@ from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN, check_span
 from pipeline.kinds.hits.query import hits_series, known_sites, top_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
+from pipeline.kinds.hits.site_config import load, site_config
 from pipeline.query.render import series_rows
 from pipeline.query.series import GRANULARITIES
-from pipeline.serve.params import Param
+from pipeline.serve.params import Param, local_day
 from pipeline.serve.routes import Route, rows_of
 from pipeline.settings import Settings
 
@@ -44,20 +45,34 @@ def routes(settings: Settings) -> list[Route]:
     async def series(db: Any, a: Mapping[str, Any]) -> Any:
         return series_rows(await hits_series(db, a["site"], a["page"], a["from"], a["to"], a["by"], fields))
 
+    async def days(db: Any, a: Mapping[str, Any]) -> tuple[date, date]:
+        """The range in the site's calendar: ``today`` is the site's today."""
+        today = (await site_config(db, a["site"])).calendar.today()
+        first = local_day(a["from"], today)
+        return first, local_day(a["to"], today) if a["to"] else first
+
     async def pages(db: Any, a: Mapping[str, Any]) -> Any:
-        top = await top_pages(db, a["site"], a["from"], a["to"], a["limit"], fields)
+        first, last = await days(db, a)
+        top = await top_pages(db, a["site"], first, last, a["limit"], fields)
         return json_rows(top, ("page", "hits"))
 
     async def props(db: Any, a: Mapping[str, Any]) -> Any:
-        last: date = a["to"] or a["from"]
-        return prop_rows(await prop_counts(db, a["site"], a["page"], a["from"], last, a["name"], fields))
+        first, last = await days(db, a)
+        return prop_rows(await prop_counts(db, a["site"], a["page"], first, last, a["name"], fields))
 
     async def sites(db: Any, a: Mapping[str, Any]) -> Any:
-        return [{"site": s} for s in await known_sites(db, fields)]
+        zones = await load(db)
+        names = sorted(set(await known_sites(db, fields)) | set(zones))
+        return [{"site": s, "zone": zones[s].zone if s in zones else "UTC"} for s in names]
 
     day_range = (
-        Param("from", "first UTC day", "date", default="today-29d"),
-        Param("to", "last UTC day (inclusive)", "date", default="today"),
+        Param(
+            "from",
+            "first day, the site's local calendar (YYYY-MM-DD, today-29d)",
+            "date",
+            default="today-29d",
+        ),
+        Param("to", "last day (inclusive)", "date", default="today"),
     )
     count = {"type": "integer", "minimum": 0}
     return [
@@ -67,8 +82,15 @@ def routes(settings: Settings) -> list[Route]:
             (
                 SITE,
                 PAGE,
-                Param("from", "start: ISO time, epoch ms or now-60m", "time", default="now-60m"),
-                Param("to", "end (inclusive bucket): ISO time, epoch ms or now", "time", default="now"),
+                Param(
+                    "from",
+                    "start: ISO date or time (without offset: the site's local time), epoch ms or now-60m",
+                    "time",
+                    default="now-60m",
+                ),
+                Param(
+                    "to", "end (inclusive bucket): ISO date or time, epoch ms or now", "time", default="now"
+                ),
                 Param("by", "bucket size", "choice", default="minute", choices=GRANULARITIES),
             ),
             series,
@@ -78,7 +100,7 @@ def routes(settings: Settings) -> list[Route]:
         ),
         Route(
             "/api/pages",
-            "The pages of a site with the most hits over a range of UTC days (as `preagg query pages`)",
+            "The pages of a site with the most hits over a range of its local days (as `preagg query pages`)",
             (
                 SITE,
                 *day_range,
@@ -91,12 +113,12 @@ def routes(settings: Settings) -> list[Route]:
         ),
         Route(
             "/api/props",
-            "Custom property counts of a site or page over UTC days (as `preagg query props --json`)",
+            "Custom property counts of a site or page over its local days (as `preagg query props --json`)",
             (
                 SITE,
                 PAGE,
-                Param("from", "first UTC day", "date", default="today"),
-                Param("to", "last UTC day (default: from)", "date"),
+                Param("from", "first local day", "date", default="today"),
+                Param("to", "last local day (default: from)", "date"),
                 Param("name", "one property (default: all)"),
             ),
             props,
@@ -106,10 +128,10 @@ def routes(settings: Settings) -> list[Route]:
         ),
         Route(
             "/api/sites",
-            "Every site with hits",
+            "Every site with hits or settings, and its time zone",
             (),
             sites,
-            rows_of(("site", {"type": "string"})),
+            rows_of(("site", {"type": "string"}), ("zone", {"type": "string"})),
             None,
             "hits",
         ),

@@ -5,7 +5,7 @@
 const SVG = "http://www.w3.org/2000/svg";
 const params = new URLSearchParams(location.search);
 const REFRESH_MS = 1000 * Math.max(1, Number(params.get("refresh")) || 5);
-const state = { site: params.get("site"), page: null, month: null, timer: null, ticks: 0 };
+const state = { site: params.get("site"), zone: "UTC", page: null, month: null, timer: null, ticks: 0 };
 let token = sessionStorage.getItem("preagg-token") || "";
 if (location.hash.startsWith("#token=")) {
   token = decodeURIComponent(location.hash.slice(7));
@@ -34,11 +34,15 @@ function status(text, isError) {
   el.classList.toggle("error", Boolean(isError));
 }
 
-// -- months (UTC) -------------------------------------------------------------
+// -- months (the site's calendar) --------------------------------------------------
+// The API takes dates and times without offset as the site's local ones and answers
+// each bucket with its local time and offset: the page only needs "this month" there.
 
 function thisMonth() {
-  const now = new Date();
-  return { y: now.getUTCFullYear(), m: now.getUTCMonth() + 1 };
+  const parts = new Intl.DateTimeFormat("en-CA", { timeZone: state.zone, year: "numeric", month: "2-digit" })
+    .formatToParts(new Date());
+  const get = (type) => Number(parts.find((p) => p.type === type).value);
+  return { y: get("year"), m: get("month") };
 }
 function shiftMonth(mo, by) {
   const d = new Date(Date.UTC(mo.y, mo.m - 1 + by, 1));
@@ -94,20 +98,24 @@ function drawBars(svg, rows, label) {
 const minuteLabel = (t) => t.slice(11, 16);
 const dayLabel = (t) => t.slice(0, 10);
 
+function showZone() {
+  for (const el of document.querySelectorAll(".zone")) el.textContent = state.zone;
+}
+
 // -- cards --------------------------------------------------------------------
 
 async function loadRealtime() {
   const rows = await api("/api/hits", { site: state.site, page: state.page, from: "now-59m", to: "now", by: "minute" });
   const { total, max } = drawBars($("rt-chart"), rows, minuteLabel);
   $("rt-total").textContent = total.toLocaleString("en");
-  $("rt-first").textContent = rows.length ? minuteLabel(rows[0].t) + " UTC" : "";
+  $("rt-first").textContent = rows.length ? `${minuteLabel(rows[0].t)} ${state.zone}` : "";
   $("rt-last").textContent = rows.length ? `${minuteLabel(rows[rows.length - 1].t)} · peak ${max}/min` : "";
 }
 
 async function loadMonth() {
   const { first, last } = monthDays(state.month);
   const rows = await api("/api/hits", {
-    site: state.site, page: state.page, from: first + "T00:00:00Z", to: last + "T23:59:59Z", by: "day",
+    site: state.site, page: state.page, from: first, to: last + "T23:59:59", by: "day",
   });
   const { total, max } = drawBars($("month-chart"), rows, dayLabel);
   $("month-label").textContent = monthName(state.month);
@@ -158,7 +166,8 @@ async function loadProps() {
 async function run(...loads) {
   try {
     await Promise.all(loads.map((f) => f()));
-    status("updated " + new Date().toISOString().slice(11, 19) + " UTC");
+    const now = new Date().toLocaleTimeString("en-GB", { timeZone: state.zone, hour12: false });
+    status(`updated ${now} ${state.zone}`);
   } catch (err) {
     if (err instanceof Unauthorized) {
       clearInterval(state.timer);
@@ -220,6 +229,9 @@ async function start() {
   }
   if (!state.site || !sites.some((s) => s.site === state.site)) state.site = sites[0].site;
   select.value = state.site;
+  state.zones = Object.fromEntries(sites.map((s) => [s.site, s.zone || "UTC"]));
+  state.zone = state.zones[state.site];
+  showZone();
   state.month = thisMonth();
   await refreshAll();
   startPolling();
@@ -227,6 +239,9 @@ async function start() {
 
 $("site").addEventListener("change", (e) => {
   state.site = e.target.value;
+  state.zone = state.zones[state.site] || "UTC";
+  showZone();
+  state.month = thisMonth();
   const url = new URL(location.href);
   url.searchParams.set("site", state.site);
   history.replaceState(null, "", url);

@@ -1,0 +1,294 @@
+"""Sites in their own time zones, a zone change, retention on a running pipeline, late events (issue 16)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections import Counter
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+import pytest
+
+from pipeline.core.calendar import iso
+from pipeline.kinds.hits import KIND as HITS
+from pipeline.kinds.hits.files import hit_key
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.query import hits_series
+from pipeline.kinds.hits.site_config import COLLECTION as SITES
+from pipeline.ops.lag import wait_caught_up
+from pipeline.query.render import series_rows
+from pipeline.serve.process import ServeProcess
+from pipeline.settings import Settings
+from pipeline.worker.process import WorkerProcess
+
+from .helpers import cli, dead_letters, produce, run_cli, run_worker_to_end, with_db
+
+pytestmark = pytest.mark.integration
+F = hits_fields()
+BERLIN, KOLKATA = ZoneInfo("Europe/Berlin"), ZoneInfo("Asia/Kolkata")
+
+
+def line(site: str, ts: float, page: str = "/") -> tuple[bytes, bytes]:
+    return orjson.dumps({"site": site, "page": page, "ts": ts}), hit_key(site, page)
+
+
+def local_midnight(d: date, tz: ZoneInfo) -> float:
+    """First instant whose local date is ``d`` (brute force, minute steps from a day before)."""
+    t = datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp() - 15 * 3600
+    while datetime.fromtimestamp(t, tz).date() < d:
+        t += 60
+    return t
+
+
+def test_berlin_and_kolkata_across_dst_in_their_local_days(settings: Settings) -> None:
+    assert "berlin.test: Europe/Berlin" in cli(settings, "sites", "set-zone", "berlin.test", "Europe/Berlin")
+    cli(settings, "sites", "set-zone", "kolkata.test", "Asia/Kolkata")
+    rng = random.Random(16)
+    lines, times = [], {"berlin.test": [], "kolkata.test": []}  # type: ignore[var-annotated]
+    # Berlin's autumn change (25 October 2026, 25 hours) and spring change (29 March 2026, 23 hours).
+    for lo in (datetime(2026, 10, 23, tzinfo=UTC), datetime(2026, 3, 27, tzinfo=UTC)):
+        for _ in range(3000):
+            site = rng.choice(list(times))
+            ts = lo.timestamp() + rng.uniform(0, 4 * 86400)
+            if rng.random() < 0.2:  # near the changes and the local midnights
+                ts = (
+                    datetime(lo.year, lo.month, lo.day + 2, tzinfo=UTC).timestamp()
+                    + rng.uniform(-3, 3) * 3600
+                )
+            times[site].append(ts)
+            lines.append(line(site, ts))
+    asyncio.run(produce(settings, lines, pack=50))
+    run_worker_to_end(settings)
+    assert "Europe/Berlin" in cli(settings, "sites")
+
+    async def check(db: Any) -> dict[str, Any]:
+        out = {}
+        for site, tz in (("berlin.test", BERLIN), ("kolkata.test", KOLKATA)):
+            days = Counter(datetime.fromtimestamp(t, tz).date() for t in times[site])
+            # Local dates in, local days out, each labelled with its midnight's offset.
+            got = await hits_series(db, site, None, datetime(2026, 3, 1), datetime(2026, 10, 31), "day", F)
+            assert {t.date(): n for t, n in got if n} == dict(days)
+            assert all(t.hour == 0 and t.minute == 0 and t.tzinfo is not None for t, _ in got)
+            months = Counter((d.year, d.month) for d in days.elements())
+            got = await hits_series(db, site, None, datetime(2026, 1, 1), datetime(2026, 12, 1), "month", F)
+            assert {(t.year, t.month): n for t, n in got if n} == dict(months)
+            for d in (date(2026, 10, 25), date(2026, 3, 29)):
+                start, end = local_midnight(d, tz), local_midnight(d + timedelta(days=1), tz)
+                want = Counter(int((t - start) // 3600) for t in times[site] if start <= t < end)
+                got = await hits_series(
+                    db,
+                    site,
+                    None,
+                    datetime(d.year, d.month, d.day),
+                    datetime(d.year, d.month, d.day, 23, 59),
+                    "hour",
+                    F,
+                )
+                assert len(got) == round((end - start) / 3600)  # 25 or 23 hours in Berlin, 24 in Kolkata
+                assert {round((t.timestamp() - start) / 3600): n for t, n in got if n} == dict(want)
+                out[f"{site} {d}"] = [r["t"] for r in series_rows(got)]
+        return out
+
+    labels = with_db(settings, check)
+    autumn = labels["berlin.test 2026-10-25"]
+    assert autumn[2:4] == ["2026-10-25T02:00:00+02:00", "2026-10-25T02:00:00+01:00"]
+    assert labels["berlin.test 2026-03-29"][2] == "2026-03-29T03:00:00+02:00"
+    assert labels["kolkata.test 2026-10-25"][0] == "2026-10-25T00:00:00+05:30"
+
+    # The HTTP API and the CLI answer the same local days, with offsets.
+    server = ServeProcess(settings, name="serve-zones").start()
+    try:
+        import urllib.request
+
+        url = (
+            f"{server.url.rstrip('/')}/api/hits?site=berlin.test&from=2026-10-25&to=2026-10-25T23:59&by=hour"
+        )
+        with urllib.request.urlopen(url, timeout=30) as r:
+            rows = orjson.loads(r.read())
+    finally:
+        server.terminate()
+    assert [r["t"] for r in rows] == autumn
+    out = orjson.loads(
+        cli(
+            settings,
+            "query",
+            "hits",
+            "--site",
+            "berlin.test",
+            "--from",
+            "2026-10-25",
+            "--to",
+            "2026-10-25T23:59",
+            "--by",
+            "hour",
+            "--json",
+        )
+    )
+    assert out == rows
+
+
+def test_a_zone_change_from_a_date_on_leaves_earlier_days(settings: Settings) -> None:
+    site, since = "move.test", date(2026, 2, 10)
+    rng = random.Random(9)
+    first = [datetime(2026, 2, 5, tzinfo=UTC).timestamp() + rng.uniform(0, 4 * 86400) for _ in range(800)]
+    asyncio.run(produce(settings, [line(site, t) for t in first], pack=20))
+    run_worker_to_end(settings)
+
+    async def days(db: Any) -> dict[date, int]:
+        got = await hits_series(db, site, None, datetime(2026, 2, 1), datetime(2026, 2, 28), "day", F)
+        return {t.date(): n for t, n in got if n}
+
+    before = with_db(settings, days)
+
+    # The change, as `preagg sites set-zone move.test Europe/Berlin --from 2026-02-10` stores it
+    # (made in time: here written directly, since its date is in the past).
+    async def change(db: Any) -> None:
+        await db[SITES].update_one(
+            {"_id": site},
+            {
+                "$set": {
+                    "zones": [
+                        {"since": None, "zone": "UTC"},
+                        {"since": datetime(2026, 2, 10), "zone": "Europe/Berlin"},
+                    ]
+                }
+            },
+            upsert=True,
+        )
+
+    with_db(settings, change)
+    boundary = local_midnight(since, BERLIN)  # 2026-02-09T23:00Z
+    second = [datetime(2026, 2, 8, tzinfo=UTC).timestamp() + rng.uniform(0, 5 * 86400) for _ in range(800)]
+    asyncio.run(produce(settings, [line(site, t) for t in second], pack=20))
+    run_worker_to_end(settings)
+
+    def day_of(t: float) -> date:
+        if t >= boundary:
+            return datetime.fromtimestamp(t, BERLIN).date()
+        return min(datetime.fromtimestamp(t, UTC).date(), since - timedelta(days=1))
+
+    after = with_db(settings, days)
+    assert after == dict(Counter(day_of(t) for t in first + second))
+    for d, n in before.items():  # earlier days kept their UTC days; only late hits were added
+        if d < since - timedelta(days=1):
+            assert after[d] == n + sum(1 for t in second if day_of(t) == d)
+
+    async def docs(db: Any) -> dict[str, Any]:
+        return {d["_id"][:8]: d["m"] async for d in db[F.daily.collection].find({"m.s": site})}
+
+    meta = with_db(settings, docs)
+    assert meta["20260208"].get("z") in (None, "UTC") and meta["20260211"]["z"] == "Europe/Berlin"
+    assert meta["20260209"].get("z") in (None, "UTC")  # the last UTC day ran to Berlin's midnight: 23 hours
+    assert meta["20260210"]["b"] == datetime(2026, 2, 9, 23)
+
+
+def test_retention_on_a_running_pipeline_with_late_events(settings: Settings) -> None:
+    today = datetime.now(UTC).date()
+    rng = random.Random(60)
+    sites = ("keep.test", "short.test")
+    truth: list[tuple[str, float]] = []
+    for _ in range(6000):
+        d = today - timedelta(days=rng.randrange(60))
+        ts = datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp() + rng.uniform(0, 86399)
+        truth.append((rng.choice(sites), min(ts, time.time() - 60)))
+    cli(settings, "sites", "set-retention", "short.test", "--minutes", "7", "--hours", "45")
+    asyncio.run(produce(settings, [line(s, t) for s, t in truth], pack=50))
+    worker = WorkerProcess(settings, "retention-worker").start()
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
+
+        async def sizes(db: Any) -> int:
+            return sum([len(orjson.dumps(d, default=str)) async for d in db[F.daily.collection].find({})])
+
+        bytes_before = with_db(settings, sizes)
+        late = []
+        for _ in range(400):  # late events keep arriving while the run prunes: old days and recent ones
+            d = today - timedelta(days=rng.choice([2, 10, 35, 50, 59]))
+            late.append(
+                (
+                    rng.choice(sites),
+                    datetime(d.year, d.month, d.day, 12, tzinfo=UTC).timestamp() + rng.uniform(0, 3600),
+                )
+            )
+
+        def send_late() -> None:
+            for i in range(0, len(late), 40):
+                asyncio.run(produce(settings, [line(s, t) for s, t in late[i : i + 40]], pack=10))
+                time.sleep(2)
+
+        sender = threading.Thread(target=send_late)
+        sender.start()
+        out = cli(settings, "retention", "run")
+        sender.join()
+        truth += late
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
+    finally:
+        assert worker.terminate() == 0, worker.log_path.read_text()[-3000:]
+    assert "pruned minute counters older than 30 days" in out and "of short.test" in out
+    dry = cli(settings, "retention", "run", "--dry-run")
+    assert "would prune minute counters older than 30 days: 0 daily documents" in dry  # nothing recreated
+
+    async def check(db: Any) -> None:
+        for site, minute_days, hour_days in (("keep.test", 30, 400), ("short.test", 7, 45)):
+            mine = [t for s, t in truth if s == site]
+            days = Counter(datetime.fromtimestamp(t, UTC).date() for t in mine)
+            got = await hits_series(
+                db,
+                site,
+                None,
+                datetime.combine(today - timedelta(days=61), datetime.min.time()),
+                datetime.combine(today, datetime.min.time()),
+                "day",
+                F,
+            )
+            assert {t.date(): n for t, n in got if n} == dict(days)  # every hit, late ones included
+            async for doc in db[F.daily.collection].find({"m.s": site}):
+                d = doc["m"]["d"].date()
+                age = (today - d).days
+                assert (F.daily.minute in doc) == (age <= minute_days), (site, d)
+                assert (F.daily.hourly in doc) == (age <= hour_days), (site, d)
+                if F.daily.hourly in doc:
+                    assert sum(doc[F.daily.hourly].values()) == days[d] == doc["t"]
+                if F.daily.minute in doc:
+                    assert sum(sum(m.values()) for m in doc[F.daily.minute].values()) == days[d]
+
+    with_db(settings, check)
+    bytes_after = with_db(settings, sizes)
+    assert bytes_after < bytes_before * 0.8
+
+
+def test_late_events_go_to_the_dead_letter_topic_and_replay_counts_them_once(settings: Settings) -> None:
+    settings = settings.with_stream(HITS, lateness=2 * 86400)
+    now = time.time()
+    fresh = [line("late.test", now - 3600 * i) for i in range(1, 11)]
+    old = [line("late.test", now - 86400 * d) for d in (3, 4, 5, 30)]
+    asyncio.run(produce(settings, fresh + old, pack=1))
+    run_worker_to_end(settings)
+    letters = [d for d in dead_letters(settings) if d["reason"] == "late"]
+    assert len(letters) == 4 and "lateness horizon" in letters[0]["detail"]
+    status = cli(settings, "status", "--interval", "0")
+    assert "late" in status
+
+    async def total(db: Any) -> int:
+        got = await hits_series(
+            db, "late.test", None, datetime.now(UTC) - timedelta(days=40), datetime.now(UTC), "day", F
+        )
+        return sum(n for _, n in got)
+
+    assert with_db(settings, total) == 10
+    shown = cli(settings, "deadletters", "show", "--reason", "late")
+    assert "would send 4 late events back to" in shown
+    assert "sent 4 late events" in cli(
+        settings, "deadletters", "replay", "--reason", "late", "--since", "now-1h"
+    )
+    assert "nothing to send" in cli(settings, "deadletters", "replay", "--reason", "late")  # once only
+    run_worker_to_end(settings)
+    assert with_db(settings, total) == 14
+    assert len([d for d in dead_letters(settings) if d["reason"] == "late"]) == 4  # not refused again
+    assert run_cli(settings, "deadletters", "replay").returncode == 2  # --reason is required
+    assert iso(datetime(2026, 1, 1)) == "2026-01-01T00:00:00Z"
