@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+import pymongo
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.kinds.hits.layout import HitsFields
 from pipeline.kinds.hits.retention import Tiers, cutoffs, prunes
 from pipeline.kinds.hits.site_config import REFRESH_SECONDS, load, retention_of, save_pruned
 
+#: Seconds one statement may take (a first run over years of documents is long).
+STATEMENT_TIMEOUT = 1800.0
 #: Seconds between recording the cutoffs and pruning: every worker re-reads them meanwhile.
 SETTLE_SECONDS = 2 * REFRESH_SECONDS
 
@@ -42,8 +45,14 @@ async def run_retention(
     today: date,
     dry_run: bool = False,
     settle: float = SETTLE_SECONDS,
+    statement_timeout: float = STATEMENT_TIMEOUT,
 ) -> list[Pruned]:
-    """Prune (or with ``dry_run`` count) the daily documents' counters past their tiers."""
+    """Prune (or with ``dry_run`` count) the daily documents' counters past their tiers.
+
+    Each statement has its own deadline (``statement_timeout``, instead of the client's
+    short one): a first run on a large collection is long, and one past its deadline
+    ends with a timeout error, its documents so far pruned, the rest left to the next run.
+    """
     retention = retention_of(default, (await load(db)).values())
     coll = db[fields.daily.collection]
     statements = prunes(fields.daily, retention, today)
@@ -52,9 +61,10 @@ async def run_retention(
         await asyncio.sleep(settle)
     out = []
     for p in statements:
-        if dry_run:
-            n = await coll.count_documents(p.filter)
-        else:
-            n = (await coll.update_many(p.filter, {"$unset": {p.field: ""}})).modified_count
+        with pymongo.timeout(statement_timeout):
+            if dry_run:
+                n = await coll.count_documents(p.filter)
+            else:
+                n = (await coll.update_many(p.filter, {"$unset": {p.field: ""}})).modified_count
         out.append(Pruned(p.what, n))
     return out
