@@ -204,3 +204,16 @@ def test_minute_labels_keep_their_offsets() -> None:
     labels = [cal.at(m + i).isoformat() for i in (0, 15, 30)]
     assert labels == ["2026-04-05T01:45:00+11:00", "2026-04-05T01:30:00+10:30", "2026-04-05T01:45:00+10:30"]
     assert (minute_dt(m) + timedelta(minutes=15)).timestamp() == cal.at(m + 15).timestamp()
+
+
+def test_relative_days_and_wall_clock_ranges_follow_the_site() -> None:
+    from pipeline.kinds.hits.grafana import choose_by
+    from pipeline.serve.params import local_day, parse_day
+
+    now = datetime(2026, 11, 23, 23, 30, tzinfo=UTC)  # already the 24th in Berlin
+    asked = parse_day("today-1d", now)
+    assert asked == date(2026, 11, 22)  # the UTC reading, for kinds without a calendar
+    assert local_day(asked, date(2026, 11, 24)) == date(2026, 11, 23)
+    assert local_day(parse_day("2026-01-05", now), date(2026, 11, 24)) == date(2026, 1, 5)
+    # A naive (wall-clock) start with an aware end: no TypeError, a resolution as usual.
+    assert choose_by(datetime(2026, 10, 25), datetime(2026, 10, 26, tzinfo=UTC), 60_000, 2000) == "minute"

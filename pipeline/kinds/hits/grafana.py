@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.kinds.hits.limits import MAX_SPAN, check_span
+from pipeline.kinds.hits.limits import MAX_SPAN, as_utc, check_span
 from pipeline.kinds.hits.query import hits_series, known_sites
 from pipeline.query.series import GRANULARITIES, Granularity
 from pipeline.serve.params import BadParam, Param, parse_time_or_ms
@@ -44,7 +44,7 @@ METRIC = "hits"
 
 def choose_by(start: datetime, end: datetime, interval_ms: int, max_points: int) -> Granularity:
     """The finest bucket at least ``interval_ms`` long giving at most ``max_points`` points in range."""
-    span = end - start
+    span = as_utc(end) - as_utc(start)  # a naive end (site wall clock) with an aware start
     for by in GRANULARITIES:
         size = BUCKET[by]
         fits = span / size + 1 <= max(max_points, 1) and span <= MAX_SPAN[by]

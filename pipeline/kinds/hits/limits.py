@@ -22,7 +22,8 @@ MAX_PAGE_DAYS = 366
 MAX_PROP_DAYS = 93
 
 
-def _utc(t: Any) -> Any:
+def as_utc(t: Any) -> Any:
+    """A naive time (a site's wall clock) as if UTC, for range checks; others unchanged."""
     return t.replace(tzinfo=UTC) if isinstance(t, datetime) and t.tzinfo is None else t
 
 
@@ -31,7 +32,7 @@ def check_span(name: str, first: Any, last: Any, longest: timedelta, unit: str) 
 
     A naive time (a site's wall clock) is compared as UTC: 14 hours either way do not matter here.
     """
-    first, last = _utc(first), _utc(last)
+    first, last = as_utc(first), as_utc(last)
     if last < first:
         raise BadParam("to", f"is before `from` ({last} < {first})")
     if last - first > longest:
