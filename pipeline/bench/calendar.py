@@ -51,14 +51,16 @@ def events(site: str, n: int, days: int, seed: int) -> list[tuple[bytes, bytes]]
     now = time.time() - 120
     pages = [f"/p/{i}" for i in range(100)]
     weights = [1 / (i + 1) for i in range(100)]
-    out = []
-    for t in sorted(now - days * 86400 * rng.random() for _ in range(n)):
+    times: list[float] = []
+    while len(times) < n:
+        t = now - days * 86400 * rng.random()
         if rng.random() < 0.5 * (1 + math.cos((t % 86400) / 86400 * 2 * math.pi)):
-            t = now - days * 86400 * rng.random()  # a flatter night
+            continue  # fewer at night (UTC): a day's shape
+        times.append(t)
+    out = []
+    for t in sorted(times):  # in time order, as a backfill of logs arrives
         page = rng.choices(pages, weights)[0]
-        out.append(
-            (orjson.dumps({"site": site, "page": page, "ts": round(min(t, now), 3)}), hit_key(site, page))
-        )
+        out.append((orjson.dumps({"site": site, "page": page, "ts": round(t, 3)}), hit_key(site, page)))
     return out
 
 
@@ -88,7 +90,7 @@ async def chart_reads(url: str, db_name: str, site: str, reps: int) -> dict[str,
     out: dict[str, Any] = {}
     try:
         for name, args in (
-            ("month_by_day", (month, month + timedelta(days=31), "day")),
+            ("month_by_day", (month, (month + timedelta(days=32)).replace(day=1) - timedelta(days=1), "day")),
             ("day_by_hour", (day, day + timedelta(hours=23, minutes=59), "hour")),
         ):
             times = []
