@@ -23,6 +23,17 @@ from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 
 
+def groupless_consumer(settings: Settings, reset: str = "none") -> AIOKafkaConsumer:
+    """A consumer outside any group, committing nothing, reading committed records only."""
+    return AIOKafkaConsumer(
+        **kafka_client_kwargs(settings),
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset=reset,
+        isolation_level="read_committed",
+    )
+
+
 class PartitionProbe:
     """One group-less consumer, started on first use, reused for every look (one at a time)."""
 
@@ -34,13 +45,7 @@ class PartitionProbe:
 
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            consumer = AIOKafkaConsumer(
-                **kafka_client_kwargs(self.settings),
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="none",
-                isolation_level="read_committed",
-            )
+            consumer = groupless_consumer(self.settings)
             await consumer.start()
             self._consumer = consumer
         return self._consumer

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.replay import wrap
+from pipeline.probe import groupless_consumer
 from pipeline.producer import EventProducer
-from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 from pipeline.store.meta import META_COLLECTION
 
@@ -72,13 +72,7 @@ async def read_dead_letters(
 ) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """Every dead letter from ``start`` (per partition; else the beginning) to the topic's end."""
     dlq = settings.deadletter_topic
-    c = AIOKafkaConsumer(
-        **kafka_client_kwargs(settings),
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-    )
+    c = groupless_consumer(settings, "earliest")
     await c.start()
     records: list[dict[str, Any]] = []
     positions: dict[int, int] = {}
