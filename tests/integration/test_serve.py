@@ -166,7 +166,7 @@ def test_each_endpoint_answers_the_query_layers_rows(served: tuple[Settings, str
             "month": series_rows(await hits_series(db, "blog.test", None, month_lo, month_hi, "month", f)),
             "pages": [{"page": p, "hits": n} for p, n in await top_pages(db, "shop.test", first, last, 3, f)],
             "props": prop_rows(await prop_counts(db, "shop.test", "/a", first, last, None, f)),
-            "sites": [{"site": s} for s in await known_sites(db, f)],
+            "sites": [{"site": s, "zone": "UTC"} for s in await known_sites(db, f)],
             "tags": [
                 {"tag": t, "distinct_songs": n} for t, n in shown_top_tags(await top_tags(db, 7, 7, 10))
             ],
@@ -215,7 +215,7 @@ def test_each_endpoint_answers_the_query_layers_rows(served: tuple[Settings, str
     assert (
         want["pages"][0]["page"] == "/"
         and want["props"]
-        and want["sites"] == [{"site": "blog.test"}, {"site": "shop.test"}]
+        and want["sites"] == [{"site": "blog.test", "zone": "UTC"}, {"site": "shop.test", "zone": "UTC"}]
     )
     assert want["tags"][0]["tag"] == "rock" and want["user"] and want["rel-user"] == [2, 3, 4]
     # Top pages are right, not only equal: across the month boundary, and within one month.
@@ -411,6 +411,6 @@ def test_grafana_provisioning_files_chart_a_site(served: tuple[Settings, str]) -
         assert {c["selector"] for c in target["columns"]} <= set(rows[0])
         answers.append(rows)
     sites, series, pages = answers
-    assert {"site": "shop.test"} in sites
+    assert {"site": "shop.test", "zone": "UTC"} in sites
     assert len(series) == 61 and sum(r["hits"] for r in series) > 0
     assert pages[0]["page"] == "/"
