@@ -133,17 +133,23 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_deadletters(args: argparse.Namespace) -> int:
     from pipeline.ops.deadletters import replay
+    from pipeline.worker.faults import fault_hook
 
     s = command_settings()
     since = parse_time(args.since).timestamp() if args.since else None
     dry = args.action == "show" or args.dry_run
 
     async def run(db: Db) -> Any:
-        return await replay(s, db, args.reason, since, args.topic, dry_run=dry)
+        return await replay(s, db, args.reason, since, args.topic, dry_run=dry, fault=fault_hook(s.fault))
 
     out = on_db(s, run, primary_reads=True)
     others = ", ".join(f"{r} {n}" for r, n in sorted(out.by_reason.items())) or "none"
     print(f"read {out.read} dead letters not yet replayed for {args.reason!r} ({others})")
+    if out.already_sent:
+        print(
+            f"{out.already_sent} {args.reason} events had gone before the last replay was cut short:"
+            " not sent again"
+        )
     verb = "would send" if dry else "sent"
     for topic, n in sorted(out.sent.items()):
         print(f"{verb} {n} {args.reason} events back to {topic}")

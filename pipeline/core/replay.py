@@ -2,7 +2,11 @@
 
 A replayed event goes back to its topic as one JSON line::
 
-    {"preagg_replay": "late", "raw": "<the event as it first came>"}   # or "raw_b64"
+    {"preagg_replay": "late", "raw": "<the event as it first came>", "from": "dlq/0/41"}
+
+(``raw_b64`` instead of ``raw`` for bytes that are not UTF-8). ``from`` names the
+dead letter (topic/partition/offset) so that a replay cut short can find, in the
+topics it was sending to, which of its events already went (:func:`origin_of`).
 
 Decoders unwrap it and decode the original as usual, except for the check its
 reason names: an operator who replays ``late`` events has decided they belong, so
@@ -21,14 +25,32 @@ from pipeline.core.rejection import Rejection
 PREFIX = b'{"preagg_replay":'
 
 
-def wrap(reason: str, record: dict[str, object]) -> bytes:
-    """The wrapper of a dead-letter record (its ``raw`` or ``raw_b64`` as it was)."""
+def origin(topic: str, partition: int, offset: int) -> str:
+    """The ``from`` of a replayed dead letter: where it sat in the dead-letter topic."""
+    return f"{topic}/{partition}/{offset}"
+
+
+def wrap(reason: str, record: dict[str, object], source: str | None = None) -> bytes:
+    """The wrapper of a dead-letter record (its ``raw`` or ``raw_b64`` as it was) from ``source``."""
     out: dict[str, object] = {"preagg_replay": reason}
     if "raw_b64" in record:
         out["raw_b64"] = record["raw_b64"]
     else:
         out["raw"] = record["raw"]
+    if source is not None:
+        out["from"] = source
     return orjson.dumps(out)
+
+
+def origin_of(raw: bytes) -> str | None:
+    """The ``from`` of a wrapper, or ``None`` for anything else (cheap on ordinary events)."""
+    if not raw.startswith(PREFIX):
+        return None
+    try:
+        got = orjson.loads(raw).get("from")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return got if isinstance(got, str) else None
 
 
 def unwrap(raw: bytes) -> tuple[str, bytes] | Rejection:

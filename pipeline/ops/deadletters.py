@@ -5,8 +5,9 @@ wrapper (:mod:`pipeline.core.replay`): workers decode the original and, for a ``
 one, skip the lateness horizon that refused it. Each replay remembers how far it read
 per dead-letter partition (in ``preagg_meta``) and starts there next time, so replaying
 twice does not count an event twice; ``--since`` only narrows what a run sends.
-A run killed between its sends and that record sends its last events again next time:
-the log says so, and how many.
+A run killed between its sends and that record is finished by the next one, which
+first reads back what reached the topics and sends only the rest
+(:mod:`pipeline.ops.replay_recovery`): no event is sent twice, none is lost.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +24,15 @@ import orjson
 from aiokafka import TopicPartition
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.core.replay import wrap
+from pipeline.core.replay import origin, wrap
+from pipeline.ops.replay_recovery import (
+    Marks,
+    end_marks,
+    marks_from_doc,
+    marks_to_doc,
+    merge_marks,
+    sent_since,
+)
 from pipeline.probe import groupless_consumer
 from pipeline.producer import EventProducer
 from pipeline.settings import Settings
@@ -42,6 +52,8 @@ class Replay:
     by_reason: Counter[str] = field(default_factory=Counter)
     sent: Counter[str] = field(default_factory=Counter)
     positions: dict[int, int] = field(default_factory=dict)
+    #: Dead letters a run cut short had already sent: found in their topics, not sent again.
+    already_sent: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -50,21 +62,36 @@ def progress_id(dlq: str, reason: str) -> str:
     return f"replay/{dlq}/{reason}"
 
 
-async def load_progress(db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str) -> dict[int, int]:
-    """Next offset to read per dead-letter partition, as the last replay of ``reason`` left it."""
-    doc = await db[META_COLLECTION].find_one({"_id": progress_id(dlq, reason)})
-    return {int(p): int(n) for p, n in ((doc or {}).get("next") or {}).items()}
+@dataclass(frozen=True)
+class Progress:
+    """How far replays of one reason read per dead-letter partition, and the marks of one cut short."""
+
+    next: dict[int, int]
+    pending: Marks
+
+
+async def load_progress(db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str) -> Progress:
+    """The last replay of ``reason``'s progress; ``pending`` is empty unless it was cut short."""
+    doc = await db[META_COLLECTION].find_one({"_id": progress_id(dlq, reason)}) or {}
+    nxt = {int(p): int(n) for p, n in (doc.get("next") or {}).items()}
+    return Progress(nxt, marks_from_doc(doc.get("pending") or []))
+
+
+async def save_pending(db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str, marks: Marks) -> None:
+    """Before sending: where the target topics end, for a next run to read back from."""
+    await db[META_COLLECTION].update_one(
+        {"_id": progress_id(dlq, reason)}, {"$set": {"pending": marks_to_doc(marks)}}, upsert=True
+    )
 
 
 async def save_progress(
     db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str, positions: dict[int, int]
 ) -> None:
-    """Record how far this replay read."""
-    await db[META_COLLECTION].update_one(
-        {"_id": progress_id(dlq, reason)},
-        {"$set": {f"next.{p}": n for p, n in positions.items()}},
-        upsert=True,
-    )
+    """After sending: how far this replay read; nothing is pending any more."""
+    update: dict[str, Any] = {"$unset": {"pending": ""}}
+    if positions:
+        update["$set"] = {f"next.{p}": n for p, n in positions.items()}
+    await db[META_COLLECTION].update_one({"_id": progress_id(dlq, reason)}, update, upsert=True)
 
 
 async def read_dead_letters(
@@ -136,28 +163,47 @@ async def replay(
     since: float | None = None,
     topic: str | None = None,
     dry_run: bool = False,
+    fault: Callable[[str], None] | None = None,
 ) -> Replay:
-    """Send the dead letters of ``reason`` (not yet replayed) back to their topics."""
+    """Send the dead letters of ``reason`` (not yet replayed) back to their topics.
+
+    ``fault`` is the chaos tests' hook, called at ``replay-sent`` after each topic's sends.
+    """
     dlq = settings.deadletter_topic
-    start = await load_progress(db, dlq, reason)
-    records, positions = await read_dead_letters(settings, start)
+    progress = await load_progress(db, dlq, reason)
+    already = await sent_since(settings, progress.pending) if progress.pending else set()
+    records, positions = await read_dead_letters(settings, progress.next)
     out = Replay(read=len(records), positions=positions)
     picked: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
         out.by_reason[str(rec.get("reason"))] += 1
-        if chosen(rec, reason, since, topic):
+        if not chosen(rec, reason, since, topic):
+            continue
+        if origin(dlq, rec["_partition"], rec["_offset"]) in already:
+            out.already_sent += 1
+        else:
             picked.setdefault(str(rec["topic"]), []).append(rec)
+    if progress.pending:
+        log.warning(
+            "the last %s replay was cut short: %d of its events had reached their topics, not sent again",
+            reason,
+            out.already_sent,
+        )
     if dry_run:
         for t, recs in picked.items():
             out.sent[t] = len(recs)
             out.examples += recs[: max(0, 5 - len(out.examples))]
         return out
+    if picked:
+        await save_pending(db, dlq, reason, merge_marks(progress.pending, await end_marks(settings, picked)))
     for t, recs in picked.items():
         async with EventProducer(settings, t, pack_size=1) as p:
             for rec in recs:
-                await p.send_raw(wrap(reason, rec), None)
+                await p.send_raw(wrap(reason, rec, origin(dlq, rec["_partition"], rec["_offset"])), None)
         out.sent[t] = len(recs)
         log.info("replayed %d %s dead letters to %s", len(recs), reason, t)
-    if positions:
+        if fault is not None:
+            fault("replay-sent")
+    if positions or progress.pending:
         await asyncio.shield(save_progress(db, dlq, reason, positions))
     return out

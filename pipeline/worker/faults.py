@@ -4,7 +4,9 @@
 cleanup, the second time a flush reaches ``after-commit`` (MongoDB committed, Kafka
 not yet). ``mid-commit`` dies inside the transaction, after the aggregates were
 written and before the offsets and the commit (the server keeps the transaction
-open until its lifetime ends); ``before-commit`` before it starts. Random ``kill -9``
+open until its lifetime ends); ``before-commit`` before it starts;
+``replay-sent`` ends ``preagg deadletters replay`` after one topic's sends were
+delivered and before its progress is recorded. Random ``kill -9``
 rarely lands in such narrow windows; this hits them every time. Empty in production.
 """
 
@@ -14,7 +16,7 @@ import logging
 import os
 from collections.abc import Callable
 
-POINTS = ("before-commit", "mid-commit", "after-commit")
+POINTS = ("before-commit", "mid-commit", "after-commit", "replay-sent")
 
 log = logging.getLogger("preagg.fault")
 

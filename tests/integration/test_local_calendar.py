@@ -7,6 +7,7 @@ import random
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -262,6 +263,14 @@ def test_retention_on_a_running_pipeline_with_late_events(settings: Settings) ->
     assert bytes_after < bytes_before * 0.8
 
 
+async def day_total(db: Any, site: str) -> int:
+    """A site's hits over the last 40 days, from its daily series."""
+    got = await hits_series(
+        db, site, None, datetime.now(UTC) - timedelta(days=40), datetime.now(UTC), "day", F
+    )
+    return sum(n for _, n in got)
+
+
 def test_late_events_go_to_the_dead_letter_topic_and_replay_counts_them_once(settings: Settings) -> None:
     settings = settings.with_stream(HITS, lateness=2 * 86400)
     now = time.time()
@@ -274,11 +283,8 @@ def test_late_events_go_to_the_dead_letter_topic_and_replay_counts_them_once(set
     status = cli(settings, "status", "--interval", "0")
     assert "late" in status
 
-    async def total(db: Any) -> int:
-        got = await hits_series(
-            db, "late.test", None, datetime.now(UTC) - timedelta(days=40), datetime.now(UTC), "day", F
-        )
-        return sum(n for _, n in got)
+    def total(db: Any) -> Any:
+        return day_total(db, "late.test")
 
     assert with_db(settings, total) == 10
     shown = cli(settings, "deadletters", "show", "--reason", "late")
@@ -292,3 +298,31 @@ def test_late_events_go_to_the_dead_letter_topic_and_replay_counts_them_once(set
     assert len([d for d in dead_letters(settings) if d["reason"] == "late"]) == 4  # not refused again
     assert run_cli(settings, "deadletters", "replay").returncode == 2  # --reason is required
     assert iso(datetime(2026, 1, 1)) == "2026-01-01T00:00:00Z"
+
+
+def test_a_replay_killed_after_sending_is_finished_by_the_next_without_sending_twice(
+    settings: Settings,
+) -> None:
+    """The replay dies after its sends reached the topic, before recording its progress."""
+    settings = settings.with_stream(HITS, lateness=2 * 86400)
+    now = time.time()
+
+    def total(db: Any) -> Any:
+        return day_total(db, "cut.test")
+
+    asyncio.run(produce(settings, [line("cut.test", now - 86400 * d) for d in (3, 4, 5)], pack=1))
+    run_worker_to_end(settings)
+    assert with_db(settings, total) == 0
+    killed = run_cli(replace(settings, fault="replay-sent:1"), "deadletters", "replay", "--reason", "late")
+    assert killed.returncode == 137, killed.stderr
+    run_worker_to_end(settings)
+    assert with_db(settings, total) == 3
+    # Another late event meanwhile: the next replay sends it, and only it.
+    asyncio.run(produce(settings, [line("cut.test", now - 86400 * 6)], pack=1))
+    run_worker_to_end(settings)
+    out = cli(settings, "deadletters", "replay", "--reason", "late")
+    assert "3 late events had gone before the last replay was cut short" in out
+    assert "sent 1 late events back to" in out
+    run_worker_to_end(settings)
+    assert with_db(settings, total) == 4
+    assert "nothing to send" in cli(settings, "deadletters", "replay", "--reason", "late")

@@ -1,0 +1,124 @@
+"""Which events of a replay cut short already reached their topics: read back, not guessed.
+
+A replay cannot send its events and record its progress in one atomic step (Tansu
+has no Kafka transactions, and a replay must work on it), so before sending it
+records where each partition of every topic it sends to ends: the *marks*. A run
+that finds marks left behind reads those partitions from the marks to their ends and
+collects the ``from`` of each wrapper there (:func:`pipeline.core.replay.origin_of`):
+those dead letters went, and are not sent again; the others are. This is the usual
+recovery of a producer without transactions: look at what you wrote.
+
+The marks come from ListOffsets(latest). Tansu answers it with the base offset of the last
+record batch, below the true end (measured: docs/benchmarks.md); a low
+mark only makes the read-back longer. A topic deleted and recreated since then holds
+none of the sends any more, and reading it from its beginning finds none: right.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from aiokafka import TopicPartition
+
+from pipeline.core.envelope import unpack
+from pipeline.core.replay import origin_of
+from pipeline.probe import groupless_consumer
+from pipeline.settings import Settings
+
+log = logging.getLogger("preagg.deadletters")
+
+#: Where each partition of each target topic ended: topic → partition → offset.
+Marks = dict[str, dict[int, int]]
+
+
+class ReadBackFailed(RuntimeError):
+    """The read-back did not reach the partitions' ends in time: sending now could count twice."""
+
+
+def merge_marks(a: Marks, b: Marks) -> Marks:
+    """Both runs' marks: the lower per partition, so that the read-back covers both runs' sends."""
+    out = {t: dict(ps) for t, ps in a.items()}
+    for t, ps in b.items():
+        mine = out.setdefault(t, {})
+        for p, n in ps.items():
+            mine[p] = min(n, mine.get(p, n))
+    return out
+
+
+def marks_to_doc(marks: Marks) -> list[dict[str, object]]:
+    """Marks as a MongoDB value (a list: topic names may hold dots, field names may not)."""
+    return [
+        {"topic": t, "partition": p, "offset": n}
+        for t, ps in sorted(marks.items())
+        for p, n in sorted(ps.items())
+    ]
+
+
+def marks_from_doc(doc: Iterable[dict[str, object]]) -> Marks:
+    """The inverse of :func:`marks_to_doc`."""
+    out: Marks = {}
+    for m in doc:
+        out.setdefault(str(m["topic"]), {})[int(str(m["partition"]))] = int(str(m["offset"]))
+    return out
+
+
+async def end_marks(settings: Settings, topics: Iterable[str]) -> Marks:
+    """Where every partition of ``topics`` ends now (ListOffsets(latest))."""
+    c = groupless_consumer(settings, "earliest")
+    await c.start()
+    try:
+        tps = []
+        for t in sorted(set(topics)):
+            parts = c.partitions_for_topic(t)
+            if parts is None:
+                await c._client.force_metadata_update()
+                parts = c.partitions_for_topic(t) or set()
+            tps += [TopicPartition(t, p) for p in sorted(parts)]
+        ends = await c.end_offsets(tps) if tps else {}
+    finally:
+        await c.stop()
+    out: Marks = {}
+    for tp, n in ends.items():
+        out.setdefault(tp.topic, {})[tp.partition] = n
+    return out
+
+
+async def sent_since(settings: Settings, marks: Marks, timeout: float = 300.0) -> set[str]:
+    """The ``from`` of every replay wrapper in the marked partitions, from the marks to the ends.
+
+    Raises :class:`ReadBackFailed` if the ends are not reached within ``timeout``:
+    the caller must then send nothing (a wrapper not yet read may be one of its own).
+    """
+    tps = {TopicPartition(t, p): n for t, ps in marks.items() for p, n in ps.items()}
+    if not tps:
+        return set()
+    c = groupless_consumer(settings, "earliest")
+    await c.start()
+    found: set[str] = set()
+    try:
+        c.assign(list(tps))
+        for tp, n in tps.items():
+            c.seek(tp, n)
+        done: set[TopicPartition] = set()
+        deadline = time.monotonic() + timeout
+        while len(done) < len(tps):
+            if time.monotonic() > deadline:
+                raise ReadBackFailed(
+                    f"read back {len(done)} of {len(tps)} partitions in {timeout:.0f} s; nothing re-sent"
+                )
+            got = await c.getmany(timeout_ms=500, max_records=5000)
+            for recs in got.values():
+                for r in recs:
+                    for line in unpack(r.value or b""):
+                        source = origin_of(line)
+                        if source is not None:
+                            found.add(source)
+            for tp in tps:
+                hw = c.highwater(tp)
+                if hw is not None and await c.position(tp) >= hw:
+                    done.add(tp)
+    finally:
+        await c.stop()
+    return found
