@@ -50,6 +50,9 @@ class Stream:
     before_plan_label: str = ""
     #: Prometheus metrics of the kind's own machinery (hits: name-store round trips).
     metrics: Callable[[], Iterable[Metric]] | None = None
+    #: A task the worker runs beside the stream for its whole life, cancelled when it
+    #: stops (hits: the periodic retention). It must log and bound its own failures.
+    background: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)

@@ -205,6 +205,10 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     async def watch_diverged() -> None:
         await guard.watch(flushers)
 
+    for _, stream in streams:
+        if stream.background is not None:
+            app.task(stream.background)
+
     return app, flushers
 
 

@@ -20,6 +20,7 @@ from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import hits_series
+from pipeline.kinds.hits.retention_schedule import SCHEDULE_ID, claim
 from pipeline.kinds.hits.site_config import COLLECTION as SITES
 from pipeline.ops.lag import wait_caught_up
 from pipeline.query.render import series_rows
@@ -326,3 +327,62 @@ def test_a_replay_killed_after_sending_is_finished_by_the_next_without_sending_t
     run_worker_to_end(settings)
     assert with_db(settings, total) == 4
     assert "nothing to send" in cli(settings, "deadletters", "replay", "--reason", "late")
+
+
+def test_workers_prune_by_themselves_and_one_claim_wins_each_interval(settings: Settings) -> None:
+    """``PREAGG_HITS_RETENTION_EVERY``: a worker prunes on its own, one run per interval for the group."""
+
+    async def race(db: Any) -> list[bool]:
+        await db["preagg_meta"].delete_one({"_id": SCHEDULE_ID})
+        now = time.time()
+        first = await asyncio.gather(*(claim(db, 60, now, w) for w in ("a", "b", "c")))
+        again = await claim(db, 60, now + 30, "d")  # within the interval: no
+        later = await asyncio.gather(*(claim(db, 60, now + 61, w) for w in ("e", "f")))
+        await db["preagg_meta"].delete_one({"_id": SCHEDULE_ID})
+        return [sum(first) == 1, not again, sum(later) == 1]
+
+    assert with_db(settings, race) == [True, True, True]
+
+    settings = settings.with_stream(HITS, retention_every=15 / 3600)  # every 15 s, first after 15 s
+    today = datetime.now(UTC).date()
+    noon = lambda d: datetime(d.year, d.month, d.day, 12, tzinfo=UTC).timestamp()  # noqa: E731
+    old, recent = today - timedelta(days=45), today - timedelta(days=2)
+    asyncio.run(
+        produce(
+            settings,
+            [line("auto.test", noon(old) + i) for i in range(30)]
+            + [line("auto.test", noon(recent) + i) for i in range(20)],
+            pack=10,
+        )
+    )
+    worker = WorkerProcess(settings, "pruning-worker").start()
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
+
+        async def last_run(db: Any) -> Any:
+            return await db["preagg_meta"].find_one({"_id": SCHEDULE_ID})
+
+        deadline = time.monotonic() + 150
+        while not (with_db(settings, last_run) or {}).get("last") and time.monotonic() < deadline:
+            time.sleep(2)
+        run = (with_db(settings, last_run) or {}).get("last")
+    finally:
+        assert worker.terminate() == 0, worker.log_path.read_text()[-3000:]
+    assert run and run["by"] and "minute counters older than 30 days" in run["pruned"], run
+    assert (
+        "periodic retention: minute counters older than 30 days: 1 documents" in worker.log_path.read_text()
+    )
+
+    async def docs(db: Any) -> dict[date, Any]:
+        return {d["m"]["d"].date(): d async for d in db[F.daily.collection].find({"m.s": "auto.test"})}
+
+    got = with_db(settings, docs)
+    assert (
+        F.daily.minute not in got[old]
+        and got[old]["t"] == 30
+        and sum(got[old][F.daily.hourly].values()) == 30
+    )
+    assert sum(sum(m.values()) for m in got[recent][F.daily.minute].values()) == 20
+    assert "workers' periodic retention: every 0.00416667 h; last run" in cli(
+        settings, "retention", "run", "--dry-run"
+    )

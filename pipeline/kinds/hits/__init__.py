@@ -21,6 +21,8 @@ from pipeline.kinds.hits.budget import values_per_name
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
+from pipeline.kinds.hits.retention import Tiers
+from pipeline.kinds.hits.retention_schedule import RetentionSchedule, retention_metrics
 from pipeline.kinds.hits.settings import HitsSettings
 from pipeline.kinds.hits.site_config import COLLECTION as SITES_COLLECTION
 from pipeline.kinds.hits.site_config import SiteConfigs
@@ -85,6 +87,13 @@ class Hits(Kind[HitsSettings]):
         decoder, fields = self.decoder(ctx.settings, s), layout.hits_fields(ctx.mode)
 
         sites = SiteConfigs(ctx.db)
+        schedule = RetentionSchedule(
+            ctx.db,
+            fields,
+            Tiers(s.retention_minute_days, s.retention_hour_days),
+            s.retention_every,
+            ctx.settings.worker_id,
+        )
 
         async def before_plan(agg: HitCounts) -> None:
             await sites.refresh()  # the zones and tiers this flush plans with
@@ -95,7 +104,8 @@ class Hits(Kind[HitsSettings]):
             lambda: HitCounts(decoder, fields, prop_keys, sites),
             before_plan=before_plan,
             before_plan_label="sites' zones and name store",
-            metrics=lambda: name_store_metrics(names),
+            metrics=lambda: [*name_store_metrics(names), *retention_metrics(schedule)],
+            background=schedule.forever if s.retention_every > 0 else None,
         )
 
     def collections(self) -> list[str]:

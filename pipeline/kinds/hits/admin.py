@@ -119,18 +119,23 @@ def cmd_set_retention(args: argparse.Namespace) -> int:
 
 def cmd_retention(args: argparse.Namespace) -> int:
     """Prune minute and hourly counters past their tiers (``--dry-run``: count only)."""
+    from pipeline.kinds.hits import KIND
     from pipeline.kinds.hits.retention import utc_today
     from pipeline.kinds.hits.retention_run import Pruned, run_retention
+    from pipeline.kinds.hits.retention_schedule import SCHEDULE_ID
+    from pipeline.store.meta import META_COLLECTION
 
     s = command_settings()
     default = _tiers(s)
     today = args.today or utc_today()
 
-    async def run(db: Db) -> list[Pruned]:
-        return await run_retention(db, hits_fields(s.schema), default, today, args.dry_run, args.settle)
+    async def run(db: Db) -> tuple[list[Pruned], dict[str, Any]]:
+        last = await db[META_COLLECTION].find_one({"_id": SCHEDULE_ID}) or {}
+        return await run_retention(db, hits_fields(s.schema), default, today, args.dry_run, args.settle), last
 
     t0 = time.monotonic()
-    done = on_db(s, run, primary_reads=True)
+    done, last = on_db(s, run, primary_reads=True)
+    print(periodic_text(s.of(KIND).retention_every, last))
     verb = "would prune" if args.dry_run else "pruned"
     for p in done:
         print(f"{verb} {p.what}: {p.documents} daily documents")
@@ -138,6 +143,25 @@ def cmd_retention(args: argparse.Namespace) -> int:
         print("nothing to prune: every tier is forever (0)")
     print(f"{len(done)} statements in {time.monotonic() - t0:.2f} s")
     return 0
+
+
+def periodic_text(every_hours: float, schedule: dict[str, Any]) -> str:
+    """One line on the workers' periodic runs: their interval, the group's last run, one under way."""
+    if every_hours <= 0:
+        out = "workers' periodic retention: off (PREAGG_HITS_RETENTION_EVERY=0)"
+    else:
+        out = f"workers' periodic retention: every {every_hours:g} h"
+    last = schedule.get("last") or {}
+    if last:
+        at = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(float(last["started"])))
+        pruned = ", ".join(f"{w}: {n}" for w, n in (last.get("pruned") or {}).items()) or "nothing to prune"
+        took = float(last["finished"]) - float(last["started"])
+        out += f"; last run {at} by {last.get('by')}, {took:.0f} s, {pruned}"
+    elif not schedule.get("started"):
+        out += "; none run yet"
+    if schedule.get("started") and float(schedule["started"]) > float(last.get("started") or 0):
+        out += f"; one started by {schedule.get('by')} is under way or was cut short"
+    return out
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

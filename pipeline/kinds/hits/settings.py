@@ -53,3 +53,8 @@ class HitsSettings(StreamSettings):
     #: a shorter tier is a smaller collection, a longer one a real-time chart further back.
     retention_minute_days: int = 30
     retention_hour_days: int = 400
+    #: Hours between the workers' own retention runs (one worker of the group runs each,
+    #: never in its first 15 minutes); 0: off, run ``preagg retention run`` from cron
+    #: instead. A run is a few ``update_many`` statements over old daily documents: on a
+    #: large collection, schedule it off-peak with cron rather than let it land anywhere.
+    retention_every: float = 24.0
