@@ -10,8 +10,10 @@ recovery of a producer without transactions: look at what you wrote.
 
 The marks come from ListOffsets(latest). Tansu answers it with the base offset of the last
 record batch, below the true end (measured: docs/benchmarks.md); a low
-mark only makes the read-back longer. A topic deleted and recreated since then holds
-none of the sends any more, and reading it from its beginning finds none: right.
+mark only makes the read-back longer. The read-back finds only what is still in the
+log: if the topic's retention deleted some sends before the next run (or the topic was
+deleted and recreated), those are sent again, and count twice if workers had counted
+them. It is meant for a run again within hours of a crash, not weeks later.
 """
 
 from __future__ import annotations
