@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Mapping
 from types import TracebackType
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from pipeline.core.envelope import unpack
@@ -32,6 +33,54 @@ def groupless_consumer(settings: Settings, reset: str = "none") -> AIOKafkaConsu
         auto_offset_reset=reset,
         isolation_level="read_committed",
     )
+
+
+async def topic_partitions(c: AIOKafkaConsumer, topic: str) -> list[int]:
+    """The partitions Kafka has for ``topic`` (empty when it does not exist), metadata refreshed once."""
+    parts = c.partitions_for_topic(topic)
+    if parts is None:
+        await c._client.force_metadata_update()
+        parts = c.partitions_for_topic(topic) or set()
+    return sorted(parts)
+
+
+async def read_to_end(
+    c: AIOKafkaConsumer,
+    starts: Mapping[TopicPartition, int | None],
+    on_record: Callable[[TopicPartition, ConsumerRecord[bytes, bytes]], None],
+    timeout: float,
+    idle: float | None = None,
+) -> tuple[dict[TopicPartition, int], bool]:
+    """Feed ``on_record`` every record from ``starts`` (``None``: the beginning) to each partition's end.
+
+    A partition is read when its position reaches the fetch's high watermark (or, with
+    ``idle``, after that many seconds without a record anywhere). Returns the positions
+    reached and whether every partition was read within ``timeout``.
+    """
+    c.assign(list(starts))
+    for tp, n in starts.items():
+        if n is None:
+            await c.seek_to_beginning(tp)
+        else:
+            c.seek(tp, n)
+    done: set[TopicPartition] = set()
+    positions: dict[TopicPartition, int] = {}
+    deadline = idle_since = time.monotonic()
+    deadline += timeout
+    while len(done) < len(starts) and time.monotonic() < deadline:
+        got = await c.getmany(timeout_ms=500, max_records=5000)
+        if got:
+            idle_since = time.monotonic()
+        for tp, recs in got.items():
+            for r in recs:
+                on_record(tp, r)
+        for tp in starts:
+            hw, positions[tp] = c.highwater(tp), await c.position(tp)
+            if (hw is not None and positions[tp] >= hw) or (
+                idle is not None and time.monotonic() - idle_since > idle
+            ):
+                done.add(tp)
+    return positions, len(done) == len(starts)
 
 
 class PartitionProbe:
@@ -67,12 +116,7 @@ class PartitionProbe:
     async def partitions(self, topic: str) -> list[int]:
         """The partitions Kafka has for ``topic`` (empty when the topic does not exist)."""
         async with self._lock, asyncio.timeout(self.timeout):
-            c = await self._started()
-            parts = c.partitions_for_topic(topic)
-            if parts is None:
-                await c._client.force_metadata_update()
-                parts = c.partitions_for_topic(topic) or set()
-            return sorted(parts)
+            return await topic_partitions(await self._started(), topic)
 
     async def look(self, topic: str, partition: int, offset: int) -> Probe:
         """The first record at or after ``offset``, and the partition's bounds."""

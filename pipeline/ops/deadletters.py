@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.replay import origin, wrap
@@ -33,7 +32,7 @@ from pipeline.ops.replay_recovery import (
     merge_marks,
     sent_since,
 )
-from pipeline.probe import groupless_consumer
+from pipeline.probe import groupless_consumer, read_to_end, topic_partitions
 from pipeline.producer import EventProducer
 from pipeline.settings import Settings
 from pipeline.store.meta import META_COLLECTION
@@ -102,49 +101,27 @@ async def read_dead_letters(
     c = groupless_consumer(settings, "earliest")
     await c.start()
     records: list[dict[str, Any]] = []
-    positions: dict[int, int] = {}
+
+    def keep(tp: TopicPartition, r: ConsumerRecord[bytes, bytes]) -> None:
+        try:
+            rec = orjson.loads(r.value or b"")
+        except orjson.JSONDecodeError:
+            log.warning("%s[%d]@%d is not a dead letter (not JSON): skipped", dlq, tp.partition, r.offset)
+            return
+        rec["_partition"], rec["_offset"] = tp.partition, r.offset
+        records.append(rec)
+
     try:
-        parts = c.partitions_for_topic(dlq)
-        if parts is None:
-            await c._client.force_metadata_update()
-            parts = c.partitions_for_topic(dlq) or set()
-        tps = [TopicPartition(dlq, p) for p in sorted(parts)]
+        tps = [TopicPartition(dlq, p) for p in await topic_partitions(c, dlq)]
         if not tps:
             return [], {}
-        c.assign(tps)
-        for tp in tps:
-            if tp.partition in start:
-                c.seek(tp, start[tp.partition])
-            else:
-                await c.seek_to_beginning(tp)
-        done: set[TopicPartition] = set()
-        deadline, idle_since = time.monotonic() + timeout, time.monotonic()
-        while len(done) < len(tps) and time.monotonic() < deadline:
-            got = await c.getmany(timeout_ms=500, max_records=5000)
-            if got:
-                idle_since = time.monotonic()
-            for tp, recs in got.items():
-                for r in recs:
-                    try:
-                        rec = orjson.loads(r.value or b"")
-                    except orjson.JSONDecodeError:
-                        log.warning(
-                            "%s[%d]@%d is not a dead letter (not JSON): skipped", dlq, tp.partition, r.offset
-                        )
-                        continue
-                    rec["_partition"], rec["_offset"] = tp.partition, r.offset
-                    records.append(rec)
-            for tp in tps:
-                hw = c.highwater(tp)
-                pos = await c.position(tp)
-                positions[tp.partition] = pos
-                if (hw is not None and pos >= hw) or time.monotonic() - idle_since > IDLE_SECONDS:
-                    done.add(tp)
-        if len(done) < len(tps):
+        starts = {tp: start.get(tp.partition) for tp in tps}
+        positions, complete = await read_to_end(c, starts, keep, timeout, idle=IDLE_SECONDS)
+        if not complete:
             log.warning("stopped reading %s after %.0f s: the next run goes on from here", dlq, timeout)
     finally:
         await c.stop()
-    return records, positions
+    return records, {tp.partition: n for tp, n in positions.items()}
 
 
 def chosen(rec: dict[str, Any], reason: str, since: float | None, topic: str | None) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from pipeline.probe import topic_partitions
 from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 
@@ -45,11 +46,7 @@ async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]
     try:
         tps: list[TopicPartition] = []
         for t in topics:
-            parts = consumer.partitions_for_topic(t)
-            if parts is None:
-                await consumer._client.force_metadata_update()
-                parts = consumer.partitions_for_topic(t) or set()
-            tps.extend(TopicPartition(t, p) for p in sorted(parts))
+            tps.extend(TopicPartition(t, p) for p in await topic_partitions(consumer, t))
         if not tps:
             return []
         ends = await end_offsets(consumer, tps, settings.embedded_kafka)

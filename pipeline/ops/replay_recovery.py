@@ -19,14 +19,13 @@ them. It is meant for a run again within hours of a crash, not weeks later.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 
 from pipeline.core.envelope import unpack
 from pipeline.core.replay import origin_of
-from pipeline.probe import groupless_consumer
+from pipeline.probe import groupless_consumer, read_to_end, topic_partitions
 from pipeline.settings import Settings
 
 log = logging.getLogger("preagg.deadletters")
@@ -71,13 +70,7 @@ async def end_marks(settings: Settings, topics: Iterable[str]) -> Marks:
     c = groupless_consumer(settings, "earliest")
     await c.start()
     try:
-        tps = []
-        for t in sorted(set(topics)):
-            parts = c.partitions_for_topic(t)
-            if parts is None:
-                await c._client.force_metadata_update()
-                parts = c.partitions_for_topic(t) or set()
-            tps += [TopicPartition(t, p) for p in sorted(parts)]
+        tps = [TopicPartition(t, p) for t in sorted(set(topics)) for p in await topic_partitions(c, t)]
         ends = await c.end_offsets(tps) if tps else {}
     finally:
         await c.stop()
@@ -93,34 +86,27 @@ async def sent_since(settings: Settings, marks: Marks, timeout: float = 300.0) -
     Raises :class:`ReadBackFailed` if the ends are not reached within ``timeout``:
     the caller must then send nothing (a wrapper not yet read may be one of its own).
     """
-    tps = {TopicPartition(t, p): n for t, ps in marks.items() for p, n in ps.items()}
+    tps: dict[TopicPartition, int | None] = {
+        TopicPartition(t, p): n for t, ps in marks.items() for p, n in ps.items()
+    }
     if not tps:
         return set()
+    found: set[str] = set()
+
+    def collect(tp: TopicPartition, r: ConsumerRecord[bytes, bytes]) -> None:
+        for line in unpack(r.value or b""):
+            source = origin_of(line)
+            if source is not None:
+                found.add(source)
+
     c = groupless_consumer(settings, "earliest")
     await c.start()
-    found: set[str] = set()
     try:
-        c.assign(list(tps))
-        for tp, n in tps.items():
-            c.seek(tp, n)
-        done: set[TopicPartition] = set()
-        deadline = time.monotonic() + timeout
-        while len(done) < len(tps):
-            if time.monotonic() > deadline:
-                raise ReadBackFailed(
-                    f"read back {len(done)} of {len(tps)} partitions in {timeout:.0f} s; nothing re-sent"
-                )
-            got = await c.getmany(timeout_ms=500, max_records=5000)
-            for recs in got.values():
-                for r in recs:
-                    for line in unpack(r.value or b""):
-                        source = origin_of(line)
-                        if source is not None:
-                            found.add(source)
-            for tp in tps:
-                hw = c.highwater(tp)
-                if hw is not None and await c.position(tp) >= hw:
-                    done.add(tp)
+        _, complete = await read_to_end(c, tps, collect, timeout)
     finally:
         await c.stop()
+    if not complete:
+        raise ReadBackFailed(
+            f"could not read {len(tps)} partitions back to their ends in {timeout:.0f} s; nothing re-sent"
+        )
     return found

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 Granularity = Literal["minute", "hour", "day", "month"]
 GRANULARITIES: tuple[Granularity, ...] = ("minute", "hour", "day", "month")
+K = TypeVar("K")
 
 
 def floor(dt: datetime, by: Granularity) -> datetime:
@@ -49,7 +50,7 @@ def zero_filled(
     return [(b, counts.get(b, 0)) for b in buckets(start, end, by)]
 
 
-def add_into(acc: dict[datetime, int], items: Iterable[tuple[datetime, int]]) -> None:
-    """Sum counts into ``acc`` (several pages of one site add up)."""
+def add_into(acc: dict[K, int], items: Iterable[tuple[K, int]]) -> None:
+    """Sum counts into ``acc`` by bucket key (several pages of one site add up)."""
     for b, n in items:
         acc[b] = acc.get(b, 0) + n

@@ -25,23 +25,19 @@ def _tiers(s: Settings) -> Tiers:
 
 def cmd_sites(args: argparse.Namespace) -> int:
     """List every site (with hits or settings): its zone, its zone changes, its retention."""
-    from pipeline.kinds.hits.query import known_sites
+    from pipeline.kinds.hits.query import listed_sites
     from pipeline.kinds.hits.retention import site_tiers
-    from pipeline.kinds.hits.site_config import SiteConfig, load
 
     s = command_settings()
     default = _tiers(s)
 
     async def run(db: Db) -> list[dict[str, Any]]:
-        configs = await load(db)
-        names = sorted(set(await known_sites(db, hits_fields(s.schema))) | set(configs))
         rows = []
-        for name in names:
-            c = configs.get(name) or SiteConfig(name)
+        for c in await listed_sites(db, hits_fields(s.schema)):
             t = site_tiers(default, c.minute_days, c.hour_days)
             rows.append(
                 {
-                    "site": name,
+                    "site": c.site,
                     "zone": c.zone,
                     "zones": [
                         {"since": ch.since.isoformat() if ch.since else None, "zone": ch.zone}

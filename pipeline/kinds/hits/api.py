@@ -14,9 +14,9 @@ from pipeline.cli_common import json_rows
 from pipeline.kinds.hits import grafana
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN, check_span
-from pipeline.kinds.hits.query import hits_series, known_sites, top_pages
+from pipeline.kinds.hits.query import hits_series, listed_sites, top_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
-from pipeline.kinds.hits.site_config import load, site_config
+from pipeline.kinds.hits.site_config import site_config
 from pipeline.query.render import series_rows
 from pipeline.query.series import GRANULARITIES
 from pipeline.serve.params import Param, local_day
@@ -61,9 +61,7 @@ def routes(settings: Settings) -> list[Route]:
         return prop_rows(await prop_counts(db, a["site"], a["page"], first, last, a["name"], fields))
 
     async def sites(db: Any, a: Mapping[str, Any]) -> Any:
-        zones = await load(db)
-        names = sorted(set(await known_sites(db, fields)) | set(zones))
-        return [{"site": s, "zone": zones[s].zone if s in zones else "UTC"} for s in names]
+        return [{"site": c.site, "zone": c.zone} for c in await listed_sites(db, fields)]
 
     day_range = (
         Param(

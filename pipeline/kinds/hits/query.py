@@ -14,8 +14,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import EPOCH_ORDINAL, Calendar, dt_minute, zone_info
 from pipeline.kinds.hits.layout import HitsFields, hits_fields, site_filter
-from pipeline.kinds.hits.site_config import site_config
-from pipeline.query.series import Granularity, next_bucket
+from pipeline.kinds.hits.site_config import SiteConfig, load, site_config
+from pipeline.query.series import Granularity, add_into, next_bucket
 
 Series = list[tuple[datetime, int]]
 """(bucket start as an aware local time with its offset, hits)."""
@@ -135,8 +135,7 @@ async def hits_series(
     coll, flt, proj = series_query(site, page, d0, d1, by, fields)
     acc: dict[int, int] = {}
     async for doc in db[coll].find(flt, proj):
-        for b, n in _items(doc, by, fields):
-            acc[b] = acc.get(b, 0) + n
+        add_into(acc, _items(doc, by, fields))
     keys = _buckets(by, lo, hi, d0, d1, cal)
     if by in ("minute", "hour"):
         out = [(cal.at(b), acc.get(b, 0)) for b in keys]
@@ -190,6 +189,15 @@ async def known_sites(db: AsyncDatabase[dict[str, Any]], fields: HitsFields | No
     """Every site with hits, sorted: ``distinct`` on the monthly index's first field."""
     f = (fields or hits_fields()).monthly
     return sorted(await db[f.collection].distinct(f"{f.metadata}.{f.site}"))
+
+
+async def listed_sites(
+    db: AsyncDatabase[dict[str, Any]], fields: HitsFields | None = None
+) -> list[SiteConfig]:
+    """Every site with hits or settings, sorted, with its settings (``preagg sites``, ``/api/sites``)."""
+    configs = await load(db)
+    names = sorted(set(await known_sites(db, fields)) | set(configs))
+    return [configs.get(n) or SiteConfig(n) for n in names]
 
 
 async def busiest_page(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -228,7 +228,12 @@ class SiteConfigs:
         now = self.clock()
         if self._read_at is not None and now - self._read_at < self.every:
             return
-        self.configs = await load(self.db)
+        fresh = await load(self.db)
+        for site, c in fresh.items():  # a site whose zones did not change keeps its memoised calendar
+            old = self.configs.get(site)
+            if old is not None and old.changes == c.changes:
+                fresh[site] = replace(c, calendar=old.calendar)
+        self.configs = fresh
         self._pruned = await load_pruned(self.db)
         self._read_at = now
 
