@@ -126,6 +126,11 @@ def test_cutoffs_round_trip_through_their_stored_form() -> None:
     assert p.keeps("other", date(2026, 10, 25).toordinal()) == (True, True)
     assert p.keeps("other", date(2026, 10, 24).toordinal()) == (False, True)
     assert p.keeps("b.example", date(2026, 10, 24).toordinal()) == (False, False)
+    # An override of 0 keeps that tier forever: no fallback to the deployment's cutoff.
+    f = cutoffs(Retention(Tiers(30, 400), {"c": Tiers(0, 0)}), date(2026, 11, 23))
+    assert f.keeps("c", date(2020, 1, 1).toordinal()) == (True, True)
+    assert f.keeps("d", date(2020, 1, 1).toordinal()) == (False, False)
+    assert Pruned.of_doc(f.as_doc()) == f
 
 
 def test_a_retention_run_is_a_few_statements() -> None:

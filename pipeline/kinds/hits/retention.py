@@ -85,6 +85,9 @@ class Pruned:
 
 
 NOTHING_PRUNED = Pruned({}, {})
+#: Cutoff of a site whose override keeps a tier forever (0): before the first day, nothing
+#: is pruned; recorded so that :meth:`Pruned.keeps` does not fall back to the deployment's.
+FOREVER = 1
 
 
 def cutoffs(retention: Retention, today: date) -> Pruned:
@@ -94,6 +97,8 @@ def cutoffs(retention: Retention, today: date) -> Pruned:
         for tier, days in (("minute", t.minute_days), ("hour", t.hour_days)):
             if days:
                 out[tier][key] = (today - timedelta(days=days)).toordinal()
+            elif key != ALL:
+                out[tier][key] = FOREVER
     return Pruned(out["minute"], out["hour"])
 
 
