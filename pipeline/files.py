@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from pipeline.core.decode import guarded
 from pipeline.core.rejection import Rejection
 from pipeline.core.shippers import SHIPPERS, envelope
 
@@ -72,7 +73,7 @@ Decode = Callable[[bytes], tuple[Any, ...] | Rejection]
 def read_jsonl(paths: Iterable[str], decode: Decode, key: Callable[[Any], bytes]) -> Iterator[Record]:
     """Events of any kind from JSON-lines files, each checked by ``decode`` and keyed by ``key``."""
     for name, no, line in lines(paths):
-        event = decode(line)
+        event = guarded(decode, line)
         if isinstance(event, Rejection):
             yield Refused(name, no, event.reason, event.detail)
         else:

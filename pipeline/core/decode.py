@@ -1,12 +1,17 @@
 """Decode one event line: size limit, input format, JSON, the kind's JSON Schema, event time.
 
-Failures are rejections. A topic's input format (``event``, ``clf``, a log shipper's
+Failures are rejections, never exceptions: a worker's batch would treat an exception
+as fatal and crash on the same offset after every restart. Nesting past
+:data:`MAX_DEPTH` is refused as ``depth`` (the schema validator and orjson's encoder
+both raise on it), and :func:`guarded` turns anything a decoder still raises into a
+``decoder`` rejection. A topic's input format (``event``, ``clf``, a log shipper's
 envelope or ``auto``: :mod:`pipeline.core.shippers`) is applied first; ``event``, the
 default, keeps the one-step path of today.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,6 +24,44 @@ from pipeline.core.replay import PREFIX as REPLAY_PREFIX
 from pipeline.core.replay import unwrap
 from pipeline.core.shippers import Shipped, open_message
 from pipeline.core.times import event_time
+
+_log = logging.getLogger(__name__)
+
+#: Deepest nesting of arrays and objects an event may have. Events are flat; the schema
+#: validator gives up (``ValueError``) past 255 levels and orjson's encoder past 254.
+MAX_DEPTH = 64
+
+
+def depth_over(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when ``obj`` nests arrays/objects more than ``limit`` deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        node, level = stack.pop()
+        if level > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, level + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, level + 1) for v in node if isinstance(v, dict | list))
+    return False
+
+
+def guarded(decode: Callable[[bytes], Any], raw: bytes) -> Any:
+    """``decode(raw)``, or a ``decoder`` rejection naming what it raised.
+
+    The last line of defence for bytes from a topic: a decoder's bug must become one
+    dead letter (counted, with its reason), not a worker that dies on this offset forever.
+    """
+    try:
+        return decode(raw)
+    except Exception as exc:  # any decoder bug: see the docstring
+        return raised(exc, raw)
+
+
+def raised(exc: Exception, raw: bytes) -> Rejection:
+    """The ``decoder`` rejection of an exception a decoder raised on ``raw``."""
+    _log.warning("decoder raised %s on a %d-byte event: dead-lettered", type(exc).__name__, len(raw))
+    return Rejection("decoder", f"decoder raised {type(exc).__name__}: {exc}"[:500], raw)
 
 
 class EventDecoder:
@@ -47,8 +90,14 @@ class EventDecoder:
 
     def check(self, obj: Any, raw: bytes) -> dict[str, Any] | Rejection:
         """``obj`` if it satisfies the schema; ``raw`` is what a rejection keeps."""
-        if not self._validator.is_valid(obj):
-            return Rejection("schema", self.explain(obj), raw)
+        # A cheap bound first: fewer brackets in the bytes than the limit cannot nest past it.
+        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth_over(obj):
+            return Rejection("depth", f"{self.label}: nested more than {MAX_DEPTH} levels deep", raw)
+        try:
+            if not self._validator.is_valid(obj):
+                return Rejection("schema", self.explain(obj), raw)
+        except ValueError as exc:  # the validator's own recursion limit
+            return Rejection("depth", f"{self.label} schema: {exc}", raw)
         result: dict[str, Any] = obj
         return result
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from pipeline.core.aggregator import Aggregator
+from pipeline.core.decode import raised
 from pipeline.core.incarnation import Fingerprint, digest
 from pipeline.store.offsets import TP, Fence
 from pipeline.worker.deadletter import DeadLetter
@@ -68,7 +69,10 @@ class PendingBatch(Generic[A]):
             self.start[tp] = start
         ingest, part = self.aggregate.ingest, tp[1]
         for i, raw in enumerate(lines):
-            rejection = ingest(raw, part)
+            try:
+                rejection = ingest(raw, part)
+            except Exception as exc:  # a decoder's bug: a dead letter, not a crash loop on this offset
+                rejection = raised(exc, raw)
             if rejection is not None:
                 self.dead.append(DeadLetter(rejection, tp[0], part, offset, i))
         n = len(lines)

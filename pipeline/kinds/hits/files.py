@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 
+from pipeline.core.decode import guarded
 from pipeline.core.rejection import Rejection
 from pipeline.files import Accepted, Refused, lines
 from pipeline.kinds.hits.clf import ClfError, clf_event, parse_line
@@ -40,9 +41,9 @@ def _from_jsonl(name: str, no: int, line: bytes, decoder: HitDecoder, site: str 
             if isinstance(obj, dict) and "site" not in obj:
                 obj["site"] = site
                 line = orjson.dumps(obj)
-        except orjson.JSONDecodeError:
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
             pass  # the decoder below reports it
-    hit = decoder.decode(line)
+    hit = guarded(decoder.decode, line)
     if isinstance(hit, Rejection):
         return Refused(name, no, hit.reason, hit.detail)
     return Accepted(line, hit_key(hit[0], hit[1]))
