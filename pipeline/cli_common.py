@@ -75,11 +75,27 @@ def json_rows(rows: list[tuple[Any, Any]], header: tuple[str, str]) -> list[dict
     return [{header[0]: a, header[1]: b} for a, b in rows]
 
 
+#: Control characters (C0, DEL, C1) and bidirectional overrides, shown escaped.
+_UNPRINTABLE = {
+    c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+    for c in [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+}
+
+
+def printable(value: object) -> str:
+    """``value`` as text safe for a terminal: control characters and bidi overrides escaped.
+
+    Site names, pages and property values come from producers: printed raw, an escape
+    sequence in one could rewrite the operator's screen or title, or hide a row.
+    """
+    return str(value).translate(_UNPRINTABLE)
+
+
 def print_rows(rows: list[tuple[Any, Any]], as_json: bool, header: tuple[str, str]) -> None:
-    """Two-column rows as JSON objects or an aligned table."""
+    """Two-column rows as JSON objects or an aligned table (text escaped: :func:`printable`)."""
     if as_json:
         print(json.dumps(json_rows(rows, header)))
         return
     print(f"{header[0]:>20}  {header[1]}")
     for a, b in rows:
-        print(f"{a!s:>20}  {b}")
+        print(f"{printable(a):>20}  {printable(b)}")

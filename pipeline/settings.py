@@ -8,13 +8,13 @@ else in the package reads the environment, so tests and tools pass a
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
-from urllib.parse import urlsplit, urlunsplit
 
 from pipeline.core.fields import FieldMode
 from pipeline.core.shippers import InputFormat
@@ -133,23 +133,34 @@ class KindSettingsSource(Protocol[S_co]):
     def settings_type(self) -> type[S_co]: ...
 
 
+#: Option names whose values are secrets wherever they appear in a URL's query string.
+_SECRET_OPTION = re.compile(r"(password|secret|token|authmechanismproperties)", re.IGNORECASE)
+
+
 def redact_url(text: str) -> str:
-    """``scheme://user:secret@host`` → ``scheme://user:***@host`` (any other text unchanged)."""
-    if "@" not in text or "://" not in text:
+    """``scheme://user:secret@host/?k=secret`` → ``scheme://user:***@host/?k=***`` (other text unchanged).
+
+    Not :func:`urllib.parse.urlsplit`: a password may hold ``,`` ``/`` ``?`` ``#`` unescaped
+    (drivers accept some of them), and splitting there would print its tail. Everything
+    between ``://`` and the last ``@`` is the user information; options named like a
+    secret (``password``, ``tlsCertificateKeyFilePassword``, ``authMechanismProperties``)
+    are hidden too.
+    """
+    if "://" not in text:
         return text
-    parts = []
-    for one in text.split(","):
-        try:
-            u = urlsplit(one)
-        except ValueError:
-            parts.append("***")
-            continue
-        if u.password is None:
-            parts.append(one)
-            continue
-        host = u.netloc.rsplit("@", 1)[1]
-        parts.append(urlunsplit(u._replace(netloc=f"{u.username}:***@{host}")))
-    return ",".join(parts)
+    scheme, rest = text.split("://", 1)
+    at = rest.rfind("@")
+    if at >= 0:
+        user = rest[:at].split(":", 1)[0]
+        rest = f"{user}:***@{rest[at + 1 :]}" if ":" in rest[:at] else f"{user}@{rest[at + 1 :]}"
+    base, sep, query = rest.partition("?")
+    if sep:
+        options = []
+        for option in query.split("&"):
+            name, eq, _ = option.partition("=")
+            options.append(f"{name}=***" if eq and _SECRET_OPTION.search(name) else option)
+        rest = base + "?" + "&".join(options)
+    return f"{scheme}://{rest}"
 
 
 @dataclass(frozen=True)
@@ -239,8 +250,19 @@ class Settings:
     #: Origins allowed to call the query API from another site's pages (CORS),
     #: comma-separated, e.g. ``https://grafana.example.com``; empty: none (same origin only).
     serve_cors: tuple[str, ...] = ()
-    #: Deadline of one API request's MongoDB reads, seconds: past it the request answers
-    #: 503 rather than holding a connection. Longer lets wide ranges finish on a slow store.
+    #: Host names (``Host`` header, port ignored) the server answers, comma-separated;
+    #: empty: the loopback names when bound to a loopback address, the bound address and
+    #: the loopback names when bound to one address, any name when bound to 0.0.0.0/::.
+    #: Refusing other names defeats DNS rebinding (a web page on a rebinding domain
+    #: reading an API that has no token); list the names a proxy forwards.
+    serve_hosts: tuple[str, ...] = ()
+    #: Requests reading the store at once in ``preagg serve``; more wait for a slot within
+    #: their deadline, then answer 503 with ``Retry-After``. Higher serves more analysts
+    #: at once, and takes more of the store's time from the workers' flushes.
+    serve_concurrency: int = 4
+    #: Deadline of one API request, seconds (waiting for a read slot and every MongoDB read
+    #: of it together): past it the request answers 503 rather than holding a connection.
+    #: Longer lets wide ranges finish on a slow store.
     query_timeout: float = 10.0
     #: ``exactly_once``: each flush commits its aggregates and its source offsets in one
     #: MongoDB transaction guarded by offset fences (needs a replica set, a sharded

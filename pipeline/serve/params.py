@@ -13,6 +13,13 @@ from typing import Any, Literal
 
 from pipeline.cli_common import parse_id, parse_time
 
+#: Times an answer may ask about: events are refused outside them (``pipeline.core.times``),
+#: and past year 9999 ``datetime`` itself overflows while a series is bucketed.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(3000, 1, 1, tzinfo=UTC)
+#: Longest text a string parameter (or a string in a JSON body) may be.
+MAX_TEXT = 2048
+
 ParamType = Literal["string", "integer", "time", "date", "id", "choice", "boolean"]
 
 
@@ -47,12 +54,17 @@ class Param:
             if self.default is None:
                 return None
             raw = self.default
+        if len(raw) > MAX_TEXT:
+            raise BadParam(self.name, f"is longer than {MAX_TEXT} characters")
         try:
-            return self._value(raw, now)
+            value = self._value(raw, now)
         except BadParam:
             raise
-        except (ValueError, OverflowError) as exc:
-            raise BadParam(self.name, f"{raw!r} is not {self._expected()} ({exc})") from None
+        except (ValueError, OverflowError, OSError) as exc:
+            raise BadParam(self.name, f"{raw[:80]!r} is not {self._expected()} ({exc})") from None
+        if self.type in ("time", "date"):
+            check_bounds(self.name, value)
+        return value
 
     def _value(self, raw: str, now: datetime) -> Any:
         if self.type == "time":
@@ -76,8 +88,6 @@ class Param:
             if self.maximum is not None and n > self.maximum:
                 raise BadParam(self.name, f"{n} is above the maximum {self.maximum}")
             return n
-        if len(raw) > 2048:
-            raise BadParam(self.name, "is longer than 2048 characters")
         return raw
 
     def _expected(self) -> str:
@@ -110,14 +120,29 @@ class Param:
         return out
 
 
+def check_bounds(name: str, value: date) -> None:
+    """A time or day between :data:`EARLIEST` and :data:`LATEST`, else a 400 naming ``name``."""
+    if isinstance(value, datetime):
+        t = value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    else:
+        t = datetime(value.year, value.month, value.day, tzinfo=UTC)
+    if not EARLIEST <= t < LATEST:
+        raise BadParam(name, f"{value.isoformat()} is outside {EARLIEST.year}..{LATEST.year - 1}")
+
+
 def parse_time_or_ms(raw: str, now: datetime) -> datetime:
     """:func:`pipeline.cli_common.parse_time`, plus epoch milliseconds (Grafana's ``${__from}``).
 
-    An ISO time without offset stays naive: the site's wall-clock time.
+    An ISO time without offset stays naive: the site's wall-clock time. Whatever the
+    text, the only exception is ``ValueError`` (``now-99999999999d`` and 23-digit epochs
+    overflow ``datetime``).
     """
-    if raw.isdigit() and len(raw) >= 10:
-        return datetime.fromtimestamp(int(raw) / 1000, UTC)
-    return parse_time(raw, now, local=True)
+    try:
+        if raw.isdigit() and len(raw) >= 10:
+            return datetime.fromtimestamp(int(raw) / 1000, UTC)
+        return parse_time(raw, now, local=True)
+    except (OverflowError, OSError) as exc:
+        raise ValueError(f"out of range ({exc})") from None
 
 
 class RelativeDay(date):
@@ -136,7 +161,7 @@ class RelativeDay(date):
 def parse_day(raw: str, now: datetime) -> date:
     """A day: ``YYYY-MM-DD``, ``today`` or ``today-7d`` (the dashboard's default ranges)."""
     if raw.startswith("today"):
-        utc_day = parse_time("now" + raw[5:], now).astimezone(UTC).date()
+        utc_day = parse_time_or_ms("now" + raw[5:], now).astimezone(UTC).date()
         out = RelativeDay(utc_day.year, utc_day.month, utc_day.day)
         out.offset = utc_day - now.astimezone(UTC).date()
         return out

@@ -1,9 +1,12 @@
 """``preagg serve``: the query API, its OpenAPI document, the dashboard and Grafana's endpoints over HTTP.
 
 A process of its own (aiohttp), apart from the workers: it only reads, so it scales
-with analysts, not with ingestion, and its load never delays a flush. Every MongoDB
-read has the ``query_timeout`` deadline; a store that does not answer in time is a
-503, logged, never a hung request.
+with analysts, not with ingestion, and its load never delays a flush. Every request
+is hostile until parsed: a bad parameter or body is a 400 naming it, never a 500.
+Each request has one deadline (``query_timeout``) covering its wait for one of
+``serve_concurrency`` read slots and all its reads: past it the answer is 503 with
+``Retry-After``, logged, never a hung request or an unbounded pile of reads on the
+store. The ``Host`` header is checked (DNS rebinding) and bodies must be JSON.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import signal
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
@@ -62,9 +66,92 @@ def _guarded(path: str) -> bool:
     return path.startswith(("/api/", "/grafana"))
 
 
-def _middlewares(settings: Settings) -> list[Any]:
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def allowed_hosts(settings: Settings) -> frozenset[str] | None:
+    """The ``Host`` names served (lower case, no port); ``None``: any (bound to every address)."""
+    if settings.serve_hosts:
+        return frozenset(h.lower().strip("[]") for h in settings.serve_hosts)
+    bind = settings.serve_bind.strip("[]")
+    if bind in WILDCARDS:
+        return None
+    return frozenset({bind.lower(), *LOOPBACK_NAMES})
+
+
+def host_name(header: str) -> str:
+    """The name of a ``Host`` header without its port (``[::1]:8900`` → ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class RedactTokens(logging.Filter):
+    """Hides bearer tokens and the configured token in aiohttp's logs (a malformed
+    ``Authorization`` header is logged whole when aiohttp refuses the request)."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self.token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # a record whose arguments do not format: leave it to logging
+            return True
+        clean = _BEARER.sub(lambda m: m.group(1) + "***", text)
+        if self.token:
+            clean = clean.replace(self.token, "***")
+        if clean != text:
+            record.msg, record.args = clean, None
+        return True
+
+
+_BEARER = re.compile(r"""(authorization[\s:='"]+|\b(?:bearer|basic)\s+)[^'"\r\n]+""", re.IGNORECASE)
+
+
+def _middlewares(settings: Settings, slots: asyncio.Semaphore) -> list[Any]:
     token = settings.serve_token.encode()
     origins = set(settings.serve_cors)
+    hosts = allowed_hosts(settings)
+    deadline = settings.query_timeout
+    waiting = [0]
+    max_waiting = 8 * settings.serve_concurrency
+
+    @web.middleware
+    async def headers(request: web.Request, handler: Endpoint) -> web.StreamResponse:
+        if hosts is not None and host_name(request.headers.get("Host", "")) not in hosts:
+            response: web.StreamResponse = _error(
+                421, "this Host is not served (PREAGG_SERVE_HOSTS lists the names a proxy forwards)", "Host"
+            )
+        else:
+            response = await handler(request)
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    @web.middleware
+    async def bounded(request: web.Request, handler: Endpoint) -> web.StreamResponse:
+        """One deadline per request and at most ``serve_concurrency`` of them reading at once."""
+        if not _guarded(request.path) and request.path != "/health":
+            return await handler(request)
+        if waiting[0] >= max_waiting:
+            return _busy("too many requests are waiting for the store")
+        waiting[0] += 1
+        try:
+            async with asyncio.timeout(deadline):
+                try:
+                    await slots.acquire()
+                finally:
+                    waiting[0] -= 1
+                try:
+                    return await handler(request)
+                finally:
+                    slots.release()
+        except TimeoutError:
+            log.warning("%s %s: no answer within %.0f s", request.method, request.path, deadline)
+            return _busy(f"no answer within the request's deadline ({deadline:g} s)")
 
     @web.middleware
     async def cors(request: web.Request, handler: Endpoint) -> web.StreamResponse:
@@ -104,10 +191,19 @@ def _middlewares(settings: Settings) -> list[Any]:
                 exc.status, f"{exc.reason}: {request.method} {request.path} (endpoints: /openapi.json)"
             )
         except (PyMongoError, TimeoutError) as exc:
-            log.warning("%s %s: store error %s: %s", request.method, request.path_qs, type(exc).__name__, exc)
-            return _error(503, f"the store did not answer ({type(exc).__name__}); try again")
+            log.warning("%s %s: store error %s: %s", request.method, request.path, type(exc).__name__, exc)
+            return _busy(f"the store did not answer ({type(exc).__name__}); try again")
+        except Exception as exc:  # a request no check foresaw: a 400, one log line, never a 500
+            log.warning("%s %s: refused after %s: %s", request.method, request.path, type(exc).__name__, exc)
+            return _error(400, f"the request cannot be answered ({type(exc).__name__})")
 
-    return [cors, auth, errors]
+    return [headers, cors, auth, bounded, errors]
+
+
+def _busy(message: str) -> web.Response:
+    response = _error(503, message)
+    response.headers["Retry-After"] = "1"
+    return response
 
 
 def _endpoint(route: Route, db: Db) -> Endpoint:
@@ -124,10 +220,19 @@ def _endpoint(route: Route, db: Db) -> Endpoint:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
+    """The JSON object a ``POST`` carries: ``application/json`` only.
+
+    Refusing ``text/plain`` and form bodies keeps browsers' CORS preflight in force:
+    a page elsewhere cannot post to this API without it.
+    """
+    if request.content_type != "application/json":
+        raise BadParam("Content-Type", f"{request.content_type!r}: bodies are application/json")
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise BadParam("body", "is not JSON") from None
+    except RecursionError:
+        raise BadParam("body", "is nested too deep") from None
     if not isinstance(body, dict):
         raise BadParam("body", "expected a JSON object")
     return body
@@ -159,7 +264,9 @@ def package_version() -> str:
 def build_app(settings: Settings, db: Db, routes: Iterable[Route] | None = None) -> web.Application:
     """The whole HTTP application over ``db``."""
     routes = list(all_routes(settings) if routes is None else routes)
-    app = web.Application(middlewares=_middlewares(settings))
+    slots = asyncio.Semaphore(max(1, settings.serve_concurrency))
+    app = web.Application(middlewares=_middlewares(settings, slots))
+    app.on_response_prepare.append(_server_header)
     doc = openapi_document(routes, bool(settings.serve_token), package_version())
 
     async def openapi(request: web.Request) -> web.StreamResponse:
@@ -175,10 +282,22 @@ def build_app(settings: Settings, db: Db, routes: Iterable[Route] | None = None)
     return app
 
 
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    """No version in ``Server``: it tells an attacker which advisories apply."""
+    response.headers["Server"] = "preagg"
+
+
 async def serve(settings: Settings, ready: Callable[[str], None] | None = None) -> None:
     """Serve until SIGTERM/SIGINT; ``ready`` gets the dashboard's URL once the port is bound."""
     from pipeline.store.client import mongo_client
 
+    redact = RedactTokens(settings.serve_token)
+    for name in ("aiohttp.server", "aiohttp.access", "aiohttp.web", "preagg.serve"):
+        logging.getLogger(name).addFilter(redact)
+    if allowed_hosts(settings) is None and not settings.serve_token:
+        log.warning(
+            "bound to every address with no token nor PREAGG_SERVE_HOSTS: anyone reaching it reads it"
+        )
     client = mongo_client(settings.mongo_url or "", timeout=settings.query_timeout)
     runner = web.AppRunner(build_app(settings, client[settings.db]), access_log=log)
     await runner.setup()

@@ -195,6 +195,16 @@ def test_dashboard_asks_for_the_token_it_lacks(pipeline: tuple[Settings, str]) -
         page.click("#token-form button")
         first_chart(page)
         assert page.locator("#site").input_value() == SITE
+        # ?refresh= is clamped: Infinity made the page poll in a tight loop (858 calls in 6 s).
+        for given, ms in (
+            ("Infinity", 5000),
+            ("0", 5000),
+            ("NaN", 5000),
+            ("0.001", 1000),
+            ("1e9", 3_600_000),
+        ):
+            page.goto(f"{url}?refresh={given}")
+            assert page.evaluate("REFRESH_MS") == ms, given
         browser.close()
 
 

@@ -20,6 +20,9 @@ from urllib.parse import urlencode
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as fuzzing
+from hypothesis import strategies as st
 from openapi_spec_validator import validate
 
 from pipeline.core.bloom import BloomSpec
@@ -137,7 +140,11 @@ def call(req: urllib.request.Request, token: str | None) -> tuple[int, Any]:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw)
+        except ValueError:  # aiohttp's own refusals (413...) are text
+            return e.code, {"text": raw.decode(errors="replace")}
 
 
 def q(url: str, path: str, **params: Any) -> str:
@@ -414,3 +421,220 @@ def test_grafana_provisioning_files_chart_a_site(served: tuple[Settings, str]) -
     assert {"site": "shop.test", "zone": "UTC"} in sites
     assert len(series) == 61 and sum(r["hits"] for r in series) > 0
     assert pages[0]["page"] == "/"
+
+
+# Hostile requests: every parameter and body is refused with a 400 naming it, never a 500.
+
+ISSUE_23_INPUTS: list[tuple[str, dict[str, str] | dict[str, Any], str]] = [
+    # (path, GET parameters or POST body, the parameter the 400 names)
+    *[
+        ("/grafana/query", {"range": {"from": "now-6h", "to": "now"}, "targets": [], field: value}, field)
+        for field in ("intervalMs", "maxDataPoints")
+        for value in (float("nan"), float("inf"), 1e308)
+    ],
+    (
+        "/grafana/query",
+        {"range": {"from": "99999999999999999999999", "to": "now"}, "targets": []},
+        "range.from",
+    ),
+    ("/grafana/query", {"range": {"from": "now-99999999999d", "to": "now"}, "targets": []}, "range.from"),
+    ("/grafana/query", {"range": {"from": "now-6h", "to": "now+99999999999w"}, "targets": []}, "range.to"),
+    (
+        "/grafana/query",
+        {"range": {"from": "1774785600000", "to": "2026-03-29T10:00:00"}, "targets": []},
+        "range",
+    ),
+    (
+        "/grafana/query",
+        {"range": {"from": "now-6h", "to": "now"}, "targets": [{"payload": {"site": "x" * 3000}}]},
+        "targets[0].payload.site",
+    ),
+    (
+        "/grafana/hits",
+        {"site": "s", "from": "now-1h", "to": "now", "intervalMs": "100000000000000000000000"},
+        "intervalMs",
+    ),
+    ("/grafana/hits", {"site": "s", "from": "99999999999999999999999", "to": "now"}, "from"),
+    ("/api/hits", {"site": "s", "by": "month", "from": "9999-12-30", "to": "9999-12-31T23:59"}, "from"),
+    ("/api/hits", {"site": "s", "from": "now-99999999999d", "to": "now"}, "from"),
+    ("/api/top-tags", {"user": "1", "today": "0001-01-01"}, "today"),
+    ("/api/top-tags", {"user": "1", "today": "today-99999999999d"}, "today"),
+]
+
+
+@pytest.mark.parametrize(("path", "given", "parameter"), ISSUE_23_INPUTS)
+def test_inputs_that_answered_500_are_400s_naming_the_parameter(
+    served: tuple[Settings, str], path: str, given: dict[str, Any], parameter: str
+) -> None:
+    _, url = served
+    if path in ("/grafana/query",):
+        req = urllib.request.Request(
+            url + path.lstrip("/"),
+            json.dumps(given).encode(),  # NaN and Infinity as Python writes them
+            {"Content-Type": "application/json"},
+            method="POST",
+        )
+        status, body = call(req, TOKEN)
+    else:
+        status, body = get(q(url, path, **given))
+    assert status == 400, body
+    assert body["parameter"] == parameter, body
+
+
+def test_deep_bodies_and_other_content_types_are_400s(served: tuple[Settings, str]) -> None:
+    _, url = served
+    deep = b'{"range":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    req = urllib.request.Request(
+        url + "grafana/query", deep, {"Content-Type": "application/json"}, method="POST"
+    )
+    status, body = call(req, TOKEN)
+    assert status in (400, 413) and (status == 413 or body["parameter"] == "body"), body
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+        req = urllib.request.Request(url + "grafana/query", b"{}", {"Content-Type": ctype}, method="POST")
+        status, body = call(req, TOKEN)
+        assert status == 400 and body["parameter"] == "Content-Type", (ctype, body)
+
+
+def test_host_header_nosniff_and_server_header(served: tuple[Settings, str]) -> None:
+    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends Host: evil.example."""
+    _, url = served
+    port = url.rstrip("/").rsplit(":", 1)[1]
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example"):
+        status, body = get(q(url, "/api/sites"), headers={"Host": host})
+        assert status == 421 and body["parameter"] == "Host", (host, body)
+    req = urllib.request.Request(url, headers={"Host": "rebind.example"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 421  # the dashboard too
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST"):
+        assert get(q(url, "/api/sites"), headers={"Host": host})[0] == 200, host
+    req = urllib.request.Request(q(url, "/api/sites"), headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+        assert r.headers["Server"] == "preagg"
+
+
+HOSTILE_TEXT = st.one_of(
+    st.sampled_from(
+        [
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "1e308",
+            "1e23",
+            "-1",
+            "0",
+            "99999999999999999999999",
+            "9999-12-31",
+            "0001-01-01",
+            "9999-12-31T23:59",
+            "2026-03-29T10:00:00",
+            "now-99999999999d",
+            "now+99999999999w",
+            "today-99999999999d",
+            "today",
+            "now",
+            "1774785600000",
+            "\x00",
+            "%00",
+            "x" * 3000,
+            "2026-02-30",
+            "true",
+            "minute",
+            "month",
+            "/",
+            "ann",
+        ]
+    ),
+    st.text(max_size=30),
+)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | HOSTILE_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(HOSTILE_TEXT, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@st.composite
+def get_query(draw: st.DrawFn, params: list[dict[str, Any]]) -> dict[str, str]:
+    out = {}
+    for p in params:
+        if p.get("required") or draw(st.booleans()):
+            out[p["name"]] = draw(HOSTILE_TEXT)
+    if draw(st.integers(0, 9)) == 0:
+        out[draw(st.text(min_size=1, max_size=8))] = draw(HOSTILE_TEXT)
+    return out
+
+
+@st.composite
+def grafana_body(draw: st.DrawFn) -> Any:
+    if draw(st.integers(0, 4)) == 0:
+        return draw(JSON_VALUES)
+    body: dict[str, Any] = {
+        "range": {"from": draw(HOSTILE_TEXT | JSON_VALUES), "to": draw(HOSTILE_TEXT | JSON_VALUES)},
+        "targets": draw(
+            st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "target": st.just("hits") | JSON_VALUES,
+                        "payload": st.fixed_dictionaries(
+                            {
+                                "site": st.sampled_from(["shop.test", "blog.test"]) | JSON_VALUES,
+                                "page": HOSTILE_TEXT | JSON_VALUES,
+                            }
+                        ),
+                    }
+                ),
+                max_size=3,
+            )
+            | JSON_VALUES
+        ),
+    }
+    for name in ("intervalMs", "maxDataPoints", "name"):
+        if draw(st.booleans()):
+            body[name] = draw(JSON_VALUES)
+    return body
+
+
+def test_fuzz_every_endpoint_of_the_openapi_document_never_answers_5xx(served: tuple[Settings, str]) -> None:
+    """Property: for any parameters or body, every endpoint answers < 500, and a 400 names what is wrong."""
+    _, url = served
+    status, doc = get(url + "openapi.json", token=None)
+    assert status == 200
+    seen: dict[int, int] = {}
+
+    def check(status: int, body: Any, what: str) -> None:
+        seen[status] = seen.get(status, 0) + 1
+        assert status < 500, (what, body)
+        if status == 400:
+            assert body.get("parameter"), (what, body)
+
+    for path, methods in doc["paths"].items():
+        for method, op in methods.items():
+            if method == "get":
+                fuzz_get(url, path, op.get("parameters", []), check)
+            else:
+                fuzz_post(url, path, check)
+    assert seen.get(200, 0) > 0 and seen.get(400, 0) > 0, seen
+
+
+def fuzz_get(url: str, path: str, params: list[dict[str, Any]], check: Any) -> None:
+    @fuzzing(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(query=get_query(params))
+    def run(query: dict[str, str]) -> None:
+        check(*get(q(url, path, **query)), f"GET {path} {query!r}")
+
+    run()
+
+
+def fuzz_post(url: str, path: str, check: Any) -> None:
+    @fuzzing(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(body=grafana_body())
+    def run(body: Any) -> None:
+        data = json.dumps(body).encode()
+        req = urllib.request.Request(
+            url + path.lstrip("/"), data, {"Content-Type": "application/json"}, method="POST"
+        )
+        check(*call(req, TOKEN), f"POST {path} {body!r}")
+
+    run()

@@ -109,7 +109,7 @@ def test_grafana_query_body_is_checked_field_by_field() -> None:
     for broken, name in [
         ([], "body"),
         ({**body, "range": None}, "range"),
-        ({**body, "range": {"from": "soon", "to": "later"}}, "range"),
+        ({**body, "range": {"from": "soon", "to": "later"}}, "range.from"),
         ({**body, "targets": [{"target": "cpu", "payload": {"site": "a"}}]}, "targets[0].target"),
         ({**body, "targets": [{"target": "hits", "payload": {}}]}, "targets[0].payload.site"),
         ({**body, "targets": [{}] * 21}, "targets"),
@@ -140,3 +140,109 @@ def test_a_route_without_parameters_still_documents_its_errors() -> None:
 
     doc = openapi_document([Route("/api/x", "x", (), handler)], False, "1")
     assert set(doc["paths"]["/api/x"]["get"]["responses"]) == {"200", "400", "503"}
+
+
+def test_requests_wait_for_a_bounded_number_of_read_slots_then_503_with_retry_after() -> None:
+    """serve_concurrency reads at once; the waiting queue is bounded; each request has one deadline."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from pipeline.serve.server import build_app
+
+    release = asyncio.Event()
+    running = []
+
+    async def slow(db: Any, a: Any) -> Any:
+        running.append(1)
+        await release.wait()
+        return {"ok": True}
+
+    route = Route("/api/slow", "waits", (), slow)
+    config = Settings(serve_concurrency=2, query_timeout=30.0)
+
+    async def scenario() -> list[tuple[int, str | None]]:
+        client = TestClient(TestServer(build_app(config, None, [route])))  # type: ignore[arg-type]
+        await client.start_server()
+        try:
+            calls = [asyncio.create_task(client.get("/api/slow")) for _ in range(2 + 16 + 3)]
+            while len(running) < 2:
+                await asyncio.sleep(0.01)
+            for _ in range(50):  # let every request reach the queue
+                await asyncio.sleep(0.01)
+            assert len(running) == 2  # the others wait for a slot
+            release.set()
+            out = []
+            for c in calls:
+                r = await c
+                out.append((r.status, r.headers.get("Retry-After")))
+            return out
+        finally:
+            await client.close()
+
+    got = asyncio.run(scenario())
+    assert got.count((200, None)) == 18  # 2 running + 16 queued (8 per slot)
+    assert got.count((503, "1")) == 3  # past the queue: refused at once, told when to retry
+
+
+def test_one_deadline_per_request_answers_503() -> None:
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from pipeline.serve.server import build_app
+
+    async def never(db: Any, a: Any) -> Any:
+        await asyncio.Event().wait()
+
+    config = Settings(query_timeout=0.2)
+
+    async def scenario() -> tuple[int, str | None, Any]:
+        app = build_app(config, None, [Route("/api/never", "hangs", (), never)])  # type: ignore[arg-type]
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        try:
+            r = await client.get("/api/never")
+            return r.status, r.headers.get("Retry-After"), await r.json()
+        finally:
+            await client.close()
+
+    status, retry, body = asyncio.run(scenario())
+    assert (status, retry) == (503, "1") and "deadline" in body["error"]
+
+
+def test_host_names_served_by_bind_address() -> None:
+    from pipeline.serve.server import allowed_hosts, host_name
+
+    assert allowed_hosts(Settings()) == {"127.0.0.1", "localhost", "::1"}
+    assert allowed_hosts(Settings(serve_bind="0.0.0.0")) is None
+    assert allowed_hosts(Settings(serve_bind="10.0.0.5")) == {"10.0.0.5", "127.0.0.1", "localhost", "::1"}
+    assert allowed_hosts(Settings(serve_bind="0.0.0.0", serve_hosts=("Stats.Example",))) == {"stats.example"}
+    assert [host_name(h) for h in ("a.b:80", "[::1]:8900", "::1", "LOCALHOST", "")] == [
+        "a.b",
+        "::1",
+        "::1",
+        "localhost",
+        "",
+    ]
+
+
+def test_tokens_never_reach_the_log() -> None:
+    import logging
+
+    from pipeline.serve.server import RedactTokens
+
+    record = logging.LogRecord(
+        "aiohttp.server",
+        logging.ERROR,
+        "",
+        0,
+        "Error handling request: %s",
+        ("Authorization: Bearer abc\x01def",),
+        None,
+    )
+    assert RedactTokens("s3cret").filter(record)
+    assert "abc" not in record.getMessage() and "***" in record.getMessage()
+    record = logging.LogRecord("x", logging.INFO, "", 0, "header was %r", ("s3cret",), None)
+    RedactTokens("s3cret").filter(record)
+    assert "s3cret" not in record.getMessage()

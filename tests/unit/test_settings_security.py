@@ -33,6 +33,18 @@ def test_passwords_never_in_repr() -> None:
         ),
         ("mongodb://h:27017/", "mongodb://h:27017/"),
         ("kafka:9092", "kafka:9092"),
+        # Passwords with characters urlsplit cuts at, and secrets in options (all leaked before).
+        ("mongodb://u:pa,ss@h1,h2/db", "mongodb://u:***@h1,h2/db"),
+        ("mongodb://u:p/a?ss#x@h:1/db", "mongodb://u:***@h:1/db"),
+        ("mongodb://u:p#ss@h/", "mongodb://u:***@h/"),
+        (
+            "mongodb://h/?tls=true&tlsCertificateKeyFilePassword=kfp&tlsCAFile=/ca.pem",
+            "mongodb://h/?tls=true&tlsCertificateKeyFilePassword=***&tlsCAFile=/ca.pem",
+        ),
+        (
+            "mongodb://u@h/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:tok",
+            "mongodb://u@h/?authMechanism=MONGODB-AWS&authMechanismProperties=***",
+        ),
     ],
 )
 def test_redact_url(url: str, shown: str) -> None:
@@ -64,3 +76,12 @@ def test_fault_specs() -> None:
     for bad in ("after-commit", "sideways:1", "mid-commit:0"):
         with pytest.raises(ValueError):
             parse_fault(bad)
+
+
+def test_producer_text_is_printed_escaped() -> None:
+    """A site or page holding an escape sequence must not drive the operator's terminal."""
+    from pipeline.cli_common import printable
+
+    assert printable("shop\x1b]0;owned\x07") == "shop\\x1b]0;owned\\x07"
+    assert printable("/a\x9bb\u202ec\r\n") == "/a\\x9bb\\u202ec\\x0d\\x0a"
+    assert printable("/über café 東京") == "/über café 東京"

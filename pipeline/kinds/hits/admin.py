@@ -9,7 +9,7 @@ import time
 from datetime import date
 from typing import Any
 
-from pipeline.cli_common import Db, command_settings, on_db
+from pipeline.cli_common import Db, command_settings, on_db, printable
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.retention import Tiers
 from pipeline.kinds.hits.retention_run import SETTLE_SECONDS
@@ -53,12 +53,12 @@ def cmd_sites(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
-    width = max([len(r["site"]) for r in rows] + [4])
+    width = max([len(printable(r["site"])) for r in rows] + [4])
     print(f"{'site':<{width}}  {'zone':<22}  minutes  hours  zone history")
     for r in rows:
         history = ", ".join(f"{z['zone']} from {z['since']}" for z in r["zones"] if z["since"])
         keep = [("forever" if r[k] == 0 else f"{r[k]} d") for k in ("minute_days", "hour_days")]
-        print(f"{r['site']:<{width}}  {r['zone']:<22}  {keep[0]:>7}  {keep[1]:>5}  {history}")
+        print(f"{printable(r['site']):<{width}}  {r['zone']:<22}  {keep[0]:>7}  {keep[1]:>5}  {history}")
     return 0
 
 

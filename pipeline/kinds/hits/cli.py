@@ -9,7 +9,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli_common import Db, command_settings, on_db, parse_time, print_rows
+from pipeline.cli_common import Db, command_settings, on_db, parse_time, print_rows, printable
 from pipeline.kinds.hits.layout import hits_fields
 
 
@@ -60,10 +60,10 @@ def cmd_query_props(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(prop_rows(rows)))
         return 0
-    width = max([len(r.name) for r in rows] + [4])
+    width = max([len(printable(r.name)) for r in rows] + [4])
     print(f"{'name':<{width}}  {'count':>9}  value")
     for r in rows:
-        print(f"{r.name:<{width}}  {r.count:>9}  {r.value}")
+        print(f"{printable(r.name):<{width}}  {r.count:>9}  {printable(r.value)}")
     return 0
 
 

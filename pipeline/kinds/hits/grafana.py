@@ -25,7 +25,7 @@ from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.limits import MAX_SPAN, as_utc, check_span
 from pipeline.kinds.hits.query import hits_series, known_sites
 from pipeline.query.series import GRANULARITIES, Granularity
-from pipeline.serve.params import BadParam, Param, parse_time_or_ms
+from pipeline.serve.params import MAX_TEXT, BadParam, Param, check_bounds, parse_time_or_ms
 from pipeline.serve.routes import Route, rows_of
 from pipeline.settings import Settings
 
@@ -79,11 +79,26 @@ class PanelQuery:
     targets: tuple[Target, ...]
 
 
-def _number(body: Mapping[str, Any], name: str, default: int) -> int:
+#: Longest interval Grafana may ask for, ms (ten years: a month bucket is the coarsest anyway).
+MAX_INTERVAL_MS = 10 * 366 * 86_400_000
+#: Most points a panel may ask for.
+MAX_POINTS = 100_000
+
+
+def _number(body: Mapping[str, Any], name: str, default: int, maximum: int) -> int:
+    """A non-negative finite number of the body, at most ``maximum`` (NaN, Infinity, 1e308: 400)."""
     value = body.get(name, default)
-    if not isinstance(value, int | float) or value < 0:
-        raise BadParam(name, f"{value!r} is not a non-negative number")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= maximum:
+        raise BadParam(name, f"{str(value)[:40]} is not a number from 0 to {maximum}")
     return int(value)
+
+
+def _text(value: Any, name: str) -> str:
+    """A string of a body, as long as a GET parameter may be."""
+    text = str(value)
+    if len(text) > MAX_TEXT:
+        raise BadParam(name, f"is longer than {MAX_TEXT} characters")
+    return text
 
 
 def parse_panel_query(body: Any, now: datetime) -> PanelQuery:
@@ -93,11 +108,16 @@ def parse_panel_query(body: Any, now: datetime) -> PanelQuery:
     rng = body.get("range")
     if not isinstance(rng, dict):
         raise BadParam("range", "expected {from, to}")
-    try:
-        start, end = (parse_time_or_ms(str(rng.get(k, "")), now) for k in ("from", "to"))
-    except ValueError as exc:
-        raise BadParam("range", f"from/to are not ISO times ({exc})") from None
-    if end < start:
+    times = []
+    for k in ("from", "to"):
+        raw = _text(rng.get(k, ""), f"range.{k}")
+        try:
+            times.append(parse_time_or_ms(raw, now))
+        except ValueError as exc:
+            raise BadParam(f"range.{k}", f"{raw[:40]!r} is not an ISO time or epoch ms ({exc})") from None
+        check_bounds(f"range.{k}", times[-1])
+    start, end = times
+    if as_utc(end) < as_utc(start):  # one may be epoch ms (aware), the other an offset-less ISO time
         raise BadParam("range", "to is before from")
     targets = body.get("targets")
     if not isinstance(targets, list) or len(targets) > MAX_TARGETS:
@@ -112,9 +132,12 @@ def parse_panel_query(body: Any, now: datetime) -> PanelQuery:
         site = payload.get("site") if isinstance(payload, dict) else None
         if not isinstance(site, str) or not site:
             raise BadParam(f"targets[{i}].payload.site", "is required")
+        _text(site, f"targets[{i}].payload.site")
         page = payload.get("page") or None
-        out.append(Target(str(t.get("refId", chr(65 + i))), site, str(page) if page else None))
-    by = choose_by(start, end, _number(body, "intervalMs", 60_000), _number(body, "maxDataPoints", 1000))
+        page = _text(page, f"targets[{i}].payload.page") if page else None
+        out.append(Target(_text(t.get("refId", chr(65 + i)), f"targets[{i}].refId"), site, page))
+    interval = _number(body, "intervalMs", 60_000, MAX_INTERVAL_MS)
+    by = choose_by(start, end, interval, _number(body, "maxDataPoints", 1000, MAX_POINTS))
     return PanelQuery(start, end, by, tuple(out))
 
 
@@ -211,8 +234,17 @@ def routes(settings: Settings) -> list[Route]:
                 Param("page", "one page (empty: all pages)"),
                 Param("from", "start: epoch ms (${__from}) or ISO time", "time", required=True),
                 Param("to", "end: epoch ms (${__to}) or ISO time", "time", required=True),
-                Param("intervalMs", "Grafana's $__interval_ms", "integer", default="60000", minimum=0),
-                Param("maxDataPoints", "most points", "integer", default="1000", minimum=1, maximum=100_000),
+                Param(
+                    "intervalMs",
+                    "Grafana's $__interval_ms",
+                    "integer",
+                    default="60000",
+                    minimum=0,
+                    maximum=MAX_INTERVAL_MS,
+                ),
+                Param(
+                    "maxDataPoints", "most points", "integer", default="1000", minimum=1, maximum=MAX_POINTS
+                ),
             ),
             rows,
             rows_of(("time", {"type": "integer"}), ("hits", {"type": "integer", "minimum": 0})),

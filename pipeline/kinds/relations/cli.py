@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from pipeline.cli_common import Db, command_settings, on_db, parse_id
+from pipeline.cli_common import Db, command_settings, on_db, parse_id, printable
 
 
 def cmd_query_related(args: argparse.Namespace) -> int:
@@ -29,7 +29,7 @@ def cmd_query_related(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(found))
     else:
-        print("\n".join(str(x) for x in found))
+        print("\n".join(printable(x) for x in found))
         print(
             f"{len(found)} found (Bloom filters: false positives possible, false negatives never)",
             file=sys.stderr,

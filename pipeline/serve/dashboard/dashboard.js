@@ -4,7 +4,12 @@
 
 const SVG = "http://www.w3.org/2000/svg";
 const params = new URLSearchParams(location.search);
-const REFRESH_MS = 1000 * Math.max(1, Number(params.get("refresh")) || 5);
+// ?refresh=N seconds, clamped to 1..3600: Infinity, NaN or 0 would poll the API in a tight loop.
+const REFRESH_MS = 1000 * refreshSeconds(params.get("refresh"));
+function refreshSeconds(text) {
+  const n = Number(text);
+  return Number.isFinite(n) && n > 0 ? Math.min(3600, Math.max(1, n)) : 5;
+}
 const state = { site: params.get("site"), zone: "UTC", page: null, month: null, timer: null, ticks: 0 };
 let token = sessionStorage.getItem("preagg-token") || "";
 if (location.hash.startsWith("#token=")) {
