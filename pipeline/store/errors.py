@@ -11,7 +11,7 @@ store that is down, so those errors are retried as they are.
 
 from __future__ import annotations
 
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError, ServerSelectionTimeoutError
+from pymongo.errors import OperationFailure, PyMongoError, ServerSelectionTimeoutError
 
 #: Server error codes that a smaller or shorter transaction avoids.
 SHRINK_CODES = frozenset(
@@ -36,16 +36,32 @@ class CommitTooLarge(Exception):
         self.limit = limit
 
 
+class StoreUnreachable(PyMongoError):
+    """The store did not answer the ping that opens every commit: nothing was sent.
+
+    Splitting does not help a store that is down, so this is retried as it is. Told
+    apart by where it happened, not by its message (a long host name pushed the
+    word "connect" out of the part of the message once read).
+    """
+
+
 def shrinks(exc: BaseException) -> bool:
     """True when a smaller batch is the remedy: too large, or timed out while the store answered."""
     if isinstance(exc, CommitTooLarge):
         return True
-    if isinstance(exc, ServerSelectionTimeoutError):
+    if isinstance(exc, StoreUnreachable | ServerSelectionTimeoutError):
         return False  # no server to talk to: size is not the problem
     if isinstance(exc, OperationFailure) and exc.code in SHRINK_CODES:
         return True
-    if isinstance(exc, PyMongoError) and exc.timeout:
-        # Client-side deadline (timeoutMS / pymongo.timeout) passed mid-operation. A
-        # connection that could not even be opened is not a slow commit.
-        return not (isinstance(exc, ConnectionFailure) and "connect" in str(exc).lower()[:80])
-    return False
+    # Client-side deadline (timeoutMS / pymongo.timeout) passed mid-commit, after the
+    # store answered the commit's ping: the commit was too slow.
+    return isinstance(exc, PyMongoError) and exc.timeout
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """True when a failed commit may have applied (its outcome must be read before a split).
+
+    Only a refusal sent before anything was written is certain: the byte bound, and
+    the ping. Any other failure may have happened during or after ``commitTransaction``.
+    """
+    return not isinstance(exc, CommitTooLarge | StoreUnreachable)

@@ -14,6 +14,7 @@ document. Two commit modes (``Settings.commit_mode``, docs/exactly-once.md):
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -24,12 +25,13 @@ import pymongo
 from bson import Int64
 from pymongo import AsyncMongoClient, UpdateOne, WriteConcern
 from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.errors import PyMongoError
 from pymongo.read_concern import ReadConcern
 
 from pipeline.core.updates import DocUpdate
 from pipeline.settings import CommitMode
 from pipeline.store.client import primary
-from pipeline.store.errors import CommitTooLarge
+from pipeline.store.errors import CommitTooLarge, StoreUnreachable
 from pipeline.store.offsets import (
     OFFSETS_COLLECTION,
     TP,
@@ -47,6 +49,13 @@ from pipeline.store.reads import READ_CHUNK, find_in
 #: (``get_server_selection_timeout``), so without this check an unreachable store would be
 #: a silent ``commit_timeout``-long wait per attempt instead of a logged failure.
 REACH_TIMEOUT = 10.0
+
+#: ``commitTransaction`` attempts while its outcome is unknown (the label below).
+COMMIT_RETRIES = 3
+#: The error label of a ``commitTransaction`` that may or may not have applied.
+UNKNOWN_COMMIT = "UnknownTransactionCommitResult"
+
+log = logging.getLogger(__name__)
 
 #: Values of ``Settings.commit_mode``.
 EXACTLY_ONCE: CommitMode = "exactly_once"
@@ -112,6 +121,8 @@ class MongoSink:
         #: Deadline of one whole commit, seconds (PyMongo's ``timeout()`` around the transaction).
         self.commit_timeout = commit_timeout
         self.read_chunk = read_chunk
+        #: ``commitTransaction`` calls run again because their outcome was unknown.
+        self.unknown_commits = 0
 
     @property
     def exactly_once(self) -> bool:
@@ -141,8 +152,11 @@ class MongoSink:
         :class:`~pipeline.store.errors.CommitTooLarge`, before writing anything, when
         the statements exceed :attr:`max_bytes`.
         """
-        with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
-            await self.client.admin.command("ping")
+        try:
+            with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+                await self.client.admin.command("ping")
+        except PyMongoError as exc:
+            raise StoreUnreachable(f"the store did not answer a ping ({type(exc).__name__}: {exc})") from exc
         with pymongo.timeout(self.commit_timeout):
             return await self._commit(updates, fences, flush_id, token)
 
@@ -199,16 +213,61 @@ class MongoSink:
         # rest. ``with_transaction`` would retry silently for up to two minutes instead.
         # The deadline (pymongo.timeout in commit) covers every statement and the commit:
         # MongoDB's transactionLifetimeLimitSeconds counts from the transaction's start.
-        async with (
-            self.client.start_session() as session,
+        async with self.client.start_session() as session:
             await session.start_transaction(
                 read_concern=ReadConcern("snapshot"),
                 write_concern=WriteConcern("majority"),
                 read_preference=pymongo.ReadPreference.PRIMARY,
-            ),
-        ):
-            await body(session)
+            )
+            try:
+                await body(session)
+            except BaseException:
+                if session.in_transaction:
+                    await session.abort_transaction()  # best effort: it never raises
+                raise
+            await self._commit_transaction(session)
         return Committed(already, size)
+
+    async def _commit_transaction(self, session: AsyncClientSession) -> None:
+        """``commitTransaction``, run again while its outcome is unknown (the drivers' rule).
+
+        A commit that fails with the ``UnknownTransactionCommitResult`` label (network
+        error, server selection, MaxTimeMSExpired or a write concern failure during the
+        commit) may or may not have applied; running ``commitTransaction`` again is safe
+        and learns the outcome. Bounded: past :data:`COMMIT_RETRIES` the error goes up,
+        and the flusher reads the ledger before it splits the batch (docs/exactly-once.md).
+        """
+        for attempt in range(1, COMMIT_RETRIES + 1):
+            try:
+                await session.commit_transaction()
+                return
+            except PyMongoError as exc:
+                if attempt == COMMIT_RETRIES or not exc.has_error_label(UNKNOWN_COMMIT):
+                    raise
+                self.unknown_commits += 1
+                log.warning(
+                    "commitTransaction outcome unknown (%s: %s); running it again (%d/%d)",
+                    type(exc).__name__,
+                    str(exc)[:200],
+                    attempt,
+                    COMMIT_RETRIES,
+                )
+
+    async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
+        """Did flush ``flush_id`` commit? Read from the ledgers on the primary.
+
+        ``True``: every fence's ledger names this flush; ``False``: every ledger still holds
+        the batch's start (nothing was applied, the batch may be split); anything else
+        raises :class:`~pipeline.store.offsets.FenceConflict`. Asked after a commit failed
+        in a way that may have applied it, before the batch is split under new flush ids.
+        """
+        with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+            ids = [offset_id(self.group, f.topic, f.partition) for f in fences]
+            stored = {
+                (d["topic"], d["partition"]): d
+                async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk)
+            }
+        return check_fences(fences, stored, flush_id)
 
     def _operations(self, updates: Sequence[DocUpdate]) -> tuple[dict[str, list[UpdateOne]], int]:
         ops, size = group_operations(updates)

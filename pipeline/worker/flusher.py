@@ -38,7 +38,7 @@ from typing import Generic, Protocol
 from pipeline.core.envelope import unpack
 from pipeline.core.incarnation import Verdict
 from pipeline.core.updates import DocUpdate, split_wide
-from pipeline.store.errors import CommitTooLarge, shrinks
+from pipeline.store.errors import CommitTooLarge, outcome_unknown, shrinks
 from pipeline.store.offsets import TP, Committed, Fence, FenceConflict
 from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
@@ -81,6 +81,10 @@ class Sink(Protocol):
     async def commit(
         self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None = None
     ) -> Committed: ...
+
+    async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
+        """Whether flush ``flush_id`` committed (its ledgers), or ``FenceConflict``."""
+        ...
 
 
 #: Sealed batches waiting for their commit before consumption pauses (backpressure).
@@ -126,6 +130,8 @@ class FlushStats:
     failed_commits: int = 0
     #: Batches split in two after a commit failed for its size or duration.
     splits: int = 0
+    #: Failed commits whose outcome was read from the ledgers before splitting.
+    unknown_outcomes: int = 0
     #: Size/time failures of a batch of one message, which cannot be split (retried, logged).
     unsplittable: int = 0
     #: Batches sealed because they reached the commit bound (not by the flush timer).
@@ -451,7 +457,9 @@ class Flusher(Generic[A]):
                 self._on_fenced(conflict)
                 raise
             except Exception as exc:  # _give_up chose to split: too large or too slow, and splittable
-                return self._split(batch, docs, exc)
+                if not (outcome_unknown(exc) and await self._committed_after_all(fences, flush_id, batch)):
+                    return self._split(batch, docs, exc)
+                result = Committed(already=True)
             if result.already:
                 self.stats.replayed_commits += 1
                 log.warning(
@@ -462,6 +470,36 @@ class Flusher(Generic[A]):
         await self._ack(batch.acks)
         self._account(batch, rejected, docs, result.bytes, commit_seconds, time.monotonic() - started)
         return None
+
+    async def _committed_after_all(
+        self, fences: Sequence[Fence], flush_id: str, batch: PendingBatch[A]
+    ) -> bool:
+        """After a commit failed in a way that may have applied it: did it? (the ledgers say)
+
+        Splitting a batch that did commit would give its halves new flush ids whose
+        fences fail (the worker would exit 75 and restart for nothing); resending it as
+        it was is what the split avoids. So the ledgers are read first (retried while
+        the store does not answer; a fence conflict goes up as usual).
+        """
+        found = False
+
+        async def read() -> None:
+            nonlocal found
+            found = await self.sink.outcome(fences, flush_id)
+
+        try:
+            await self._retry("MongoDB commit outcome", read, batch.events)
+        except FenceConflict as conflict:
+            self._on_fenced(conflict)
+            raise
+        self.stats.unknown_outcomes += 1
+        if found:
+            log.warning(
+                "%s: flush %s failed to answer but had committed; not split, not rewritten",
+                self.stream,
+                flush_id,
+            )
+        return found
 
     def contended(self) -> bool:
         """True while commits take the commit token (a write conflict in the last CONTENDED_SECONDS)."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from pymongo.errors import OperationFailure
+from pymongo.errors import ExecutionTimeout, OperationFailure, PyMongoError
 
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.aggregate import HitCounts
@@ -42,6 +42,8 @@ class ModelStore:
         self.counters: dict[str, Counter[str]] = {}
         self.offsets: dict[tuple[str, int], dict[str, Any]] = {}
         self.lose_ack_once = False
+        #: Commits that apply, then fail as too slow (outcome unknown to the worker).
+        self.time_out_after_commit = 0
         #: The commit token each commit attempt asked for.
         self.tokens: list[str | None] = []
 
@@ -73,7 +75,16 @@ class ModelStore:
         if self.lose_ack_once:
             self.lose_ack_once = False
             raise ConnectionError("commit acknowledgement lost")
+        if self.time_out_after_commit:
+            self.time_out_after_commit -= 1
+            # The commit applied, then its answer came too late: MaxTimeMSExpired during
+            # commitTransaction, labelled UnknownTransactionCommitResult by the driver.
+            raise ExecutionTimeout("operation exceeded time limit", code=50)
         return Committed(False, 100 * docs)
+
+    async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
+        self.log.append("outcome")
+        return check_fences(fences, self.offsets, flush_id)
 
     def total(self) -> int:
         return sum(
@@ -485,3 +496,82 @@ def test_write_conflicts_are_counted_and_retried() -> None:
     # The first attempt took no token; after the first conflict every commit takes it.
     assert store.tokens[0] is None and set(store.tokens[1:]) == {"hits"} and f.contended()
     assert store.tokens == [None, "hits", "hits"] and f.stats.token_commits == 2
+
+
+def test_a_commit_that_applied_but_timed_out_is_not_split_into_fenced_halves() -> None:
+    """Unknown outcome: read the ledger before splitting (halves of a committed batch fail their fences)."""
+    store = ModelStore([])
+    store.time_out_after_commit = 1
+    f, log, _ = make(store, commit=CommitBound(max_docs=10_000, max_bytes=10**9, target_seconds=60))
+
+    async def go() -> None:
+        for o in range(10):
+            await f.receive(TP0, o, day_hit(o), f"m{o}")
+        await drain(f)
+
+    asyncio.run(go())
+    assert "fenced" not in log and f.stats.splits == 0 and f.stats.unknown_outcomes == 1
+    assert log.count("outcome") == 1 and store.total() == 10
+    assert [e for e in log if e.startswith("ack")] == [f"ack:m{o}" for o in range(10)]
+    assert_contiguous(store, TP0, 0, 10)
+
+
+def test_a_slow_commit_that_did_not_apply_is_still_split() -> None:
+    store = ModelStore([], too_large_above=5)
+    f, log, _ = make(store, commit=CommitBound(max_docs=10_000, max_bytes=10**9, target_seconds=60))
+
+    async def go() -> None:
+        for o in range(10):
+            await f.receive(TP0, o, day_hit(o), f"m{o}")
+        await drain(f)
+
+    asyncio.run(go())
+    assert f.stats.splits >= 1 and "outcome" in log and "fenced" not in log and store.total() == 10
+
+
+def test_commit_transaction_is_run_again_while_its_outcome_is_unknown() -> None:
+    from pipeline.store.sink import COMMIT_RETRIES, UNKNOWN_COMMIT, MongoSink
+
+    class Session:
+        def __init__(self, failures: int) -> None:
+            self.failures = failures
+            self.calls = 0
+
+        async def commit_transaction(self) -> None:
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise PyMongoError("connection reset during commit", error_labels=[UNKNOWN_COMMIT])
+
+    sink = object.__new__(MongoSink)
+    sink.unknown_commits = 0
+    ok = Session(failures=COMMIT_RETRIES - 1)
+    asyncio.run(sink._commit_transaction(ok))  # type: ignore[arg-type]
+    assert ok.calls == COMMIT_RETRIES and sink.unknown_commits == COMMIT_RETRIES - 1
+    down = Session(failures=99)
+    with pytest.raises(PyMongoError):
+        asyncio.run(sink._commit_transaction(down))  # type: ignore[arg-type]
+    assert down.calls == COMMIT_RETRIES  # bounded
+
+    class Refused(Session):
+        async def commit_transaction(self) -> None:
+            self.calls += 1
+            raise OperationFailure("WriteConflict", code=112)
+
+    refused = Refused(0)
+    with pytest.raises(OperationFailure):
+        asyncio.run(sink._commit_transaction(refused))  # type: ignore[arg-type]
+    assert refused.calls == 1  # a certain failure is not retried here
+
+
+def test_the_split_rule_does_not_read_the_error_message() -> None:
+    """A timeout after the ping answered is a slow commit whatever the host name's length."""
+    from pymongo.errors import NetworkTimeout
+
+    from pipeline.store.errors import StoreUnreachable, shrinks
+
+    long_host = "a" * 100 + ".example:27017"
+    assert shrinks(
+        NetworkTimeout(f"{long_host}: timed out (configured timeouts: connectTimeoutMS: 20000.0ms)")
+    )
+    assert shrinks(NetworkTimeout("h:1: timed out"))
+    assert not shrinks(StoreUnreachable(f"{long_host}: connection refused"))
