@@ -134,7 +134,7 @@ def _middlewares(settings: Settings, slots: asyncio.Semaphore) -> list[Any]:
     @web.middleware
     async def bounded(request: web.Request, handler: Endpoint) -> web.StreamResponse:
         """One deadline per request and at most ``serve_concurrency`` of them reading at once."""
-        if not _guarded(request.path) and request.path != "/health":
+        if not _guarded(request.path) and request.path not in ("/health", "/health/ready"):
             return await handler(request)
         if waiting[0] >= max_waiting:
             return _busy("too many requests are waiting for the store")
@@ -273,11 +273,17 @@ def build_app(settings: Settings, db: Db, routes: Iterable[Route] | None = None)
         return _json(doc)
 
     async def health(request: web.Request) -> web.StreamResponse:
+        """Readiness: the store answers (a 503 otherwise, through the error middleware)."""
         await db.command("ping")
         return _json({"status": "ok"})
 
+    async def live(request: web.Request) -> web.StreamResponse:
+        """Liveness: the process answers, whatever the store does (a restart would not fix it)."""
+        return _json({"live": True})
+
     app.add_routes([web.route(r.method, r.path, _endpoint(r, db)) for r in routes])
     app.add_routes([web.get("/openapi.json", openapi), web.get("/health", health)])
+    app.add_routes([web.get("/health/ready", health), web.get("/health/live", live)])
     app.add_routes([web.get(path, _static(name)) for path, name in STATIC.items()])
     return app
 

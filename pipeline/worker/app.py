@@ -9,7 +9,7 @@ its events and offsets. Faust commits acked offsets, and on shutdown and rebalan
 waits for every delivered message to be acked (``stream_wait_empty``) while the flush
 loop keeps running, so SIGTERM and rebalances flush before partitions move.
 
-The web server (``web_port``) serves Prometheus ``/metrics`` and ``/health``.
+The web server (``web_port``) serves Prometheus ``/metrics``, ``/health/live`` and ``/health/ready``.
 """
 
 from __future__ import annotations
@@ -238,12 +238,30 @@ def _add_web_pages(
     async def metrics(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
         return self.bytes(exposition(collector), content_type=CONTENT_TYPE)
 
-    @app.page("/health")
-    async def healthcheck(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+    async def ready(view: faust.web.View) -> faust.web.Response:
         verdict = health(flushers, settings.health_max_flush_age, started)
         verdict["worker"] = settings.worker_id
         verdict["assigned"] = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
-        return self.json(verdict, status=200 if verdict["ok"] else 503)
+        return view.json(verdict, status=200 if verdict["ok"] else 503)
+
+    @app.page("/health/ready")
+    async def readiness(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+        """Readiness: counting keeps up (503 while a flush is stale or a partition is held back)."""
+        return await ready(self)
+
+    @app.page("/health")
+    async def healthcheck(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+        """``/health/ready`` under its old name."""
+        return await ready(self)
+
+    @app.page("/health/live")
+    async def liveness(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+        """Liveness: the process's event loop answers. 200 through a store outage on purpose:
+        restarting a worker does not bring a store back, and a restart during the outage's
+        rebalance is what fences healthy workers (docs/operations.md)."""
+        return self.json(
+            {"live": True, "worker": settings.worker_id, "uptime": round(time.time() - started, 1)}
+        )
 
 
 async def prepare_store(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> None:

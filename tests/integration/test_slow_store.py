@@ -45,9 +45,9 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def health(port: int) -> int:
+def health(port: int, path: str = "/health/ready") -> int:
     try:
-        return int(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status)
+        return int(urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).status)
     except urllib.error.HTTPError as e:
         assert json.loads(e.read())["ok"] is False
         return e.code
@@ -91,15 +91,17 @@ def test_store_down_20s_pauses_at_bound_then_resumes_exactly(tmp_path: Path) -> 
         producer.start()
         samples = []
         statuses = set()
+        live = set()
         while time.monotonic() - down_at < 20:
             time.sleep(1.0)
             m = scrape(web)
             samples.append((m["preagg_pending_keys"], m["preagg_backpressure_paused"], rss_kib(worker.pid)))
             statuses.add(health(web))
+            live.add(health(web, "/health/live"))
         producer.join()
         svc.start_store()
         asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
-        assert health(web) == 200
+        assert health(web) == 200 and health(web, "/health") == 200
     finally:
         rc = worker.terminate()
         svc.stop()
@@ -116,7 +118,8 @@ def test_store_down_20s_pauses_at_bound_then_resumes_exactly(tmp_path: Path) -> 
     # Bound: the batch being written plus the one being filled, one message over at most.
     assert max(p for p, _, _ in samples) <= BOUND + PACK, samples
     assert any(paused for _, paused, _ in samples), "consumption should have paused at the bound"
-    assert 503 in statuses, "health should report the stalled flush"
+    assert 503 in statuses, "readiness should report the stalled flush"
+    assert live == {200}, "liveness must hold through a store outage (a restart would not fix it)"
     assert rss_growth_mib < 64, f"worker memory grew {rss_growth_mib:.0f} MiB while the store was down"
     assert "backpressure: " in log and "retrying in" in log
 
