@@ -55,6 +55,10 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "store": "memory://",
         "topic_partitions": settings.partitions,
         "topic_replication_factor": 1,
+        # No `<group>-__assignor-__leader` topic: nothing here uses Faust's leader election
+        # (on_leader timers), and Faust would create it at every start with replication
+        # factor 1, which clusters restricting replication factors or denying CREATE refuse.
+        "topic_disable_leader": True,
         # The embedded Tansu holds a group join for half the session timeout (30 s by default).
         "broker_session_timeout": settings.session_timeout,
         "broker_heartbeat_interval": min(3.0, settings.session_timeout / 3),

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from pipeline.core.times import minute_of
+from pipeline.kafka import missing_topics
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import hits_series
@@ -110,9 +111,13 @@ def test_exact_counts_by_minute_hour_day_month_and_dead_letters(settings: Settin
     assert NOT_UTF8 in {base64.b64decode(d["raw_b64"]) for d in letters if "raw_b64" in d}
 
 
-def test_indexes_exist(settings: Settings) -> None:
+def test_indexes_exist_and_no_faust_leader_topic(settings: Settings) -> None:
     asyncio.run(produce(settings, [(b'{"site":"s","page":"/","ts":1}', b"k")], pack=1))
     run_worker_to_end(settings)
+    # Faust's leader topic (replication factor 1, created at every start) is not used here:
+    # clusters that restrict replication factors or deny CREATE refused it.
+    leader = f"{settings.group_id}-__assignor-__leader"
+    assert asyncio.run(missing_topics(settings, [leader])) == [leader]
 
     async def idx(db):  # type: ignore[no-untyped-def]
         return {c: await db[c].index_information() for c in ("hits_daily", "hits_monthly")}
