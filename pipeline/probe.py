@@ -144,8 +144,15 @@ class PartitionProbe:
             if records:
                 r = records[0]
                 return Probe((r.offset, r.timestamp, digest(list(unpack(r.value or b"")))), start, end)
-            if (c.highwater(tp) is not None and await c.position(tp) >= end) or time.monotonic() > deadline:
+            if c.highwater(tp) is not None and await c.position(tp) >= end:
                 return Probe(None, start, end)
+            if time.monotonic() > deadline:
+                # Not "no record there": the read did not get that far. Guessing either way
+                # is wrong (a gap taken for records in between restarted the worker in a
+                # loop), so it is an error the caller retries, logs and counts.
+                raise TimeoutError(
+                    f"{tp.topic}[{tp.partition}]: no record read within {self.timeout / 2:.0f}s"
+                )
 
     async def _high_watermark(self, c: AIOKafkaConsumer, tp: TopicPartition, listed_end: int) -> int:
         deadline = time.monotonic() + self.timeout / 2

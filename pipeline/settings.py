@@ -228,6 +228,12 @@ class Settings:
     #: Kafka session timeout, seconds. The embedded broker holds a group join for
     #: half of it, so short values make rebalances fast; too short evicts a busy worker.
     session_timeout: float = 10.0
+    #: Kafka rebalance timeout, seconds: how long the group waits for a member to rejoin
+    #: before it evicts it. A worker bounds its own drain of a rebalance at half of this
+    #: (uncommitted batches are then dropped, unacked, and read again: exactly-once keeps
+    #: that safe), so a slow or absent store never gets it evicted. Longer lets slow
+    #: commits finish before a rebalance gives up on them; shorter rebalances faster.
+    rebalance_timeout: float = 60.0
     #: Where embedded services keep their state, data and logs.
     home: Path = field(default_factory=lambda: Path(".preagg"))
     #: Identity of this worker process (logs and status).
@@ -324,10 +330,12 @@ class Settings:
     #: embedded store answers ``$in`` in time quadratic in its length (fastest at
     #: 20-100); 50 costs MongoDB one round trip per 50 documents (docs/benchmarks.md).
     read_chunk: int = 50
-    #: Seconds a worker may take to stop after SIGTERM/SIGINT, whatever is
-    #: unreachable. Past it the process exits at once; what was not committed is
-    #: not committed (exactly-once makes that safe: it is consumed again).
-    shutdown_timeout: float = 30.0
+    #: Seconds a worker may take to stop after SIGTERM/SIGINT (or after a crash),
+    #: whatever is unreachable. Past it the process leaves its group and exits at once;
+    #: what was not committed is consumed again (exactly-once makes that safe). Keep it
+    #: below the supervisor's grace period (Kubernetes: 30 s; compose here: 60 s) so the
+    #: worker, not SIGKILL, ends the stop, and leaves the group on the way out.
+    shutdown_timeout: float = 20.0
     #: Fault injection for tests and chaos runs only: ``POINT:N`` exits the worker
     #: with status 137 (as kill -9) the N-th time a flush reaches POINT
     #: (``before-commit``, ``mid-commit`` or ``after-commit``). Empty in production.

@@ -3,7 +3,9 @@
 Each seed gets a fresh topic, group and database on one pair of embedded services
 and runs :func:`pipeline.ops.chaos.run_chaos`: 2–3 workers killed (``kill -9``),
 crashed by injected faults inside and right after commits, scaled up and down
-while a known stream is produced, then every stored counter is audited.
+while a known stream is produced, then every stored counter is audited. Then the
+drills of :mod:`pipeline.ops.drills`: the store down ``--outage`` seconds during a
+scale-up (exits counted by status), and one poison event per 1,000.
 
     python -m pipeline.bench.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json
 """
@@ -11,13 +13,18 @@ while a known stream is produced, then every stored counter is audited.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pipeline.bench.common import embedded, write_results
 from pipeline.ops.chaos import run_chaos
+from pipeline.ops.drills import DrillReport, run_outage_rebalance, run_poison
+from pipeline.services.embedded import EmbeddedServices, for_embedded
+from pipeline.settings import Settings
 
 
 def main() -> None:
@@ -32,6 +39,10 @@ def main() -> None:
         default=None,
         help="seal batches at this many documents (small: many sealed batches per flush under the faults)",
     )
+    ap.add_argument(
+        "--outage", type=float, default=90.0, help="seconds the store is down in the outage drill"
+    )
+    ap.add_argument("--drills", nargs="*", default=["outage", "poison"], choices=["outage", "poison"])
     args = ap.parse_args()
     runs: list[dict[str, Any]] = []
     with embedded("preagg-chaos-") as (base, _):
@@ -58,12 +69,14 @@ def main() -> None:
                 f"{report.scale_ups} scale-ups, {len(report.mismatches)} mismatches, {report.seconds:.0f}s",
                 flush=True,
             )
+    drills = [_drill_row(r) for r in _drills(args.drills, args.events, args.outage, args.seeds[0])]
     summary = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "drills": drills,
         "seeds": len(runs),
         "faults_survived": sum(r["faults"] for r in runs),
         "mismatching_runs": sum(1 for r in runs if not r["ok"]),
-        "mismatches": sum(len(r["mismatches"]) for r in runs),
+        "mismatches": sum(len(r["mismatches"]) for r in runs) + sum(len(d["mismatches"]) for d in drills),
         "runs": runs,
     }
     out = write_results(summary, args.out)
@@ -71,6 +84,51 @@ def main() -> None:
         f"{summary['seeds']} seeds, {summary['faults_survived']} faults survived, "
         f"{summary['mismatches']} mismatches; results in {out}"
     )
+
+
+def _drills(names: list[str], events: int, outage: float, seed: int) -> list[DrillReport]:
+    """The drills asked for, each on services of its own (the outage one keeps its data on disk)."""
+    out = []
+    for name in names:
+        home = Path(tempfile.mkdtemp(prefix=f"preagg-drill-{name}-"))
+        svc = EmbeddedServices(home, persistent=name == "outage")
+        try:
+            settings = for_embedded(
+                Settings(
+                    home=home,
+                    partitions=4,
+                    flush_interval=0.5,
+                    session_timeout=6.0,
+                    rebalance_timeout=20.0,
+                    max_pending_keys=2_000,
+                ),
+                svc.start(),
+            ).named(f"drill-{name}")
+
+            def say(message: str, name: str = name) -> None:
+                print(f"  [{name} {time.strftime('%X')}] {message}", flush=True)
+
+            if name == "outage":
+                report = run_outage_rebalance(settings, svc, seed, events, outage, say=say)
+            else:
+                report = run_poison(settings, seed, events, say=say)
+        finally:
+            svc.stop()
+        print(
+            f"drill {name}: exits {report.exits}, drains given up {report.drains_given_up}, "
+            f"rebalanced {report.rebalanced_after}s into the outage, poison {report.poison}, "
+            f"{len(report.mismatches)} mismatches, {report.seconds:.0f}s",
+            flush=True,
+        )
+        out.append(report)
+    return out
+
+
+def _drill_row(report: DrillReport) -> dict[str, Any]:
+    row = asdict(report)
+    row["exits"] = {str(k): v for k, v in report.exits.items()}
+    row["ok"] = report.ok
+    return row
 
 
 if __name__ == "__main__":

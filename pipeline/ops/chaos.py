@@ -32,7 +32,7 @@ from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.producer import EventProducer
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
-from pipeline.worker.flusher import EXIT_FENCED
+from pipeline.worker.exits import EXIT_FENCED
 from pipeline.worker.process import WorkerProcess
 
 
@@ -64,7 +64,7 @@ class ChaosReport:
         return not self.mismatches
 
 
-def _produce_paced(settings: Settings, lines: list[tuple[bytes, bytes]], duration: float, pack: int) -> None:
+def produce_paced(settings: Settings, lines: list[tuple[bytes, bytes]], duration: float, pack: int) -> None:
     async def run() -> None:
         chunks = 40
         step = max(1, len(lines) // chunks)
@@ -81,7 +81,7 @@ def _produce_paced(settings: Settings, lines: list[tuple[bytes, bytes]], duratio
     asyncio.run(run())
 
 
-class _Crew:
+class Crew:
     """The supervised worker processes of a drill."""
 
     def __init__(self, settings: Settings, report: ChaosReport, say: Callable[[str], None]) -> None:
@@ -89,9 +89,11 @@ class _Crew:
         self.report = report
         self.say = say
         self.workers: dict[str, WorkerProcess] = {}
+        #: Exit status of every worker that ended on its own.
+        self.exits: list[int] = []
 
-    def start(self, name: str, fault: str = "") -> None:
-        self.workers[name] = WorkerProcess(self.settings.with_(fault=fault), name).start()
+    def start(self, name: str, fault: str = "", **changes: Any) -> None:
+        self.workers[name] = WorkerProcess(self.settings.with_(fault=fault, **changes), name).start()
         self.say(f"start {name}{' with fault ' + fault if fault else ''}")
 
     def reap(self, restart: bool = True) -> None:
@@ -100,6 +102,7 @@ class _Crew:
             if w.alive():
                 continue
             rc = w.terminate()
+            self.exits.append(rc)
             if rc == EXIT_FENCED:
                 self.report.fenced_exits += 1
             elif rc == 137:
@@ -111,9 +114,9 @@ class _Crew:
             if restart:
                 self.start(name)
 
-    def stop_all(self) -> None:
-        for w in self.workers.values():
-            w.terminate()
+    def stop_all(self) -> list[int]:
+        """Stop every worker (SIGTERM); their exit statuses."""
+        return [w.terminate() for w in self.workers.values()]
 
 
 def run_chaos(
@@ -130,9 +133,9 @@ def run_chaos(
     traffic = generate(events, end=time.time(), days=2, seed=seed, late_share=0.1, bad_share=0.01)
     report = ChaosReport(seed, len(traffic.lines), traffic.valid, sum(traffic.bad.values()))
     began = time.monotonic()
-    crew = _Crew(settings, report, say)
+    crew = Crew(settings, report, say)
     producer = threading.Thread(
-        target=_produce_paced, args=(settings, traffic.lines, duration, pack), daemon=True
+        target=produce_paced, args=(settings, traffic.lines, duration, pack), daemon=True
     )
     try:
         for name in ("w0", "w1"):
@@ -161,16 +164,16 @@ def run_chaos(
                 report.scale_downs += 1
                 say("stop w2 (scale down)")
         producer.join()
-        _catch_up(settings, crew, catch_up_timeout)
+        catch_up(settings, crew, catch_up_timeout)
         crew.stop_all()
         report.seconds = time.monotonic() - began
-        report.mismatches = asyncio.run(_audit(settings, traffic.per_minute, report, dict(traffic.bad)))
+        report.mismatches = asyncio.run(audit(settings, traffic.per_minute, report, dict(traffic.bad)))
     finally:
         crew.stop_all()
     return report
 
 
-def _catch_up(settings: Settings, crew: _Crew, timeout: float) -> None:
+def catch_up(settings: Settings, crew: Crew, timeout: float) -> None:
     """Replace faulty workers by clean ones and wait until the group committed everything."""
     for name, w in list(crew.workers.items()):
         if w.settings.fault:
@@ -187,7 +190,7 @@ def _catch_up(settings: Settings, crew: _Crew, timeout: float) -> None:
         time.sleep(1.0)
 
 
-async def _audit(settings: Settings, truth: Any, report: ChaosReport, bad: dict[str, int]) -> list[str]:
+async def audit(settings: Settings, truth: Any, report: ChaosReport, bad: dict[str, int]) -> list[str]:
     client = mongo_client(settings.mongo_url or "")
     try:
         db = client[settings.db]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import faust
+from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 from faust.types import TP
 from prometheus_client.core import Metric
 from pymongo import AsyncMongoClient
@@ -39,6 +40,7 @@ from pipeline.store.sink import EXACTLY_ONCE, MongoSink
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, install
 from pipeline.worker.deadletter import DeadLetter
+from pipeline.worker.exits import on_exit
 from pipeline.worker.faults import fault_hook
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.guard import LedgerGuard
@@ -60,8 +62,13 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         # factor 1, which clusters restricting replication factors or denying CREATE refuse.
         "topic_disable_leader": True,
         # The embedded Tansu holds a group join for half the session timeout (30 s by default).
+        # Every group timeout is set here, not left to Faust's defaults: the revoke drain is
+        # bounded at half the rebalance timeout (bounded_revoke below), and the request
+        # timeout must exceed the session timeout (aiokafka refuses otherwise).
         "broker_session_timeout": settings.session_timeout,
         "broker_heartbeat_interval": min(3.0, settings.session_timeout / 3),
+        "broker_rebalance_timeout": settings.rebalance_timeout,
+        "broker_request_timeout": max(40.0, settings.session_timeout + 5.0),
         # The embedded Tansu answers ListOffsets in a way that makes this check crash on
         # rebalance; real Kafka keeps Faust's default.
         "recovery_consistency_check": not settings.embedded_kafka,
@@ -163,6 +170,8 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             f.forget_positions(f.positions.assigned())
 
     app.on_partitions_assigned.connect(cast(Any, on_assigned))
+    _bound_revoke_drain(app, flushers, settings.rebalance_timeout / 2)
+    on_exit(lambda timeout: leave_group(app, timeout))
 
     @app.task
     async def prepare() -> None:
@@ -190,10 +199,10 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             sealed.clear()
             if loop.time() < next_at:
                 for f in flushers:
-                    await f.flush(sealed_only=True)
+                    await f.run_flush(sealed_only=True)
                 continue
             for f in flushers:
-                await f.flush()
+                await f.run_flush()
             next_at = max(next_at + settings.flush_interval, loop.time())
 
     # Not a Faust timer: Faust cancels its timers when it stops, before it waits for
@@ -307,6 +316,80 @@ def _subscribe(app: faust.App, topic_name: str, partitions: int, flusher: Flushe
         return flusher.consumed.get((tp.topic, tp.partition))
 
     deliver_batches(app, topic_name, handle, taken)
+
+
+def _bound_revoke_drain(app: faust.App, flushers: list[Flusher[Any]], bound: float) -> None:
+    """A rebalance waits at most ``bound`` seconds for uncommitted batches, then drops them.
+
+    Faust's revoke waits until every delivered message is acked, which here means
+    committed to MongoDB: with the store down, up to every queued batch's commit
+    deadline, past the group's rebalance timeout, after which Kafka evicts the member
+    and its late commits fence the partitions' new owners (exit 75 storms). Dropping
+    is safe: nothing dropped was acked (:meth:`Flusher.abandon`). A stop (SIGTERM) keeps
+    the unbounded wait: it has its own deadline (:mod:`pipeline.worker.shutdown`).
+
+    The bound is a task of its own beside Faust's wait, not a cancellation of it:
+    Faust's ``_wait_for_ack`` swallows ``CancelledError``, so ``wait_for`` around its
+    wait returned only when the store came back.
+    """
+    waits = app._consumer_wait_empty
+
+    async def give_up(consumer: Any) -> None:
+        await asyncio.sleep(bound)
+        dropped = {f.stream: await f.abandon() for f in flushers}
+        lists = cast(WorkerConsumer, consumer).abandon_unacked()
+        log.warning(
+            "rebalance: uncommitted batches not committed within %.0fs (store slow or down?); dropped "
+            "%s (%d delivered lists, unacked): they are read again from Kafka's committed offsets "
+            "and counted once by whoever owns their partitions",
+            bound,
+            ", ".join(f"{n} {stream} events" for stream, n in dropped.items() if n) or "nothing",
+            lists,
+        )
+
+    async def bounded(consumer: Any, logger: Any) -> None:
+        if app.should_stop or not app.conf.stream_wait_empty:
+            await waits(consumer, logger)
+            return
+        log.info("rebalance: committing what was delivered (at most %.0fs)", bound)
+        watchdog = asyncio.ensure_future(give_up(consumer))
+        try:
+            await waits(consumer, logger)
+        finally:
+            watchdog.cancel()
+
+    app._consumer_wait_empty = bounded  # type: ignore[method-assign]
+
+
+def leave_group(app: faust.App, timeout: float) -> None:
+    """Send LeaveGroup from the Kafka consumer's own thread (works while the main loop is stuck).
+
+    Without it, partitions of a worker that ends with ``os._exit`` stay assigned to it
+    until its session times out. Best effort within ``timeout``. Sent whatever the
+    generation: aiokafka's own leave skips generation 0, which the embedded broker
+    hands out first.
+    """
+    consumer = getattr(app, "_consumer", None)
+    thread = getattr(consumer, "_thread", None)
+    coordinator = getattr(getattr(thread, "_consumer", None), "_coordinator", None)
+    loop = getattr(thread, "thread_loop", None)
+    if coordinator is None or loop is None or not loop.is_running():
+        log.warning("cannot leave the consumer group: its consumer is not running")
+        return
+    if coordinator.member_id == JoinGroupRequest.UNKNOWN_MEMBER_ID:
+        return  # not a member
+
+    async def leave() -> None:
+        await coordinator._send_req(LeaveGroupRequest(coordinator.group_id, coordinator.member_id))
+
+    future = asyncio.run_coroutine_threadsafe(leave(), loop)
+    try:
+        future.result(timeout)
+    except Exception as exc:  # best effort on the way out
+        future.cancel()
+        log.warning("LeaveGroup did not complete within %.0fs: %s", timeout, exc)
+    else:
+        log.info("left the consumer group %s (member %s)", coordinator.group_id, coordinator.member_id)
 
 
 async def _ready(settings: Settings) -> list[str]:

@@ -119,6 +119,21 @@ class WorkerConsumer(faust_aiokafka.Consumer):
             self._n_acked += n
             notify(self._waiting_for_ack)
 
+    def abandon_unacked(self) -> int:
+        """Stop waiting for the delivered lists not acked yet (their batches were dropped).
+
+        Nothing is acked: Faust commits only what was, and after the rebalance it seeks
+        every assigned partition back to its committed offset, so the records are read
+        again (:meth:`pipeline.worker.flusher.Flusher.abandon`). Returns the lists dropped.
+        """
+        with ack_lock:
+            dropped = len(self._standing)
+            for stand_in in self._standing.values():
+                self._unacked_messages.discard(stand_in)
+            self._standing.clear()
+            notify(self._waiting_for_ack)
+        return dropped
+
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - needs a broker
         """Faust's fetch loop (``Consumer._drain_messages``), one handler call per partition and fetch."""
         handlers = batch_handlers(self.app)

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
-import os
 import random
 import time
 import uuid
@@ -43,6 +43,7 @@ from pipeline.store.offsets import TP, Committed, Fence, FenceConflict
 from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
+from pipeline.worker.exits import EXIT_FENCED, exit_now
 from pipeline.worker.positions import Positions
 
 log = logging.getLogger("preagg.flush")
@@ -50,7 +51,6 @@ log = logging.getLogger("preagg.flush")
 #: Exit status of a worker that must restart to resume from MongoDB's positions:
 #: its flush failed its offset fence (another worker counted the range), or Kafka's
 #: committed offset was ahead of MongoDB's. A supervisor restarts it.
-EXIT_FENCED = 75
 #: MongoDB's WriteConflict: a transaction aborted at once by another's write to the same document.
 WRITE_CONFLICT = 112
 
@@ -132,6 +132,9 @@ class FlushStats:
     splits: int = 0
     #: Failed commits whose outcome was read from the ledgers before splitting.
     unknown_outcomes: int = 0
+    #: Rebalance drains that passed their bound, and the uncommitted events they dropped.
+    abandons: int = 0
+    abandoned_events: int = 0
     #: Size/time failures of a batch of one message, which cannot be split (retried, logged).
     unsplittable: int = 0
     #: Batches sealed because they reached the commit bound (not by the flush timer).
@@ -215,6 +218,10 @@ class Flusher(Generic[A]):
         self._contended_until = 0.0
         #: Monotonic time the last commit that took the token ended.
         self._token_released = 0.0
+        #: Bumped by :meth:`abandon`: messages delivered before it are not ingested any more.
+        self._epoch = 0
+        #: The task running :meth:`flush` now (what :meth:`abandon` cancels).
+        self._flush_task: asyncio.Task[None] | None = None
 
     # -- feeding ----------------------------------------------------------------
 
@@ -234,6 +241,7 @@ class Flusher(Generic[A]):
         """
         if not messages:
             return
+        epoch = self._epoch
         if self.sink.exactly_once:
             if not self.positions.known(tp):
                 await self.load_positions([tp])
@@ -241,6 +249,8 @@ class Flusher(Generic[A]):
             fresh = tp in self._fresh
             if (fresh or first < self.consumed.get(tp, 0)) and not await self._same_log(tp):
                 self._fresh.discard(tp)
+            if self._epoch != epoch:
+                return  # abandoned while the store was asked: the records are read again after it
             if tp in self.diverged:
                 self.stats.held_back += len(messages)
                 await self._ack([m[2] for m in messages])  # for Kafka only: the ledger says "not counted"
@@ -249,7 +259,9 @@ class Flusher(Generic[A]):
                 self._fresh.discard(tp)
                 stored = self.positions.get(tp)
                 if stored is not None and first > stored and self._on_gap is not None:
-                    await self._on_gap(tp, stored, first)
+                    await self._gap(tp, stored, first)
+                    if self._epoch != epoch:
+                        return
         bound, limit = self.bound, self.max_pending_keys
         held = self._held_keys()  # sealed and in-flight batches change only while this awaits
         mark = self.batch.events
@@ -257,6 +269,8 @@ class Flusher(Generic[A]):
             b = self.batch
             if len(self.sealed) >= MAX_SEALED or held + b.pending_keys() >= limit:
                 await self._backpressure()
+                if self._epoch != epoch:
+                    return  # abandoned (rebalance past its drain bound): not ingested, not acked
                 b, held, mark = self.batch, self._held_keys(), self.batch.events
             before = b.documents()
             self.ingest(tp, offset, value, ack, ts)
@@ -270,7 +284,23 @@ class Flusher(Generic[A]):
                 # A list of packed messages can hold a million events: let the flush loop's
                 # commit (I/O) go on meanwhile.
                 await asyncio.sleep(0)
+                if self._epoch != epoch:
+                    return
                 mark = self.batch.events
+
+    async def _gap(self, tp: TP, stored: int, first: int) -> None:
+        """The gap check (a look at Kafka), retried, logged and counted like the incarnation check.
+
+        Its failures (broker unreachable, a read that timed out) used to escape the
+        delivery and crash the fetcher.
+        """
+        on_gap = self._on_gap
+        assert on_gap is not None
+
+        async def look() -> None:
+            await on_gap(tp, stored, first)
+
+        await self._retry("gap probe", look, 0)
 
     async def load_positions(self, tps: Sequence[TP]) -> None:
         """Read stored positions (retried like a write: the store may be down)."""
@@ -378,8 +408,7 @@ class Flusher(Generic[A]):
             MAX_SEALED,
         )
         try:
-            # Shielded: a consumer stopping while this waits must not cut a commit in half.
-            await asyncio.shield(self.flush())
+            await self.run_flush()
         finally:
             took = time.monotonic() - began
             s.backpressure_seconds += took
@@ -387,6 +416,51 @@ class Flusher(Generic[A]):
             log.warning("backpressure: %s consumption resumed after %.1fs", self.stream, took)
 
     # -- flushing ---------------------------------------------------------------
+
+    async def run_flush(self, sealed_only: bool = False) -> None:
+        """:meth:`flush` in a task of its own, shielded from the caller's cancellation.
+
+        A consumer stopping while it waits must not cut a commit in half; and when
+        :meth:`abandon` cancels the flush, the caller (the flush loop, a consumer waiting
+        at the memory bound) goes on instead of dying with it.
+        """
+        task = asyncio.ensure_future(self.flush(sealed_only))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and (current is None or current.cancelling() == 0):
+                return  # abandoned, not cancelled itself
+            raise
+
+    async def abandon(self) -> int:
+        """Drop every uncommitted batch, unacked; returns the events dropped.
+
+        For a rebalance whose drain waited past its bound (the store is down or slow):
+        the member must rejoin before Kafka's rebalance timeout evicts it, and an evicted
+        member's late commit would fence the partitions' new owner. Dropping is safe
+        under exactly-once: nothing dropped was acked, so Kafka's committed offsets stay
+        below it and whoever owns each partition next reads it again from there, skipping
+        what MongoDB's ledger says was counted. A commit in flight is cancelled (its
+        transaction aborts; if the server had already applied it, its ledger move makes
+        the re-read records skip). Messages delivered before this are not ingested.
+        """
+        self._epoch += 1
+        dropped = self.uncommitted_events()
+        task = self._flush_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.sealed.clear()
+        self.in_flight = None
+        self.batch = new_batch(self._factory)
+        self.positions.forget(self.positions.assigned())
+        self._fresh.clear()
+        self.consumed.clear()
+        self.stats.abandoned_events += dropped
+        self.stats.abandons += 1
+        return dropped
 
     async def flush(self, sealed_only: bool = False) -> None:
         """Commit the sealed batches, then (unless ``sealed_only``) the one being filled. Serialised.
@@ -396,7 +470,11 @@ class Flusher(Generic[A]):
         the batch being filled is left to grow to the bound: sealing it early would
         add a small transaction per flush, each paying a commit's fixed cost.
         """
+        epoch = self._epoch
         async with self._lock:
+            if self._epoch != epoch:
+                return  # asked for before abandon(): what it was to commit is gone
+            self._flush_task = asyncio.current_task()
             if not sealed_only and not self.sealed:
                 self._seal()
             todo = len(self.sealed)
@@ -650,10 +728,8 @@ def is_write_conflict(exc: BaseException) -> bool:
 
 
 def exit_to_resume(reason: str) -> None:
-    """End the process at once so that its restart resumes from MongoDB's positions."""
-    log.error("%s; exiting (status %d) to resume from MongoDB's positions.", reason, EXIT_FENCED)
-    logging.shutdown()
-    os._exit(EXIT_FENCED)
+    """End the process at once (after leaving the group) so that its restart resumes from MongoDB."""
+    exit_now(EXIT_FENCED, f"{reason}; exiting (status {EXIT_FENCED}) to resume from MongoDB's positions.")
 
 
 def exit_fenced(conflict: FenceConflict) -> None:
@@ -664,6 +740,4 @@ def exit_fenced(conflict: FenceConflict) -> None:
     chaos driver) restarts the worker; it rejoins the group and resumes from
     MongoDB's offsets.
     """
-    log.error("%s; another worker owns these partitions now. Dropping the batch and exiting.", conflict)
-    logging.shutdown()
-    os._exit(EXIT_FENCED)
+    exit_now(EXIT_FENCED, f"{conflict}; another worker owns these partitions now. Dropped the batch.")

@@ -11,7 +11,6 @@ safe: nothing uncommitted was acked, so it is consumed again after a restart
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable
@@ -19,39 +18,70 @@ from typing import Any
 
 import faust
 
-log = logging.getLogger("preagg.worker")
+from pipeline.worker.exits import EXIT_SHUTDOWN_DEADLINE, exit_now
 
-#: Exit status of a worker that reached its shutdown deadline with work uncommitted.
-EXIT_SHUTDOWN_DEADLINE = 76
+log = logging.getLogger("preagg.worker")
 
 
 class BoundedWorker(faust.Worker):
-    """Faust's worker, plus a deadline on stopping once a stop signal arrived."""
+    """Faust's worker, plus a deadline on stopping, armed as early as possible.
+
+    The deadline is armed by a Python-level signal handler (run by the interpreter
+    between two bytecodes of the main thread, even while the event loop is busy with a
+    long batch), not by the loop's handler, which runs only when the loop gets to it.
+    asyncio still sees the signal through its wakeup descriptor, so Faust's orderly
+    stop begins as before. A stop without a signal (Faust crashed, the app returned)
+    arms it too. It then runs on a thread of its own.
+    """
 
     def __init__(self, *args: Any, shutdown_timeout: float, left: Callable[[], str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._shutdown_timeout = shutdown_timeout
         self._left = left
         self._deadline: threading.Timer | None = None
+        self._arm_lock = threading.Lock()
 
-    def _schedule_shutdown(self, sig: signal.Signals) -> None:
-        if self._deadline is None and self._shutdown_timeout > 0:
-            log.info("%s received: stopping within %.0fs", sig.name, self._shutdown_timeout)
+    def install_signal_handlers(self) -> None:
+        super().install_signal_handlers()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(sig)
+
+            def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+                self.arm(signal.Signals(signum).name)
+                if callable(previous):
+                    previous(signum, frame)
+
+            signal.signal(sig, handler)
+
+    def arm(self, why: str) -> None:
+        """Start the stop deadline (once): past it the process exits whatever it waits for."""
+        with self._arm_lock:
+            if self._deadline is not None or self._shutdown_timeout <= 0:
+                return
             self._deadline = threading.Timer(self._shutdown_timeout, self._expire)
             self._deadline.daemon = True
             self._deadline.start()
+        log.info("%s: stopping within %.0fs", why, self._shutdown_timeout)
+
+    def _schedule_shutdown(self, sig: signal.Signals) -> None:
+        self.arm(sig.name)
         super()._schedule_shutdown(sig)
+
+    async def crash(self, reason: BaseException) -> None:
+        self.arm(f"crash ({type(reason).__name__})")
+        await super().crash(reason)
+
+    def stop_and_shutdown(self) -> None:
+        self.arm("stop")
+        super().stop_and_shutdown()
 
     def _expire(self) -> None:
         try:
             left = self._left()
         except Exception as exc:  # reading the flushers from another thread must not block the exit
             left = f"unknown ({exc})"
-        log.error(
-            "shutdown took more than %.0fs (broker or store unreachable?); exiting now with %s "
-            "uncommitted: it is consumed again on restart",
-            self._shutdown_timeout,
-            left,
+        exit_now(
+            EXIT_SHUTDOWN_DEADLINE,
+            f"shutdown took more than {self._shutdown_timeout:.0f}s (broker or store unreachable?); "
+            f"exiting now with {left} uncommitted: it is consumed again on restart",
         )
-        logging.shutdown()
-        os._exit(EXIT_SHUTDOWN_DEADLINE)

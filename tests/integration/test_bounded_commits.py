@@ -31,8 +31,8 @@ from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.producer import EventProducer
 from pipeline.services.embedded import EmbeddedServices, for_embedded
 from pipeline.settings import Settings
+from pipeline.worker.exits import EXIT_SHUTDOWN_DEADLINE
 from pipeline.worker.process import WorkerProcess
-from pipeline.worker.shutdown import EXIT_SHUTDOWN_DEADLINE
 
 from .helpers import produce, with_db
 

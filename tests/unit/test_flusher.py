@@ -18,6 +18,7 @@ from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
+from pipeline.settings import Settings
 from pipeline.store.offsets import Committed, Fence, FenceConflict, check_fences
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
@@ -255,6 +256,41 @@ def test_first_message_beyond_the_stored_position_reports_a_gap() -> None:
 
     asyncio.run(go())
     assert gaps == [(TP0, 5, 9)]
+
+
+def test_a_failing_gap_probe_is_retried_and_counted_not_raised_into_the_fetcher() -> None:
+    store = ModelStore([])
+    store.offsets[TP0] = {"next": 5, "flush": "x"}
+    calls: list[int] = []
+
+    async def on_gap(tp: tuple[str, int], stored: int, offset: int) -> None:
+        calls.append(offset)
+        if len(calls) < 3:
+            raise TimeoutError("hits[0]: no record read within 5s")
+
+    f, _, _ = make(store)
+    f._on_gap = on_gap
+    asyncio.run(f.receive(TP0, 9, hit(), "m9"))
+    assert calls == [9, 9, 9] and f.stats.retries == 2 and f.uncommitted_events() == 1
+
+
+def test_a_probe_that_runs_out_of_time_is_an_error_not_an_empty_range() -> None:
+    """A timed-out look read as "records in between" restarted the worker in a loop."""
+    from aiokafka import TopicPartition
+
+    from pipeline.probe import PartitionProbe
+
+    class Slow:
+        async def getmany(self, *a: Any, **k: Any) -> dict[Any, Any]:
+            await asyncio.sleep(0.01)
+            return {}
+
+        def highwater(self, tp: Any) -> None:
+            return None
+
+    probe = PartitionProbe(Settings(), timeout=0.1)
+    with pytest.raises(TimeoutError):
+        asyncio.run(probe._first(Slow(), TopicPartition("hits", 0), 0, 10))  # type: ignore[arg-type]
 
 
 def test_name_store_failures_are_retried_before_the_commit_and_nothing_is_lost() -> None:
@@ -575,3 +611,51 @@ def test_the_split_rule_does_not_read_the_error_message() -> None:
     )
     assert shrinks(NetworkTimeout("h:1: timed out"))
     assert not shrinks(StoreUnreachable(f"{long_host}: connection refused"))
+
+
+def test_abandon_drops_uncommitted_batches_unacked_and_cancels_the_commit_in_flight() -> None:
+    """A rebalance past its drain bound: nothing dropped is acked, later messages commit as usual."""
+
+    class HangingStore(ModelStore):
+        def __init__(self, log: list[str]) -> None:
+            super().__init__(log)
+            self.hang = True
+            self.entered = asyncio.Event()
+
+        async def commit(
+            self, updates: Any, fences: Any, flush_id: str, token: str | None = None
+        ) -> Committed:
+            if self.hang:
+                self.entered.set()
+                await asyncio.Event().wait()  # the store does not answer
+            return await super().commit(updates, fences, flush_id, token)
+
+    store = HangingStore([])
+    f, log, _ = make(store, bound=4)
+
+    async def go() -> tuple[int, bool]:
+        for o in range(3):
+            await f.receive(TP0, o, hit(ts=60 * o), f"m{o}")
+        flushing = asyncio.create_task(f.run_flush())
+        await store.entered.wait()
+        # A consumer at the memory bound waits for that flush, with a list of 3 more messages.
+        waiting = asyncio.create_task(
+            f.receive_many(TP0, [(o, hit(ts=60 * o), f"m{o}", 0) for o in (3, 4, 5, 6, 7)])
+        )
+        await asyncio.sleep(0.05)
+        dropped = await f.abandon()
+        await flushing  # returns: abandoned, not cancelled itself
+        await waiting  # returns without ingesting the rest of its list
+        empty = f.uncommitted_events() == 0 and not f.sealed and f.in_flight is None
+        store.hang = False
+        # After the rebalance the records are read again from Kafka's committed offset (0).
+        await feed(f, range(8))
+        await drain(f)
+        return dropped, empty
+
+    dropped, empty = asyncio.run(go())
+    assert dropped >= 3 and empty and f.stats.abandons == 1
+    acks = [e for e in log if e.startswith("ack")]
+    assert acks == [f"ack:m{o}" for o in range(8)]  # each once, only after the real commit
+    assert store.total() == 8
+    assert_contiguous(store, TP0, 0, 8)
