@@ -194,6 +194,11 @@ def cmd_positions(args: argparse.Namespace) -> int:
     from pipeline.ops.positions import apply, show
 
     s = command_settings()
+    if args.action == "adopt":
+        return _adopt(s, args)
+    if not args.topic:
+        print(f"{args.action} needs --topic", file=sys.stderr)
+        return 2
     to = args.to if args.action == "reset" else None
     if args.action == "reset" and to is None:
         print("reset needs --to earliest|latest|OFFSET", file=sys.stderr)
@@ -218,6 +223,37 @@ def cmd_positions(args: argparse.Namespace) -> int:
         print("  " + r.text())
     if to is not None:
         print("applied: the workers restart from these positions" if args.apply else "dry run: add --apply")
+    return 0
+
+
+def _adopt(s: Settings, args: argparse.Namespace) -> int:
+    """``preagg positions adopt --from-group G``: this group goes on from G's ledgers."""
+    from pipeline.store.owners import adopt
+
+    if not args.from_group:
+        print("adopt needs --from-group GROUP (the group whose ledgers this one takes over)", file=sys.stderr)
+        return 2
+    topics = [args.topic] if args.topic else s.stream_topics
+
+    async def run(db: Db) -> Any:
+        return await adopt(db, args.from_group, s.group_id, topics, args.apply)
+
+    try:
+        moved = on_db(s, run, primary_reads=True)
+    except ValueError as exc:
+        print(f"preagg positions: {exc}", file=sys.stderr)
+        return 2
+    if not moved:
+        print(f"group {args.from_group!r} has no ledgers of {', '.join(topics)}", file=sys.stderr)
+        return 1
+    print(f"group {args.from_group} -> group {s.group_id}")
+    for d in moved:
+        print(f"  {d['topic']}[{d['partition']}] next={d.get('next')} events={d.get('events', 0)}")
+    print(
+        "applied: workers of this group go on from these positions; the old group's workers stop"
+        if args.apply
+        else "dry run: stop the old group's workers, then add --apply"
+    )
     return 0
 
 
@@ -335,12 +371,17 @@ def build_parser() -> argparse.ArgumentParser:
     su.add_argument("--check", action="store_true", help="only list what is missing (exit 1 if anything)")
     su.set_defaults(func=cmd_setup)
 
-    pos = sub.add_parser("positions", help="the ledgers' positions against Kafka's logs; reset them")
-    pos.add_argument("action", choices=["show", "reset"])
-    pos.add_argument("--topic", required=True)
+    pos = sub.add_parser(
+        "positions", help="the ledgers' positions against Kafka's logs; reset them; adopt another group's"
+    )
+    pos.add_argument("action", choices=["show", "reset", "adopt"])
+    pos.add_argument("--topic", help="the topic (show/reset: required; adopt: default every stream topic)")
+    pos.add_argument("--from-group", help="adopt: the consumer group whose ledgers this group takes over")
     pos.add_argument("--partition", type=int, help="one partition (default: all)")
     pos.add_argument("--to", help="reset: earliest, latest or an offset")
-    pos.add_argument("--apply", action="store_true", help="reset: write the change (default: a dry run)")
+    pos.add_argument(
+        "--apply", action="store_true", help="reset/adopt: write the change (default: a dry run)"
+    )
     pos.set_defaults(func=cmd_positions)
 
     sv = sub.add_parser("serve", help="the read-only query API, OpenAPI document and dashboard over HTTP")

@@ -1,4 +1,4 @@
-"""``preagg positions``: show the ledgers' positions against Kafka's logs, and reset them.
+"""``preagg positions``: show the ledgers' positions against Kafka's logs, reset them, adopt another group's.
 
 A reset is the operator's decision after a worker held a partition back (its log is
 not the one the ledger describes) or after restoring a topic: ``earliest`` counts

@@ -70,7 +70,7 @@ class FenceConflict(Exception):
     """MongoDB's position differs from the batch's: another worker counted this range.
 
     The batch must be dropped unwritten and unacked; the worker is a zombie of an
-    older group generation and stops (see :data:`pipeline.worker.flusher.EXIT_FENCED`).
+    older group generation and stops (see :data:`pipeline.worker.exits.EXIT_FENCED`).
     """
 
     def __init__(self, conflicts: list[tuple[Fence, int | None]]) -> None:

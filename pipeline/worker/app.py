@@ -36,6 +36,7 @@ from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
 from pipeline.store.client import mongo_client, primary
 from pipeline.store.meta import claim_schema_mode, supports_transactions
+from pipeline.store.owners import OtherGroupsCounted, groups_by_topic, refusal
 from pipeline.store.sink import EXACTLY_ONCE, MongoSink
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, install
@@ -395,7 +396,13 @@ def leave_group(app: faust.App, timeout: float) -> None:
 async def _ready(settings: Settings) -> list[str]:
     client = mongo_client(settings.mongo_url or "", timeout=settings.mongo_timeout)
     try:
-        return await ready_or_setup(settings, client)
+        lines = await ready_or_setup(settings, client)
+        why = refusal(
+            settings.group_id, await groups_by_topic(primary(client, settings.db), settings.stream_topics)
+        )
+        if why is not None:
+            raise OtherGroupsCounted(why)
+        return lines
     finally:
         await client.close()
 
@@ -410,7 +417,7 @@ def run_worker(settings: Settings, loglevel: str = "info") -> None:
     try:
         for line in asyncio.run(_ready(settings)):
             log.info("%s", line)
-    except NotSetUp as exc:
+    except (NotSetUp, OtherGroupsCounted) as exc:
         log.error("%s", exc)
         raise SystemExit(2) from None
     app, flushers = build_app(settings)

@@ -142,7 +142,7 @@ def test_run_worker_to_end_still_exact(settings: Settings) -> None:
 def test_store_restored_from_backup_resumes_from_its_positions(settings: Settings) -> None:
     """MongoDB restored to an older backup: Kafka's committed offsets are now ahead of the
     restored positions; the worker points Kafka back, restarts, and recounts the rest once."""
-    from pipeline.worker.flusher import EXIT_FENCED
+    from pipeline.worker.exits import EXIT_FENCED
 
     traffic = generate(4_000, end=time.time(), days=1, seed=13, bad_share=0)
     half, third = len(traffic.lines) // 2, len(traffic.lines) - 600

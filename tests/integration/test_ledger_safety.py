@@ -14,10 +14,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from pipeline.kafka import ensure_topics
 from pipeline.kinds.hits.files import hit_key
+from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
-from pipeline.worker.flusher import EXIT_FENCED
+from pipeline.worker.exits import EXIT_FENCED
 from pipeline.worker.process import WorkerProcess
 
 from .helpers import cli, produce, run_worker_to_end, with_db
@@ -104,3 +105,39 @@ def test_recreated_topic_is_held_back_until_reset_then_counted_exactly(settings:
         return sum([d.get("t", 0) async for d in db[f].find({})])
 
     assert with_db(settings, counted) == 1500
+
+
+def counted(settings: Settings) -> int:
+    f = hits_fields(settings.schema).daily
+
+    async def total(db: Any) -> int:
+        return sum([d.get(f.total, 0) async for d in db[f.collection].find({})])
+
+    result: int = with_db(settings, total)
+    return result
+
+
+def test_a_new_group_id_neither_counts_the_log_again_nor_starts_without_adopting(settings: Settings) -> None:
+    """Ledgers are per group, counters are shared: group B must not count group A's log again."""
+    asyncio.run(produce(settings, hits(300, "/g"), pack=10))
+    run_worker_to_end(settings, "group-a")
+    before = counted(settings)
+    assert before == 300
+
+    b = settings.with_(group_id=settings.group_id + "-b")
+    w = WorkerProcess(b, "group-b").start()
+    assert w.proc is not None and w.proc.wait(60) == 2
+    w.terminate()
+    refused = [x for x in w.log_path.read_text().splitlines() if "would count the retained log again" in x]
+    assert len(refused) == 1, w.log_path.read_text()[-2000:]
+    assert f"preagg positions adopt --from-group {settings.group_id} --apply" in refused[0]
+    assert counted(settings) == 300
+
+    dry = cli(b, "positions", "adopt", "--from-group", settings.group_id)
+    assert "dry run" in dry and f"{settings.topic('hits')}[0]" in dry
+    cli(b, "positions", "adopt", "--from-group", settings.group_id, "--apply")
+    assert ledger(settings) == []  # the old group's ledgers moved: its workers would be fenced
+    asyncio.run(produce(b, hits(50, "/h"), pack=10))
+    run_worker_to_end(b, "group-b")
+    assert counted(b) == 350  # the retained 300 once, plus the 50 new ones
+    assert ledger_totals(ledger(b)).events == 350  # the adopted figures carry on
