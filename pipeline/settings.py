@@ -300,6 +300,10 @@ class Settings:
     #: Names one name-store document holds before the next document starts (the
     #: seed's array cap). Larger: fewer documents to read cold; each push rewrites
     #: a bigger array.
+    #: Name-store namespaces a worker keeps cached between flushes (least recently used
+    #: are dropped first and read again when needed): bounds a worker's memory when sites
+    #: and properties keep appearing. Higher: fewer reads, more memory.
+    name_cache_namespaces: int = 20_000
     name_store_doc_cap: int = 1000
     #: Most documents one commit (one MongoDB transaction) writes: a batch is sealed,
     #: and committed on its own, once its planned documents reach this (or its bytes

@@ -87,8 +87,10 @@ def run_outage_rebalance(
         port = free_port()
         crew.start("w2", web_port=port)
         second = crew.workers["w2"]
-        while "ready: topics" not in second.log_path.read_text():
-            time.sleep(0.2)
+        # Stop the store once w2 passed its start checks and its Faust app starts: its join
+        # (and the rebalance of w0 and w1, which hold uncommitted batches) meets the outage.
+        while "BoundedWorker]: Starting" not in second.log_path.read_text():
+            time.sleep(0.05)
         services.stop_store()
         down = time.monotonic()
         say(f"store stopped while w2 joins; down for {outage:.0f}s")

@@ -50,9 +50,15 @@ def indexes(settings: Settings, mode: FieldMode) -> list[Index]:
 
 
 def shard_keys(settings: Settings, mode: FieldMode) -> list[ShardKey]:
-    """Shard key per collection. The ledger and the name store are small: hashed ``_id`` spreads them."""
+    """Shard key per collection. The name store is small: hashed ``_id`` spreads it.
+
+    The ledger (``preagg_offsets``) is not sharded: it stays whole on the database's
+    primary shard, so a flush's ledger writes add one shard to its transaction, not
+    one per partition it covers (a hashed ``_id`` spread one worker's ledgers over
+    every shard, making nearly every flush a multi-shard transaction).
+    """
     keys = [k for kind in load_kinds(settings.kinds) for k in kind.shard_keys(mode)]
-    return [*keys, hashed_id(names_fields(mode)["collection"]), hashed_id(OFFSETS_COLLECTION)]
+    return [*keys, hashed_id(names_fields(mode)["collection"])]
 
 
 async def setup_kafka(settings: Settings) -> list[str]:

@@ -27,6 +27,7 @@ from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 from faust.types import TP
 from prometheus_client.core import Metric
 from pymongo import AsyncMongoClient
+from pymongo.errors import PyMongoError
 
 from pipeline.core.fields import check_mode
 from pipeline.kinds import StreamContext, load_kinds
@@ -176,7 +177,22 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
 
     @app.task
     async def prepare() -> None:
-        await prepare_store(settings, client)
+        # The store may be down while the worker joins its group (a scale-up during an
+        # outage): retried, logged, like every other store call, not a crash loop.
+        delay = 1.0
+        while True:
+            try:
+                await prepare_store(settings, client)
+                break
+            except PyMongoError as exc:
+                log.warning(
+                    "store not ready at start (%s: %s); retrying in %.0fs",
+                    type(exc).__name__,
+                    str(exc)[:200],
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,

@@ -132,6 +132,8 @@ class FlushStats:
     splits: int = 0
     #: Failed commits whose outcome was read from the ledgers before splitting.
     unknown_outcomes: int = 0
+    #: When the flush running now began (epoch s; ``None``: none running), for ``/health``.
+    flush_started_at: float | None = None
     #: Rebalance drains that passed their bound, and the uncommitted events they dropped.
     abandons: int = 0
     abandoned_events: int = 0
@@ -477,22 +479,31 @@ class Flusher(Generic[A]):
             self._flush_task = asyncio.current_task()
             if not sealed_only and not self.sealed:
                 self._seal()
-            todo = len(self.sealed)
-            while todo > 0 and self.sealed:
-                head = self.sealed.popleft()
-                self.in_flight = head
-                try:
-                    halves = await self._flush(head)
-                except FenceConflict:
-                    self.sealed.clear()  # later batches start where the dropped one ended
-                    return
-                finally:
-                    self.in_flight = None
-                if halves is None:
-                    todo -= 1
-                else:
-                    self.sealed.extendleft(reversed(halves))
-                    todo += 1
+            if self.sealed:
+                self.stats.flush_started_at = time.time()
+            try:
+                await self._flush_sealed()
+            finally:
+                self.stats.flush_started_at = None
+
+    async def _flush_sealed(self) -> None:
+        """Commit the sealed batches in order (the lock is held)."""
+        todo = len(self.sealed)
+        while todo > 0 and self.sealed:
+            head = self.sealed.popleft()
+            self.in_flight = head
+            try:
+                halves = await self._flush(head)
+            except FenceConflict:
+                self.sealed.clear()  # later batches start where the dropped one ended
+                return
+            finally:
+                self.in_flight = None
+            if halves is None:
+                todo -= 1
+            else:
+                self.sealed.extendleft(reversed(halves))
+                todo += 1
 
     async def _flush(self, batch: PendingBatch[A]) -> tuple[PendingBatch[A], PendingBatch[A]] | None:
         """Commit one batch and ack it; or return its two halves when it must be split."""

@@ -20,6 +20,7 @@ from pipeline.kinds import REGISTRY, StreamContext, kind_named
 from pipeline.ops.setup import collections, shard_keys
 from pipeline.settings import Settings
 from pipeline.store.client import primary
+from pipeline.store.offsets import OFFSETS_COLLECTION
 from pipeline.store.sink import MongoSink, group_operations
 
 EVENTS = {
@@ -79,6 +80,14 @@ def test_every_upsert_carries_its_full_shard_key_and_does_not_set_it(name: str, 
                 written = [p for operator in doc.values() for p in operator]
                 assert not any(overlaps(field, p) for p in written if field != "_id"), (coll, field, written)
             assert op._upsert
+
+
+def test_the_ledger_is_not_sharded_so_one_flush_touches_one_ledger_shard() -> None:
+    """A hashed ledger spread a worker's partitions over every shard: multi-shard transactions."""
+    for mode in ("compact", "readable"):
+        s = Settings(schema=mode)  # type: ignore[arg-type]
+        assert OFFSETS_COLLECTION not in {k.collection for k in shard_keys(s, s.schema)}
+        assert OFFSETS_COLLECTION in collections(s)
 
 
 def test_no_flush_writes_a_collection_setup_does_not_create() -> None:

@@ -659,3 +659,16 @@ def test_abandon_drops_uncommitted_batches_unacked_and_cancels_the_commit_in_fli
     assert acks == [f"ack:m{o}" for o in range(8)]  # each once, only after the real commit
     assert store.total() == 8
     assert_contiguous(store, TP0, 0, 8)
+
+
+def test_health_reports_a_flush_running_longer_than_its_bound() -> None:
+    """A flush held a minute by the name store read "ok" until it ended."""
+    from pipeline.worker.metrics import health
+
+    f, _, _ = make()
+    now = 1_000_000.0
+    f.stats.last_flush_at = now - 1  # the last one ended a second ago
+    assert health([f], 30.0, now - 100, now=now)["ok"]
+    f.stats.flush_started_at = now - 31  # the one running now began 31 s ago
+    verdict = health([f], 30.0, now - 100, now=now)
+    assert not verdict["ok"] and verdict["streams"]["hits"]["flush_running_seconds"] == 31.0

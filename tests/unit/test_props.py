@@ -156,11 +156,25 @@ class FakeStore:
 
     async def append(self, namespace: str, seq: int, bound: int, names: list[str]) -> dict[str, Any] | None:
         self.writes += 1
-        d = self.docs[doc_id(namespace, seq)]
-        if any(n in d["list"] for n in names) or len(d["list"]) > bound - len(names):
+        return self._append(namespace, seq, bound, names)
+
+    def _append(self, namespace: str, seq: int, bound: int, names: list[str]) -> dict[str, Any] | None:
+        d = self.docs.get(doc_id(namespace, seq))
+        if d is None or any(n in d["list"] for n in names) or len(d["list"]) > bound - len(names):
             return None
         d["list"].extend(names)
         return {**d, "list": list(d["list"])}
+
+    async def register(self, writes: Any) -> None:
+        """One bulk write: creates holding their names, guarded appends."""
+        self.writes += 1
+        for w in writes:
+            if w.create:
+                self.docs.setdefault(
+                    doc_id(w.namespace, w.seq), doc(w.namespace, w.seq, w.least, w.cap, list(w.names))
+                )
+            else:
+                self._append(w.namespace, w.seq, w.bound, list(w.names))
 
 
 def test_cache_resolves_in_bulk_then_costs_no_round_trip() -> None:
@@ -188,7 +202,8 @@ def test_prop_keys_use_tokens_or_escaped_text_and_limit_values() -> None:
         cache = NameCache(store, namespace_limit(10, 1), doc_cap=10)  # type: ignore[arg-type]
         keys = PropKeys(cache, mode)
         asyncio.run(keys.resolve({"s": {("c.o", "FR"), ("c.o", "D$E")}}))
-        assert store.reads == 1  # names and values namespaces in one round trip, cold
+        # cold: sites, then names and values read together, each registration one bulk write
+        assert store.reads <= 5 and store.writes <= 3
         first = keys.keys("s", "c.o", "FR"), keys.keys("s", "c.o", "D$E")
         other = OTHER if mode == "compact" else READABLE_OTHER
         # one value admitted (limit 1), the other counted as other
@@ -206,7 +221,7 @@ def test_unbounded_names_past_the_limit_cost_no_memory_and_no_round_trips() -> N
     first = {("a", "1"), ("b", "1"), ("c", "1")} | {(f"user-x-{i}", "x") for i in range(500)}
     asyncio.run(keys.resolve({"s": first}))  # the limit is reached within this flush
     spaces, reads = len(keys.cache.spaces), store.reads
-    assert spaces == 1 + 3  # the names, and the values of the three admitted names only
+    assert spaces == 1 + 1 + 3  # the sites, the names, and the values of the three admitted names only
     for batch in range(20):
         pairs = {(f"user-{batch}-{i}", "x") for i in range(500)}
         asyncio.run(keys.resolve({"s": pairs | {("a", "1")}}))
@@ -255,3 +270,40 @@ def test_no_daily_document_can_pass_16_mb_whatever_properties_arrive() -> None:
             size = len(bson.encode({"x": props}))
             assert size <= worst_props_bytes(s, mode) + 16 <= s.props_max_doc_bytes + 1024, (mode, size)  # type: ignore[arg-type]
             assert size < 16 * 1024 * 1024 - 64 * 1024  # room for the minute and hour counters
+
+
+def test_new_sites_with_many_properties_cost_a_bounded_number_of_round_trips() -> None:
+    """100 new sites with 32 new names each: was 2 round trips per namespace (3,300 of them, 56 s)."""
+    store = FakeStore()
+    keys = PropKeys(NameCache(store, namespace_limit(100, 1000), doc_cap=1000), "compact")  # type: ignore[arg-type]
+    pairs = {f"site-{i}": {(f"p{j}", f"v{i}") for j in range(32)} for i in range(100)}
+    asyncio.run(keys.resolve(pairs))
+    assert store.reads <= 5 and store.writes <= 3, (store.reads, store.writes)
+    assert len(store.docs) == 1 + 100 + 100 * 32
+    assert keys.keys("site-7", "p3", "v7") != (OTHER, OTHER)
+    tokens = {keys.keys(s, n, v) for s, ps in pairs.items() for n, v in ps}
+    assert OTHER not in {t for k in tokens for t in k}
+
+
+def test_sites_past_their_limit_create_no_namespace() -> None:
+    store = FakeStore()
+    keys = PropKeys(NameCache(store, namespace_limit(100, 1000, max_sites=3), doc_cap=1000), "compact")  # type: ignore[arg-type]
+    asyncio.run(keys.resolve({f"s{i}": {("country", "DE")} for i in range(10)}))
+    counted = [i for i in range(10) if keys.keys(f"s{i}", "country", "DE") != (OTHER, OTHER)]
+    assert len(counted) == 3
+    assert len([d for d in store.docs.values() if d["namespace"].startswith("n/")]) == 3
+
+
+def test_the_cache_keeps_at_most_its_size_of_namespaces_between_flushes() -> None:
+    store = FakeStore()
+    cache = NameCache(store, namespace_limit(100, 1000), doc_cap=1000, max_namespaces=50)  # type: ignore[arg-type]
+    keys = PropKeys(cache, "compact")
+    for batch in range(10):
+        pairs = {f"site-{batch}-{i}": {("p", "v")} for i in range(20)}
+        asyncio.run(keys.resolve(pairs))
+        # every namespace of this flush is there for its keys, whatever the size
+        assert all(keys.keys(s, "p", "v") != (OTHER, OTHER) for s in pairs)
+    cache.trim()
+    assert len(cache.spaces) <= 50 and cache.evicted > 0
+    asyncio.run(keys.resolve({"site-0-0": {("p", "v")}}))  # evicted, read again: the same tokens
+    assert keys.keys("site-0-0", "p", "v") == ("0", "0")

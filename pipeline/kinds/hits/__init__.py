@@ -79,9 +79,12 @@ class Hits(Kind[HitsSettings]):
                 s.props_max_names,
                 s.props_max_doc_bytes,
             )
-        limit = namespace_limit(s.props_max_names, values)
+        limit = namespace_limit(s.props_max_names, values, s.props_max_sites)
         names = NameCache(
-            NameStore(ctx.db, ctx.mode, ctx.settings.read_chunk), limit, ctx.settings.name_store_doc_cap
+            NameStore(ctx.db, ctx.mode, ctx.settings.read_chunk),
+            limit,
+            ctx.settings.name_store_doc_cap,
+            ctx.settings.name_cache_namespaces,
         )
         prop_keys = PropKeys(names, ctx.mode)
         decoder, fields = self.decoder(ctx.settings, s), layout.hits_fields(ctx.mode)

@@ -36,6 +36,12 @@ class HitsSettings(StreamSettings):
     #: store or the documents without bound. Higher: more detail, bigger documents.
     props_max_names: int = 100
     props_max_values: int = 10_000
+    #: Most sites whose custom properties are counted per property (registered in the name
+    #: store in arrival order). Past it, a new site's properties count under ``other``: a
+    #: stream of made-up site names cannot create name-store namespaces without bound
+    #: (each such site brought 1 + its property count namespaces). Higher: more sites
+    #: with property charts, a bigger name store.
+    props_max_sites: int = 10_000
     #: Most custom properties on one hit, and longest property name or value in
     #: UTF-8 bytes; a hit over either limit is dead-lettered (``props``).
     props_max_per_event: int = 32

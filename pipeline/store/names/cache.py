@@ -1,19 +1,25 @@
-"""A worker's token cache over the name store: bulk read-through, registration, limits.
+"""A worker's token cache over the name store: bulk read-through, bulk registration, limits, LRU.
 
-Tokens never change, so a worker keeps every token it has seen. Names it does not
-know are resolved together: one read of all their namespaces, then one guarded
-append per namespace that lacks some (usually none). A steady stream of known
-names costs no name-store round trip; a namespace at its limit is final, so its
-unknown names map to :data:`~pipeline.store.names.layout.OTHER` without a read.
+Tokens never change, so a worker keeps the tokens it has seen, up to ``max_namespaces``
+namespaces (least recently used ones are dropped between flushes and read again when
+needed). Names it does not know are resolved together: one read of all their
+namespaces, one bulk write registering every new name (creating the documents of new
+namespaces with their names in them), one read back; only names a race left without
+a token are registered one namespace at a time. So a flush costs a handful of round
+trips whatever number of new namespaces it brings (it was two per namespace: 100 new
+sites with 32 properties each held a flush for 56 s). A steady stream of known names
+costs no round trip; a namespace at its limit is final, so its unknown names map to
+:data:`~pipeline.store.names.layout.OTHER` without a read.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from pipeline.store.names.layout import OTHER, Namespace
+from pipeline.store.names.layout import OTHER, Namespace, plan_registration
 from pipeline.store.names.store import NameStore, NameStoreContention, read_namespaces
 
 log = logging.getLogger(__name__)
@@ -26,11 +32,17 @@ MAX_ATTEMPTS = 100
 class NameCache:
     """Tokens of names per namespace, as strings ready for a field path."""
 
-    def __init__(self, store: NameStore, limit: Callable[[str], int], doc_cap: int) -> None:
+    def __init__(
+        self, store: NameStore, limit: Callable[[str], int], doc_cap: int, max_namespaces: int = 20_000
+    ) -> None:
         self.store = store
         self.limit = limit
         self.doc_cap = doc_cap
-        self.spaces: dict[str, Namespace] = {}
+        #: Namespaces kept between flushes (least recently used dropped first, see :meth:`trim`).
+        self.max_namespaces = max_namespaces
+        self.spaces: OrderedDict[str, Namespace] = OrderedDict()
+        #: Namespaces dropped from the cache so far (a metric).
+        self.evicted = 0
         #: Names given :data:`OTHER`, counted once per resolve they appear in (a metric).
         self.overflow_names = 0
         #: Namespaces whose limit was already logged.
@@ -81,10 +93,44 @@ class NameCache:
         if to_read:
             await self._read(to_read)
             self._just_read = to_read
+        await self._register_bulk(todo)
         for namespace in todo:
             names = todo[namespace] - self.spaces[namespace].tokens.keys()
             if names:
                 await self._register(namespace, names)
+
+    async def _register_bulk(self, todo: Mapping[str, set[str]]) -> None:
+        """One bulk write for every namespace's new names, then one read back of those namespaces."""
+        writes = []
+        for namespace, wanted in todo.items():
+            ns = self.spaces[namespace]
+            names = set(wanted) - ns.tokens.keys()
+            limit = self.limit(namespace)
+            if names and ns.full(limit):
+                self._overflow(namespace, names)
+                continue
+            w = plan_registration(ns, names, limit, self.doc_cap)
+            if w is not None:
+                writes.append(w)
+        if writes:
+            await self.store.register(writes)
+            await self._read({w.namespace for w in writes})
+
+    def trim(self, keep: Collection[str] = ()) -> None:
+        """Drop least recently used namespaces beyond ``max_namespaces``, never one of ``keep``.
+
+        Called between flushes (a flush's namespaces must stay until its keys are made).
+        """
+        for namespace in keep:
+            if namespace in self.spaces:
+                self.spaces.move_to_end(namespace)
+        kept = set(keep)
+        while len(self.spaces) > self.max_namespaces:
+            oldest = next(iter(self.spaces))
+            if oldest in kept:
+                break  # everything older was dropped; the rest is this flush's
+            del self.spaces[oldest]
+            self.evicted += 1
 
     async def _read(self, namespaces: Collection[str]) -> None:
         self.spaces.update(await read_namespaces(self.store, namespaces))

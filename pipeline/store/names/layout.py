@@ -77,6 +77,38 @@ class Namespace:
         return self.seq + 1, least, max(0, min(doc_cap, limit - least))
 
 
+@dataclass(frozen=True)
+class Registration:
+    """One write of a bulk registration: ``names`` into a namespace's document ``seq``.
+
+    ``create``: the document does not exist yet and is created holding ``names`` (an
+    upsert that does nothing if another worker created it first); otherwise the names
+    are appended if none is there and the list stays within ``bound``.
+    """
+
+    namespace: str
+    seq: int
+    least: int
+    cap: int
+    bound: int
+    names: tuple[str, ...]
+    create: bool
+
+
+def plan_registration(ns: Namespace, names: set[str], limit: int, doc_cap: int) -> Registration | None:
+    """The one write that registers as many of ``names`` as ``ns``'s last (or next) document takes."""
+    if not names or ns.full(limit):
+        return None
+    room = ns.room(limit)
+    if room > 0:
+        batch = tuple(sorted(names)[:room])
+        return Registration(ns.name, ns.seq, ns.least, ns.cap, min(ns.cap, limit - ns.least), batch, False)
+    seq, least, cap = ns.next_doc(doc_cap, limit)
+    if cap <= 0:
+        return None
+    return Registration(ns.name, seq, least, cap, cap, tuple(sorted(names)[:cap]), True)
+
+
 def learn(name: str, docs: Sequence[Mapping[str, Any]], f: Mapping[str, str]) -> Namespace | None:
     """A namespace's state from its documents, or ``None`` if the read was torn.
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from pymongo import ReturnDocument
+from pymongo import ReturnDocument, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from pipeline.core.fields import STORE_SCHEMAS, FieldMode, Index, field_names
-from pipeline.store.names.layout import Namespace, doc_id, learn
+from pipeline.store.names.layout import Namespace, Registration, doc_id, learn
 from pipeline.store.reads import READ_CHUNK, find_in
 
 
@@ -100,6 +100,38 @@ class NameStore:
             {"$push": {f["list"]: {"$each": list(names)}}},
             return_document=ReturnDocument.AFTER,
         )
+
+    async def register(self, writes: Sequence[Registration]) -> None:
+        """Every write in one unordered bulk write (the caller reads the namespaces back after).
+
+        A guard that fails (another worker appended first) or a create that finds the
+        document there changes nothing; the read back shows what happened and the
+        caller registers what is still missing one namespace at a time.
+        """
+        if not writes:
+            return
+        f = self.f
+        ops: list[UpdateOne] = []
+        for w in writes:
+            _id = doc_id(w.namespace, w.seq)
+            if w.create:
+                new = {f["namespace"]: w.namespace, f["least_value"]: w.least, f["cap"]: w.cap}
+                ops.append(
+                    UpdateOne({"_id": _id}, {"$setOnInsert": {**new, f["list"]: list(w.names)}}, upsert=True)
+                )
+            else:
+                guard = {
+                    "_id": _id,
+                    f["list"]: {"$nin": list(w.names)},
+                    f"{f['list']}.{w.bound - len(w.names)}": {"$exists": False},
+                }
+                ops.append(UpdateOne(guard, {"$push": {f["list"]: {"$each": list(w.names)}}}))
+        self.writes += 1
+        try:
+            await self.coll.bulk_write(ops, ordered=False)
+        except BulkWriteError as exc:  # raced upserts (duplicate _id): the read back sorts it out
+            if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
+                raise
 
 
 #: Torn reads in a row before giving up (a namespace filling faster than it can be read).
