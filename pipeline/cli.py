@@ -155,6 +155,8 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
             f"{out.already_sent} {args.reason} events had gone before the last replay was cut short:"
             " not sent again"
         )
+    if out.duplicates:
+        print(f"{out.duplicates} copies of dead letters already replayed (same source event): not sent again")
     verb = "would send" if dry else "sent"
     for topic, n in sorted(out.sent.items()):
         print(f"{verb} {n} {args.reason} events back to {topic}")

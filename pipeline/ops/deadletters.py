@@ -8,23 +8,36 @@ twice does not count an event twice; ``--since`` only narrows what a run sends.
 A run killed between its sends and that record is finished by the next one, which
 first reads back what reached the topics and sends only the rest
 (:mod:`pipeline.ops.replay_recovery`): no event is sent twice, none is lost.
+
+Dead letters are at least once: a worker that dies between sending a batch's dead
+letters and committing the batch sends them again after its restart. Positions in
+the dead-letter topic do not see that (the copies sit at other positions), so each
+replayed event is also claimed by its natural key (source topic, partition, offset,
+line: :func:`pipeline.core.replay.natural_key`) in ``preagg_replayed`` before it is
+sent: a copy, in the same run or a later one, finds the claim and is not sent again.
+Claims of a run cut short whose sends the read-back did not find are released, so
+the next run sends those.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import BulkWriteError
 
-from pipeline.core.replay import origin, wrap
+from pipeline.core.replay import natural_key, origin, wrap
 from pipeline.ops.replay_recovery import (
+    KEY_PREFIX,
     Marks,
     end_marks,
     marks_from_doc,
@@ -43,11 +56,17 @@ log = logging.getLogger("preagg.deadletters")
 IDLE_SECONDS = 10.0
 
 
+#: Natural keys of replayed dead letters (one small document each): ``{_id: "<reason>|<key>", run, at}``.
+REPLAYED_COLLECTION = "preagg_replayed"
+
+
 @dataclass
 class Replay:
     """What one run read and sent."""
 
     read: int = 0
+    #: Copies of a dead letter already replayed (same natural key): not sent again.
+    duplicates: int = 0
     by_reason: Counter[str] = field(default_factory=Counter)
     sent: Counter[str] = field(default_factory=Counter)
     positions: dict[int, int] = field(default_factory=dict)
@@ -63,31 +82,75 @@ def progress_id(dlq: str, reason: str) -> str:
 
 @dataclass(frozen=True)
 class Progress:
-    """How far replays of one reason read per dead-letter partition, and the marks of one cut short."""
+    """How far replays of one reason read per dead-letter partition, and the marks of runs cut short."""
 
     next: dict[int, int]
     pending: Marks
+    #: Ids of the runs cut short (their claims not found sent are released).
+    runs: tuple[str, ...] = ()
 
 
 async def load_progress(db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str) -> Progress:
     """The last replay of ``reason``'s progress; ``pending`` is empty unless it was cut short."""
     doc = await db[META_COLLECTION].find_one({"_id": progress_id(dlq, reason)}) or {}
     nxt = {int(p): int(n) for p, n in (doc.get("next") or {}).items()}
-    return Progress(nxt, marks_from_doc(doc.get("pending") or []))
+    return Progress(nxt, marks_from_doc(doc.get("pending") or []), tuple(doc.get("pending_runs") or ()))
 
 
-async def save_pending(db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str, marks: Marks) -> None:
+async def save_pending(
+    db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str, marks: Marks, run: str = ""
+) -> None:
     """Before sending: where the target topics end, for a next run to read back from."""
-    await db[META_COLLECTION].update_one(
-        {"_id": progress_id(dlq, reason)}, {"$set": {"pending": marks_to_doc(marks)}}, upsert=True
-    )
+    update: dict[str, Any] = {"$set": {"pending": marks_to_doc(marks)}}
+    if run:
+        update["$addToSet"] = {"pending_runs": run}
+    await db[META_COLLECTION].update_one({"_id": progress_id(dlq, reason)}, update, upsert=True)
+
+
+def claim_id(reason: str, key: str) -> str:
+    """``_id`` of the claim of one replayed event."""
+    return f"{reason}|{key}"
+
+
+async def claim(db: AsyncDatabase[dict[str, Any]], reason: str, keys: Iterable[str], run: str) -> set[str]:
+    """Claim each natural key for this run; the keys claimed now (the others were replayed before)."""
+    wanted = list(dict.fromkeys(keys))
+    if not wanted:
+        return set()
+    now = time.time()
+    docs = [{"_id": claim_id(reason, k), "run": run, "at": now} for k in wanted]
+    taken: set[str] = set()
+    try:
+        await db[REPLAYED_COLLECTION].insert_many(docs, ordered=False)
+    except BulkWriteError as exc:
+        for e in exc.details.get("writeErrors", []):
+            if e.get("code") != 11000:
+                raise
+            taken.add(wanted[e["index"]])
+    return set(wanted) - taken
+
+
+async def release_unsent(
+    db: AsyncDatabase[dict[str, Any]], reason: str, runs: Sequence[str], sent_keys: set[str]
+) -> int:
+    """Drop the claims of runs cut short whose events the read-back did not find sent."""
+    coll = db[REPLAYED_COLLECTION]
+    prefix = f"{reason}|"
+    unsent = [
+        d["_id"]
+        async for d in coll.find({"run": {"$in": list(runs)}}, {"_id": 1})
+        if d["_id"].startswith(prefix) and d["_id"][len(prefix) :] not in sent_keys
+    ]
+    if unsent:
+        await coll.delete_many({"_id": {"$in": unsent}})
+    return len(unsent)
 
 
 async def save_progress(
     db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str, positions: dict[int, int]
 ) -> None:
     """After sending: how far this replay read; nothing is pending any more."""
-    update: dict[str, Any] = {"$unset": {"pending": ""}}
+    update: dict[str, Any] = {"$unset": {"pending": "", "pending_runs": ""}}
     if positions:
         update["$set"] = {f"next.{p}": n for p, n in positions.items()}
     await db[META_COLLECTION].update_one({"_id": progress_id(dlq, reason)}, update, upsert=True)
@@ -149,16 +212,24 @@ async def replay(
     dlq = settings.deadletter_topic
     progress = await load_progress(db, dlq, reason)
     already = await sent_since(settings, progress.pending) if progress.pending else set()
+    sent_keys = {s[len(KEY_PREFIX) :] for s in already if s.startswith(KEY_PREFIX)}
+    if progress.runs and not dry_run:
+        await release_unsent(db, reason, progress.runs, sent_keys)
     records, positions = await read_dead_letters(settings, progress.next)
     out = Replay(read=len(records), positions=positions)
     picked: dict[str, list[dict[str, Any]]] = {}
+    seen: set[str] = set()
     for rec in records:
         out.by_reason[str(rec.get("reason"))] += 1
         if not chosen(rec, reason, since, topic):
             continue
-        if origin(dlq, rec["_partition"], rec["_offset"]) in already:
+        key = natural_key(rec)
+        if origin(dlq, rec["_partition"], rec["_offset"]) in already or key in sent_keys:
             out.already_sent += 1
+        elif key in seen:
+            out.duplicates += 1  # a copy of a dead letter this run sends already
         else:
+            seen.add(key)
             picked.setdefault(str(rec["topic"]), []).append(rec)
     if progress.pending:
         log.warning(
@@ -172,7 +243,17 @@ async def replay(
             out.examples += recs[: max(0, 5 - len(out.examples))]
         return out
     if picked:
-        await save_pending(db, dlq, reason, merge_marks(progress.pending, await end_marks(settings, picked)))
+        run = uuid.uuid4().hex
+        await save_pending(
+            db, dlq, reason, merge_marks(progress.pending, await end_marks(settings, picked)), run
+        )
+        claimed = await claim(db, reason, (natural_key(r) for recs in picked.values() for r in recs), run)
+        for t in list(picked):
+            kept = [r for r in picked[t] if natural_key(r) in claimed]
+            out.duplicates += len(picked[t]) - len(kept)  # replayed by an earlier run
+            picked[t] = kept
+            if not kept:
+                del picked[t]
     for t, recs in picked.items():
         async with EventProducer(settings, t, pack_size=1) as p:
             for rec in recs:

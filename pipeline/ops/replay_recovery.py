@@ -24,9 +24,12 @@ from collections.abc import Iterable
 from aiokafka import ConsumerRecord, TopicPartition
 
 from pipeline.core.envelope import unpack
-from pipeline.core.replay import origin_of
+from pipeline.core.replay import key_of, origin_of
 from pipeline.probe import groupless_consumer, read_to_end, topic_partitions
 from pipeline.settings import Settings
+
+#: How :func:`sent_since` tells a wrapper's ``key`` from its ``from`` in the set it returns.
+KEY_PREFIX = "key:"
 
 log = logging.getLogger("preagg.deadletters")
 
@@ -81,7 +84,7 @@ async def end_marks(settings: Settings, topics: Iterable[str]) -> Marks:
 
 
 async def sent_since(settings: Settings, marks: Marks, timeout: float = 300.0) -> set[str]:
-    """The ``from`` of every replay wrapper in the marked partitions, from the marks to the ends.
+    """The ``from`` and ``key`` of every replay wrapper in the marked partitions, from the marks to the ends.
 
     Raises :class:`ReadBackFailed` if the ends are not reached within ``timeout``:
     the caller must then send nothing (a wrapper not yet read may be one of its own).
@@ -98,6 +101,9 @@ async def sent_since(settings: Settings, marks: Marks, timeout: float = 300.0) -
             source = origin_of(line)
             if source is not None:
                 found.add(source)
+            key = key_of(line)
+            if key is not None:
+                found.add(KEY_PREFIX + key)
 
     c = groupless_consumer(settings, "earliest")
     await c.start()

@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,12 +29,23 @@ def run_worker_to_end(
     settings: Settings, name: str = "worker", timeout: float = 180, topics: list[str] | None = None
 ) -> None:
     """Start a worker, wait until the group committed everything, SIGTERM it (exit code 0)."""
-    w = WorkerProcess(settings, name).start()
+    w = WorkerProcess(settings, name)
+    before = w.log_path.stat().st_size if w.log_path.exists() else 0
+    w.start()
     try:
         asyncio.run(wait_caught_up(settings, topics or [settings.topic("hits")], timeout=timeout))
+        # Nothing new to count returns at once: a SIGTERM before the worker installed its
+        # handlers would kill it (-15), so wait until it has started.
+        deadline = time.monotonic() + 60
+        while (
+            w.alive()
+            and "ready: topics" not in w.log_path.read_text()[before:]
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
     finally:
         rc = w.terminate()
-    assert rc == 0, w.log_path.read_text()[-3000:]
+    assert rc == 0, f"exit {rc}: " + w.log_path.read_text()[-3000:]
 
 
 async def read_topic(settings: Settings, topic: str, timeout: float = 10) -> list[bytes]:

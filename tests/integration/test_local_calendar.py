@@ -23,6 +23,7 @@ from pipeline.kinds.hits.query import hits_series
 from pipeline.kinds.hits.retention_schedule import SCHEDULE_ID, claim
 from pipeline.kinds.hits.site_config import COLLECTION as SITES
 from pipeline.ops.lag import wait_caught_up
+from pipeline.producer import send_lines
 from pipeline.query.render import series_rows
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings
@@ -327,6 +328,32 @@ def test_a_replay_killed_after_sending_is_finished_by_the_next_without_sending_t
     run_worker_to_end(settings)
     assert with_db(settings, total) == 4
     assert "nothing to send" in cli(settings, "deadletters", "replay", "--reason", "late")
+
+
+def test_copies_of_a_dead_letter_are_replayed_once_by_their_source_key(settings: Settings) -> None:
+    """Dead letters are at least once (a worker that dies before its commit sends them again)."""
+    settings = settings.with_stream(HITS, lateness=2 * 86400)
+    now = time.time()
+
+    def total(db: Any) -> Any:
+        return day_total(db, "dup.test")
+
+    asyncio.run(produce(settings, [line("dup.test", now - 86400 * d) for d in (3, 4)], pack=1))
+    run_worker_to_end(settings)
+    first = [d for d in dead_letters(settings) if d["reason"] == "late"]
+    assert len(first) == 2
+    copies = [(orjson.dumps({**d, "worker": "restarted"}), b"k") for d in first]
+    asyncio.run(send_lines(settings, settings.deadletter_topic, copies, 1))
+    out = cli(settings, "deadletters", "replay", "--reason", "late")
+    assert "sent 2 late events back to" in out and "2 copies of dead letters already replayed" in out, out
+    run_worker_to_end(settings)
+    assert with_db(settings, total) == 2
+    # A copy arriving after that replay: a later run finds its claim and sends nothing.
+    asyncio.run(send_lines(settings, settings.deadletter_topic, copies[:1], 1))
+    out = cli(settings, "deadletters", "replay", "--reason", "late")
+    assert "1 copies of dead letters already replayed" in out and "nothing to send" in out, out
+    run_worker_to_end(settings)
+    assert with_db(settings, total) == 2
 
 
 def test_workers_prune_by_themselves_and_one_claim_wins_each_interval(settings: Settings) -> None:
