@@ -116,7 +116,8 @@ def _drills(names: list[str], events: int, outage: float, seed: int) -> list[Dri
             svc.stop()
         print(
             f"drill {name}: exits {report.exits}, drains given up {report.drains_given_up}, "
-            f"rebalanced {report.rebalanced_after}s into the outage, poison {report.poison}, "
+            f"rebalance {report.rebalance_seconds}s during the outage, new member assigned "
+            f"{report.rebalanced_after}s into it, poison {report.poison}, "
             f"{len(report.mismatches)} mismatches, {report.seconds:.0f}s",
             flush=True,
         )

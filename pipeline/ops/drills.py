@@ -50,8 +50,12 @@ class DrillReport:
     drains_given_up: int = 0
     poison: dict[str, int] = field(default_factory=dict)
     outage_seconds: float = 0.0
-    #: Seconds from the store's stop until the new member held partitions (-1: never during it).
+    #: Seconds from the store's stop until the new member held partitions (-1: never during it;
+    #: Faust's sticky assignor may leave a joining member none).
     rebalanced_after: float = -1.0
+    #: Longest rebalance of the old members during the outage, from its start to their new
+    #: assignment (seconds; -1: none completed while the store was down).
+    rebalance_seconds: float = -1.0
     seconds: float = 0.0
     mismatches: list[str] = field(default_factory=list)
 
@@ -100,8 +104,17 @@ def run_outage_rebalance(
             if report.rebalanced_after < 0 and _assigned(port):
                 report.rebalanced_after = round(time.monotonic() - down, 1)
                 say(f"w2 holds partitions {report.rebalanced_after}s into the outage")
+        up = time.time()
         services.start_store()
         say("store started")
+        report.rebalance_seconds = max(
+            (
+                _rebalance_seconds(crew.workers[n].log_path.read_text(), up)
+                for n in ("w0", "w1")
+                if n in crew.workers
+            ),
+            default=-1.0,
+        )
         producer.join()
         catch_up(settings, crew, 300.0)
         logs = [w.log_path.read_text() for w in crew.workers.values()]
@@ -113,6 +126,30 @@ def run_outage_rebalance(
     finally:
         crew.stop_all()
     return report
+
+
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]")
+
+
+def _when(line: str) -> float | None:
+    m = _STAMP.match(line)
+    if m is None:
+        return None
+    return time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
+
+
+def _rebalance_seconds(log: str, before: float) -> float:
+    """From a rebalance's start (its bounded drain) to the member's next assignment, before ``before``."""
+    began = None
+    for line in log.splitlines():
+        t = _when(line)
+        if t is None or t > before:
+            continue
+        if "rebalance: committing what was delivered" in line:
+            began = t
+        elif began is not None and "Setting newly assigned partitions" in line:
+            return round(t - began, 1)
+    return -1.0
 
 
 def _assigned(port: int) -> bool:
