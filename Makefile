@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar chaos clean
+.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline tests
 	$(VENV)/bin/mypy
 
-bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
+bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
 
 bench-hits: $(STAMP)  ## naive vs packed vs single, freshness, access-log replay
 	$(PY) -m pipeline.bench.hits --out bench-results/hits.json
@@ -69,7 +69,10 @@ bench-calendar: $(STAMP)  ## 60 days of hits in UTC and Europe/Berlin: drain, by
 bench-api: $(STAMP) browser  ## query API p50/p99 per endpoint on 200 pages x 30 days; dashboard time to first chart
 	$(PY) -m pipeline.bench.api --out bench-results/api.json
 
-chaos: $(STAMP)  ## kill -9 / injected crashes / scaling during ingest, 5 seeds; mismatches must be 0
+bench-hostile: $(STAMP)  ## name-store bursts (100 new sites x 32 new properties): flush durations; 32 concurrent API clients under the concurrency bound
+	$(PY) -m pipeline.bench.hostile --out bench-results/hostile.json
+
+chaos: $(STAMP)  ## kill -9 / injected crashes / scaling during ingest, 5 seeds; then the store down 90 s during a scale-up and one poison event per 1,000; mismatches must be 0
 	$(PY) -m pipeline.bench.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json
 
 clean:
