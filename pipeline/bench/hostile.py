@@ -111,7 +111,7 @@ def concurrent_requests(
     """``clients`` threads asking at once, ``rounds`` times, against a server with ``concurrency`` slots."""
     settings = base.with_(serve_concurrency=concurrency, serve_port=0, query_timeout=10.0)
     server = ServeProcess(settings, name=f"serve-c{concurrency}").start()
-    query = urlencode({"site": "load.example", "from": "today-29d", "to": "now", "by": "hour"})
+    query = urlencode({"site": "load.example", "from": "now-29d", "to": "now", "by": "hour"})
     url = f"{server.url}api/hits?{query}"
     latencies: list[float] = []
     statuses: dict[int, int] = {}
@@ -147,6 +147,7 @@ def concurrent_requests(
         "requests": len(latencies),
         "answered_200": ok,
         "refused_503": statuses.get(503, 0),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "answers_per_second": round(ok / took, 1),
         "p50_ms": round(statistics.median(latencies) * 1000),
         "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000),
@@ -158,20 +159,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench-results/hostile.json")
     ap.add_argument("--baseline", type=Path, help="another checkout whose worker is measured side by side")
+    ap.add_argument("--only", choices=["burst", "api"], help="one of the two measurements")
     args = ap.parse_args()
     results = header("python -m pipeline.bench.hostile")
     with embedded("preagg-bench-hostile-") as (base, _):
         base = base.with_(flush_interval=0.5)
-        step(
-            results, "burst_this", "name-store burst, this tree", lambda: name_store_burst(base, None, "this")
-        )
-        if args.baseline is not None:
+        if args.only != "api":
+            step(results, "burst_this", "name-store burst", lambda: name_store_burst(base, None, "this"))
+        if args.baseline is not None and args.only != "api":
             step(
                 results,
                 "burst_baseline",
                 f"name-store burst, {args.baseline}",
                 lambda: name_store_burst(base, args.baseline, "base"),
             )
+        if args.only == "burst":
+            write_results(results, args.out)
+            return
         load = base.named("load")
         load_series(load)
         worker = WorkerProcess(load, "load-worker").start()
