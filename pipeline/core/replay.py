@@ -58,21 +58,19 @@ def wrap(reason: str, record: dict[str, object], source: str | None = None) -> b
 
 def key_of(raw: bytes) -> str | None:
     """The ``key`` (:func:`natural_key`) of a wrapper, or ``None`` for anything else."""
-    if not raw.startswith(PREFIX):
-        return None
-    try:
-        got = orjson.loads(raw).get("key")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    return got if isinstance(got, str) else None
+    return _text_field(raw, "key")
 
 
 def origin_of(raw: bytes) -> str | None:
     """The ``from`` of a wrapper, or ``None`` for anything else (cheap on ordinary events)."""
+    return _text_field(raw, "from")
+
+
+def _text_field(raw: bytes, name: str) -> str | None:
     if not raw.startswith(PREFIX):
         return None
     try:
-        got = orjson.loads(raw).get("from")
+        got = orjson.loads(raw).get(name)
     except (orjson.JSONDecodeError, AttributeError):
         return None
     return got if isinstance(got, str) else None

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import AsyncMongoClient, ReadPreference
+from pymongo import AsyncMongoClient, ReadPreference, WriteConcern
+from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.read_concern import ReadConcern
 
 
 def primary(client: AsyncMongoClient[dict[str, Any]], db: str) -> AsyncDatabase[dict[str, Any]]:
@@ -34,3 +36,16 @@ def mongo_client(url: str, timeout: float | None = 20.0, **kwargs: Any) -> Async
     if timeout:
         kwargs.setdefault("timeoutMS", int(timeout * 1000))
     return AsyncMongoClient(url, **kwargs)
+
+
+async def start_transaction(session: AsyncClientSession) -> None:
+    """A transaction as every write of ours needs it: snapshot reads, majority writes, the primary.
+
+    Transactions refuse any other read preference, and only ``snapshot`` is consistent
+    across shards.
+    """
+    await session.start_transaction(
+        read_concern=ReadConcern("snapshot"),
+        write_concern=WriteConcern("majority"),
+        read_preference=ReadPreference.PRIMARY,
+    )

@@ -16,11 +16,9 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import pymongo
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.read_concern import ReadConcern
-from pymongo.write_concern import WriteConcern
 
+from pipeline.store.client import start_transaction
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
 
 Db = AsyncDatabase[dict[str, Any]]
@@ -87,11 +85,7 @@ async def adopt(
         moved.append(new)
     if apply and moved:
         async with db.client.start_session() as session:
-            await session.start_transaction(
-                read_concern=ReadConcern("snapshot"),
-                write_concern=WriteConcern("majority"),
-                read_preference=pymongo.ReadPreference.PRIMARY,
-            )
+            await start_transaction(session)
             try:
                 await coll.insert_many(moved, session=session)
                 await coll.delete_many({"_id": {"$in": [d["_id"] for d in old]}}, session=session)

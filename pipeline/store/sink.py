@@ -23,14 +23,13 @@ from typing import Any
 import bson
 import pymongo
 from bson import Int64
-from pymongo import AsyncMongoClient, UpdateOne, WriteConcern
+from pymongo import AsyncMongoClient, UpdateOne
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.errors import PyMongoError
-from pymongo.read_concern import ReadConcern
 
 from pipeline.core.updates import DocUpdate
 from pipeline.settings import CommitMode
-from pipeline.store.client import primary
+from pipeline.store.client import primary, start_transaction
 from pipeline.store.errors import CommitTooLarge, StoreUnreachable
 from pipeline.store.offsets import (
     OFFSETS_COLLECTION,
@@ -214,11 +213,7 @@ class MongoSink:
         # The deadline (pymongo.timeout in commit) covers every statement and the commit:
         # MongoDB's transactionLifetimeLimitSeconds counts from the transaction's start.
         async with self.client.start_session() as session:
-            await session.start_transaction(
-                read_concern=ReadConcern("snapshot"),
-                write_concern=WriteConcern("majority"),
-                read_preference=pymongo.ReadPreference.PRIMARY,
-            )
+            await start_transaction(session)
             try:
                 await body(session)
             except BaseException:
