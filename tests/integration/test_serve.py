@@ -606,7 +606,7 @@ def test_fuzz_every_endpoint_of_the_openapi_document_never_answers_5xx(served: t
     def check(status: int, body: Any, what: str) -> None:
         seen[status] = seen.get(status, 0) + 1
         assert status < 500, (what, body)
-        if status == 400:
+        if status == 400 and "text" not in body:  # aiohttp's own refusals (request line > 8 KB) are text
             assert body.get("parameter"), (what, body)
 
     for path, methods in doc["paths"].items():
@@ -619,7 +619,7 @@ def test_fuzz_every_endpoint_of_the_openapi_document_never_answers_5xx(served: t
 
 
 def fuzz_get(url: str, path: str, params: list[dict[str, Any]], check: Any) -> None:
-    @fuzzing(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @fuzzing(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(query=get_query(params))
     def run(query: dict[str, str]) -> None:
         check(*get(q(url, path, **query)), f"GET {path} {query!r}")
@@ -628,7 +628,7 @@ def fuzz_get(url: str, path: str, params: list[dict[str, Any]], check: Any) -> N
 
 
 def fuzz_post(url: str, path: str, check: Any) -> None:
-    @fuzzing(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @fuzzing(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(body=grafana_body())
     def run(body: Any) -> None:
         data = json.dumps(body).encode()

@@ -128,7 +128,7 @@ def _accepts_or_rejects(decode: Decode, raw: bytes) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(DECODERS))
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=hostile)
 def test_any_bytes_decode_or_reject(name: str, raw: bytes) -> None:
     _accepts_or_rejects(DECODERS[name], raw)
