@@ -2,14 +2,36 @@
 
 The public API is small: settings, the producer, and the queries. Everything else
 is an implementation module that may change.
+
+The names are loaded on first use (PEP 562), not when ``pipeline`` is imported: every
+module of the package (``pipeline.core.hll``, the CLI) imports this file first, and
+loading the producer, the MongoDB client, the embedded services and the hits kind
+here made each of them pay for all of those (aiokafka, pymongo, Faust's deps).
 """
 
-from pipeline.kinds.hits.files import hit_key
-from pipeline.kinds.hits.query import hits_series
-from pipeline.producer import EventProducer
-from pipeline.services.embedded import EmbeddedServices, resolve
-from pipeline.settings import Settings
-from pipeline.store.client import mongo_client
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.kinds.hits.files import hit_key
+    from pipeline.kinds.hits.query import hits_series
+    from pipeline.producer import EventProducer
+    from pipeline.services.embedded import EmbeddedServices, resolve
+    from pipeline.settings import Settings
+    from pipeline.store.client import mongo_client
+
+#: Public name → the module that defines it.
+_WHERE = {
+    "EmbeddedServices": "pipeline.services.embedded",
+    "EventProducer": "pipeline.producer",
+    "Settings": "pipeline.settings",
+    "hit_key": "pipeline.kinds.hits.files",
+    "hits_series": "pipeline.kinds.hits.query",
+    "mongo_client": "pipeline.store.client",
+    "resolve": "pipeline.services.embedded",
+}
 
 __all__ = [
     "EmbeddedServices",
@@ -20,3 +42,13 @@ __all__ = [
     "mongo_client",
     "resolve",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module the first time it is asked for."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

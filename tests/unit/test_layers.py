@@ -57,3 +57,21 @@ def test_a_kind_imports_no_other_kind_and_shared_code_imports_kinds_only_through
             assert not others, f"{'/'.join(rel)} imports another kind: {others}"
         elif rel[0] not in ("kinds", "demo", "bench", "ops") and rel != ("__init__.py",):
             assert not mods, f"{'/'.join(rel)} imports a kind directly: {mods}"
+
+
+def test_importing_a_pure_module_loads_no_client_library() -> None:
+    """``pipeline/__init__`` loads its public names lazily: a pure module pays for none of them."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, pipeline.settings, pipeline.core.times; "
+        "print(sorted(m for m in ('aiokafka', 'pymongo', 'faust', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    use = "from pipeline import EventProducer, Settings, hit_key, hits_series; print(Settings.__name__)"
+    assert (
+        subprocess.run([sys.executable, "-c", use], capture_output=True, text=True, check=True).stdout
+        == "Settings\n"
+    )
