@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import sys
 import time
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli_common import Db, command_settings, on_db, parse_time
+from pipeline.cli_common import Db, UsageError, command_settings, on_db, parse_time
 from pipeline.files import SEND_AS, Accepted, Record, shipped
 from pipeline.settings import Settings, SettingsError
 
@@ -408,11 +409,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of ``preagg``."""
+    """Entry point of ``preagg``: ordinary mistakes are one line and exit 2, never a traceback."""
     try:
         args = build_parser().parse_args(argv)
         code = args.func(args)
-    except SettingsError as exc:
+    except (SettingsError, UsageError) as exc:
         print(f"preagg: {exc}", file=sys.stderr)
         code = 2
+    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError) as exc:
+        print(f"preagg: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        code = 2
+    except BrokenPipeError:
+        # `preagg query ... | head`: the reader has what it wanted. Python would print a
+        # second error while flushing stdout at exit: point stdout at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
     sys.exit(code)

@@ -21,11 +21,16 @@ T = TypeVar("T")
 Db: TypeAlias = "AsyncDatabase[dict[str, Any]]"
 
 
+class UsageError(ValueError):
+    """A mistake in a command's arguments: ``preagg`` prints it as one line and exits 2."""
+
+
 def parse_time(text: str, now: datetime | None = None, local: bool = False) -> datetime:
     """``now``, ``now-60m``, ``now-2d``, an ISO date or datetime (UTC unless an offset is given).
 
     ``local``: an ISO time without offset stays naive, the site's wall-clock time
-    (hits queries resolve it in the site's zone).
+    (hits queries resolve it in the site's zone). A text that is none of these is a
+    :class:`UsageError` naming it (``--from 2015-13-45`` printed a traceback).
     """
     now = now or datetime.now(UTC)
     m = _REL.match(text.strip())
@@ -33,7 +38,12 @@ def parse_time(text: str, now: datetime | None = None, local: bool = False) -> d
         sign, n, unit = m.groups()
         delta = timedelta(**{_UNITS[unit]: int(n)}) if n else timedelta()
         return now + delta if sign == "+" else now - delta
-    dt = datetime.fromisoformat(text)
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError as exc:  # the shapes accepted, then why this one is not
+        raise UsageError(
+            f"{text!r} is not a time (now, now-60m, YYYY-MM-DD[THH:MM[+HH:MM]]): {exc}"
+        ) from None
     if local:
         return dt
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt

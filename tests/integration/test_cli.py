@@ -138,3 +138,38 @@ def test_produce_and_query_impressions_and_relations(settings: Settings, tmp_pat
     assert top == [{"item": 10, "count": 3}]
     assert 10 in json.loads(preagg(settings, "query", "related", "--user", "2", "--json"))
     assert {1, 2} <= set(json.loads(preagg(settings, "query", "related", "--item", "10", "--json")))
+
+
+def test_ordinary_mistakes_are_one_line_and_exit_2(settings: Settings, tmp_path: Path) -> None:
+    """A bad date, a missing file, a directory: one line naming it, no traceback (issue 25, item 3)."""
+    env = {**os.environ, **settings.to_env()}
+    cases = [
+        (
+            ["query", "hits", "--site", "s", "--from", "2015-13-45", "--to", "2015-12-31"],
+            "'2015-13-45' is not a time",
+        ),
+        (["produce", "hits", str(tmp_path / "nosuchfile.log")], "nosuchfile.log: No such file or directory"),
+        (["produce", "hits", str(tmp_path)], f"{tmp_path}: Is a directory"),
+    ]
+    for args, says in cases:
+        r = subprocess.run(
+            [sys.executable, "-m", "pipeline", *args], env=env, capture_output=True, text=True, timeout=120
+        )
+        errors = [line for line in r.stderr.splitlines() if line.startswith("preagg:")]
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
+        assert len(errors) == 1 and says in errors[0], (args, r.stderr)
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(settings: Settings) -> None:
+    """`preagg ... | head`: no BrokenPipeError traceback."""
+    env = {**os.environ, **settings.to_env()}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "schema", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # the reader is gone before the command writes
+    err = p.stderr.read().decode()
+    assert p.wait(60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
