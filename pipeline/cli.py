@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli_common import Db, UsageError, command_settings, on_db, parse_time
+from pipeline.cli_common import Db, UsageError, command_settings, on_db, parse_time, unreachable
 from pipeline.files import SEND_AS, Accepted, Record, shipped
 from pipeline.settings import Settings, SettingsError
 
@@ -170,13 +170,14 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
 
 def cmd_setup(args: argparse.Namespace) -> int:
     from pipeline.ops.setup import NotSetUp, missing, setup
-    from pipeline.store.client import mongo_client
+    from pipeline.store.client import mongo_client, reach
 
     s = command_settings()
 
     async def run() -> list[str]:
         client = mongo_client(s.mongo_url or "", timeout=s.mongo_timeout)
         try:
+            await reach(client, s.connect_timeout)
             return await (missing(s, client) if args.check else setup(s, client))
         finally:
             await client.close()
@@ -424,4 +425,10 @@ def main(argv: list[str] | None = None) -> None:
         # second error while flushing stdout at exit: point stdout at /dev/null first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
+    except Exception as exc:  # a store or broker that did not answer: one line, not 90
+        line = unreachable(exc, Settings.from_env())
+        if line is None:
+            raise
+        print(f"preagg: {line}", file=sys.stderr)
+        code = 2
     sys.exit(code)

@@ -63,11 +63,12 @@ def on_db(s: Settings, query: Callable[[Db], Awaitable[T]], primary_reads: bool 
     ``primary_reads``: read from the primary whatever the URL says (operator commands
     about ledgers); analysts' queries keep the URL's read preference.
     """
-    from pipeline.store.client import mongo_client, primary
+    from pipeline.store.client import mongo_client, primary, reach
 
     async def run() -> T:
         client = mongo_client(s.mongo_url or "")
         try:
+            await reach(client, s.connect_timeout)
             return await query(primary(client, s.db) if primary_reads else client[s.db])
         finally:
             await client.close()
@@ -109,3 +110,28 @@ def print_rows(rows: list[tuple[Any, Any]], as_json: bool, header: tuple[str, st
     print(f"{header[0]:>20}  {header[1]}")
     for a, b in rows:
         print(f"{printable(a):>20}  {printable(b)}")
+
+
+def unreachable(exc: BaseException, s: Settings) -> str | None:
+    """One line for a store or broker that did not answer (``None``: ``exc`` is something else).
+
+    PyMongo's and aiokafka's tracebacks run to 40-90 lines; the operator needs the URL
+    (password hidden) and what to check.
+    """
+    from pymongo.errors import ConnectionFailure
+
+    from pipeline.settings import redact_url
+
+    if isinstance(exc, ConnectionFailure):
+        where = redact_url(s.mongo_url) if s.mongo_url else "the embedded store (preagg services up)"
+        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        return (
+            f"MongoDB at {where} did not answer within {s.connect_timeout:g}s ({first}); "
+            "check that it runs and PREAGG_MONGO_URL (and PREAGG_CONNECT_TIMEOUT)"
+        )
+    from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+    if isinstance(exc, KafkaConnectionError | KafkaTimeoutError):
+        where = s.kafka_url or "the embedded broker (preagg services up)"
+        return f"Kafka at {where} did not answer ({exc}); check that it runs and PREAGG_KAFKA_URL"
+    return None

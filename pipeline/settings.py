@@ -329,6 +329,9 @@ class Settings:
     commit_timeout: float = 30.0
     #: Deadline of every other MongoDB call (client ``timeoutMS``), seconds: a lost
     #: primary or a hung server shows up as a logged, retried error, not a hang.
+    #: Seconds a command (and a worker's start check) waits to reach MongoDB before it
+    #: says, in one line, which URL did not answer. Longer tolerates a slow failover.
+    connect_timeout: float = 5.0
     mongo_timeout: float = 20.0
     #: Ids per ``$in`` when documents are read by id (sketches, filters, names). The
     #: embedded store answers ``$in`` in time quadratic in its length (fastest at

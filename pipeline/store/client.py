@@ -49,3 +49,16 @@ async def start_transaction(session: AsyncClientSession) -> None:
         write_concern=WriteConcern("majority"),
         read_preference=ReadPreference.PRIMARY,
     )
+
+
+async def reach(client: AsyncMongoClient[dict[str, Any]], seconds: float) -> None:
+    """Fail within ``seconds`` when the store does not answer (a ping under its own deadline).
+
+    With ``timeoutMS`` set PyMongo waits the whole deadline to select a server (20 s by
+    default) before the first call fails: a command started against a stopped store
+    said nothing for that long.
+    """
+    import pymongo
+
+    with pymongo.timeout(seconds):
+        await client.admin.command("ping")

@@ -35,7 +35,7 @@ from pipeline.ops.setup import NotSetUp, ready_or_setup
 from pipeline.probe import PartitionProbe
 from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
-from pipeline.store.client import mongo_client, primary
+from pipeline.store.client import mongo_client, primary, reach
 from pipeline.store.meta import claim_schema_mode, supports_transactions
 from pipeline.store.owners import OtherGroupsCounted, groups_by_topic, refusal
 from pipeline.store.sink import EXACTLY_ONCE, MongoSink
@@ -412,6 +412,7 @@ def leave_group(app: faust.App, timeout: float) -> None:
 async def _ready(settings: Settings) -> list[str]:
     client = mongo_client(settings.mongo_url or "", timeout=settings.mongo_timeout)
     try:
+        await reach(client, settings.connect_timeout)
         lines = await ready_or_setup(settings, client)
         why = refusal(
             settings.group_id, await groups_by_topic(primary(client, settings.db), settings.stream_topics)

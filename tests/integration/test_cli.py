@@ -173,3 +173,36 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(settings: Settings)
     p.stdout.close()  # the reader is gone before the command writes
     err = p.stderr.read().decode()
     assert p.wait(60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_an_unreachable_store_or_broker_is_one_line_naming_its_url(settings: Settings) -> None:
+    """Was 20 s and 80-90 lines of traceback (issue 25, item 2); the password stays hidden."""
+    from pipeline.services.embedded import free_port
+
+    closed = free_port()
+    down = settings.with_(mongo_url=f"mongodb://app:s3cr%40t@127.0.0.1:{closed}/", connect_timeout=2.0)
+    for args in (["query", "hits", "--site", "s", "--from", "now-1h", "--to", "now"], ["setup", "--check"]):
+        r = subprocess.run(
+            [sys.executable, "-m", "pipeline", *args],
+            env={**os.environ, **down.to_env()},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = [x for x in r.stderr.splitlines() if x.startswith("preagg:")]
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert (
+            len(lines) == 1 and f"MongoDB at mongodb://app:***@127.0.0.1:{closed}/ did not answer" in lines[0]
+        )
+        assert "s3cr" not in r.stderr
+    no_kafka = settings.with_(kafka_url=f"127.0.0.1:{free_port()}")
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", "status", "--interval", "0"],
+        env={**os.environ, **no_kafka.to_env()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [x for x in r.stderr.splitlines() if x.startswith("preagg:")]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert len(lines) == 1 and f"Kafka at {no_kafka.kafka_url} did not answer" in lines[0]
