@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -80,9 +81,44 @@ def _produce(args: argparse.Namespace) -> int:
         records = kind.records(args.files, args.format or kind.formats[0], s, ks, args)
         if args.keyless:
             records = (Accepted(r.raw, None) if isinstance(r, Accepted) else r for r in records)
+    if getattr(args, "site", "") is None and (args.format or kind.formats[0]) == "clf":
+        names = ", ".join(sorted({Path(f).stem for f in args.files}))
+        print(f"preagg produce: no --site: the site is the file name ({names})", file=sys.stderr)
     summary = asyncio.run(produce_records(s, ks.topic, with_progress(records), pack))
     print(summary.text())
-    return 0
+    return _rejected_verdict(summary.sent, sum(summary.refused.values()), args)
+
+
+#: An access-log line (common or combined log format): what forgetting ``--format clf`` looks like.
+_ACCESS_LOG = re.compile(r'^\S+ \S+ \S+ \[[^\]]+\] "')
+
+
+def _rejected_verdict(sent: int, rejected: int, args: argparse.Namespace) -> int:
+    """Exit 1 when more than ``--max-rejected`` of the lines were refused, with a hint if one fits."""
+    total = sent + rejected
+    if not total or rejected / total <= args.max_rejected:
+        return 0
+    hint = ""
+    first = _first_line(args.files)
+    if args.format is None and first is not None and _ACCESS_LOG.match(first):
+        hint = " The file looks like an access log: add --format clf."
+    print(
+        f"preagg produce: {rejected} of {total} lines refused, more than --max-rejected "
+        f"{args.max_rejected:g}.{hint}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _first_line(files: list[str]) -> str | None:
+    """The first non-empty line of the first file (not stdin), for a format hint."""
+    if not files or files[0] == "-":
+        return None
+    try:
+        with open(files[0], encoding="utf-8", errors="replace") as f:
+            return next((line for line in f if line.strip()), None)
+    except OSError:
+        return None
 
 
 # -- worker -------------------------------------------------------------------
@@ -333,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
             "envelope, unchecked and keyless, as that shipper would (set the topic's PREAGG_<KIND>_FORMAT)",
         )
         kp.add_argument("--keyless", action="store_true", help="send events without a partition key")
+        kp.add_argument(
+            "--max-rejected",
+            type=float,
+            default=0.5,
+            help="exit 1 when more than this share of the lines is refused (default 0.5; 1 never)",
+        )
         kp.add_argument("--host", help="host name in shipper envelopes (default: this machine's)")
         kind.add_produce_options(kp)
         kp.set_defaults(func=cmd_produce)

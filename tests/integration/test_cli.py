@@ -206,3 +206,29 @@ def test_an_unreachable_store_or_broker_is_one_line_naming_its_url(settings: Set
     lines = [x for x in r.stderr.splitlines() if x.startswith("preagg:")]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert len(lines) == 1 and f"Kafka at {no_kafka.kafka_url} did not answer" in lines[0]
+
+
+def test_produce_fails_past_the_rejected_share_and_suggests_the_format(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Forgetting --format clf refused every line and exited 0 (issue 25, item 4)."""
+    log = tmp_path / "access.log"
+    log.write_text(LOG)
+    env = {**os.environ, **settings.to_env()}
+
+    def produce(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline", "produce", "hits", str(log), *extra],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    forgot = produce()
+    assert forgot.returncode == 1, forgot.stderr
+    assert "5 of 5 lines refused" in forgot.stderr and "add --format clf" in forgot.stderr
+    assert produce("--max-rejected", "1").returncode == 0
+    named = produce("--format", "clf")
+    assert named.returncode == 0 and "no --site: the site is the file name (access)" in named.stderr
+    assert "no --site" not in produce("--format", "clf", "--site", "example.com").stderr
