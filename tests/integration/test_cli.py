@@ -150,6 +150,12 @@ def test_ordinary_mistakes_are_one_line_and_exit_2(settings: Settings, tmp_path:
         ),
         (["produce", "hits", str(tmp_path / "nosuchfile.log")], "nosuchfile.log: No such file or directory"),
         (["produce", "hits", str(tmp_path)], f"{tmp_path}: Is a directory"),
+        # The API's range bounds hold on the CLI too (15.8M rows before).
+        (
+            ["query", "hits", "--site", "s", "--from", "2000-01-01", "--to", "2030-01-01", "--by", "minute"],
+            "--from: the range is longer than --by minute allows (2 days)",
+        ),
+        (["query", "hits", "--site", "s", "--from", "9999-12-30", "--by", "month"], "--from: 9999-12-30"),
     ]
     for args, says in cases:
         r = subprocess.run(
