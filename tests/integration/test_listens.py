@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import subprocess
+import sys
 from collections import defaultdict
 from datetime import UTC, date, datetime, timedelta
 
@@ -78,6 +81,29 @@ def test_top_tags_and_heard_against_truth(settings: Settings, schema: str) -> No
         preagg(settings, "query", "top-tags", "--user", "1", "--days", "7", "--today", "2026-11-20", "--json")
     )
     assert [r["tag"] for r in out][:2] == ["rock", "jazz"]
+    # A window with no listens says where the data is (it printed a bare header: issue 25, item 6).
+    env = {**os.environ, **settings.to_env()}
+    empty = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "query",
+            "top-tags",
+            "--user",
+            "1",
+            "--days",
+            "7",
+            "--today",
+            "2001-01-07",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert empty.returncode == 0 and "no listens of user 1 in the 7 days up to 2001-01-07" in empty.stderr
+    assert "latest listens are of 2026-11-" in empty.stderr, empty.stderr
     assert preagg(
         settings, "query", "heard", "--user", "1", "--tag", "ambient", "--song", "1000"
     ).strip() in ("no", "yes")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
+import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.cli_common import Db, command_settings, on_db, parse_id, print_rows
@@ -13,7 +14,7 @@ def cmd_query_listens(args: argparse.Namespace) -> int:
     """A user's top tags by distinct songs, or whether a user heard a song under a tag."""
     from pipeline.core.bloom import BloomSpec
     from pipeline.kinds.listens import KIND
-    from pipeline.kinds.listens.query import TOP_TAGS_HEADER, heard, shown_top_tags, top_tags
+    from pipeline.kinds.listens.query import TOP_TAGS_HEADER, heard, latest_day, shown_top_tags, top_tags
 
     s = command_settings()
     ls = s.of(KIND)
@@ -25,7 +26,18 @@ def cmd_query_listens(args: argparse.Namespace) -> int:
                 db, parse_id(args.user), parse_id(args.tag), parse_id(args.song), spec, s.schema
             )
         today = datetime.fromisoformat(args.today).date() if args.today else None
-        return await top_tags(db, parse_id(args.user), args.days, args.limit, today, s.schema)
+        ranked = await top_tags(db, parse_id(args.user), args.days, args.limit, today, s.schema)
+        if not ranked and not args.json:
+            latest = await latest_day(db, parse_id(args.user), s.schema)
+            upto = today or datetime.now(UTC).date()
+            said = (
+                f"latest listens are of {latest} (--today {latest})" if latest else "the user has no listens"
+            )
+            print(
+                f"no listens of user {args.user} in the {args.days} days up to {upto}; {said}",
+                file=sys.stderr,
+            )
+        return ranked
 
     result = on_db(s, run)
     if args.what == "heard":

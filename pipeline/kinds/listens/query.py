@@ -55,6 +55,16 @@ async def top_tags(
     return ranked[:limit]
 
 
+async def latest_day(db: AsyncDatabase[dict[str, Any]], user: Id, mode: FieldMode = "compact") -> date | None:
+    """The latest day ``user`` has listens on (kept in the weekday slots), or ``None``."""
+    f = listen_fields(mode)
+    latest = ""
+    async for doc in db[f["collection"]].find({f["user"]: user}, {f["slots"]: 1}):
+        for slot in (doc.get(f["slots"]) or {}).values():
+            latest = max(latest, str(slot[f["date"]]))
+    return datetime.strptime(latest, "%Y%m%d").date() if latest else None
+
+
 #: Column names of top-tags rows (CLI ``--json`` and ``/api/top-tags``).
 TOP_TAGS_HEADER = ("tag", "distinct_songs")
 
