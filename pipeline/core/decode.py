@@ -90,8 +90,9 @@ class EventDecoder:
 
     def check(self, obj: Any, raw: bytes) -> dict[str, Any] | Rejection:
         """``obj`` if it satisfies the schema; ``raw`` is what a rejection keeps."""
-        # A cheap bound first: fewer brackets in the bytes than the limit cannot nest past it.
-        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth_over(obj):
+        # Cheap bounds first: nesting past the limit takes more than 2 bytes a level, and more
+        # brackets in the bytes than the limit (most events fail both tests at once).
+        if len(raw) > 2 * MAX_DEPTH and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth_over(obj):
             return Rejection("depth", f"{self.label}: nested more than {MAX_DEPTH} levels deep", raw)
         try:
             if not self._validator.is_valid(obj):

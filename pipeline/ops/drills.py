@@ -35,7 +35,7 @@ from pipeline.ops.chaos import ChaosReport, Crew, audit, catch_up, produce_paced
 from pipeline.services.embedded import EmbeddedServices, free_port
 from pipeline.settings import Settings
 
-#: The log line of a rebalance drain that gave up on the store (pipeline/worker/app.py).
+#: The log line of a rebalance drain that gave up on the store (pipeline/worker/rebalance.py).
 GAVE_UP = re.compile(r"rebalance: uncommitted batches not committed within")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pymongo
 from pymongo import AsyncMongoClient, ReadPreference, WriteConcern
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
@@ -58,7 +59,5 @@ async def reach(client: AsyncMongoClient[dict[str, Any]], seconds: float) -> Non
     default) before the first call fails: a command started against a stopped store
     said nothing for that long.
     """
-    import pymongo
-
     with pymongo.timeout(seconds):
         await client.admin.command("ping")

@@ -29,7 +29,7 @@ from pymongo.errors import PyMongoError
 
 from pipeline.core.updates import DocUpdate
 from pipeline.settings import CommitMode
-from pipeline.store.client import primary, start_transaction
+from pipeline.store.client import primary, reach, start_transaction
 from pipeline.store.errors import CommitTooLarge, StoreUnreachable
 from pipeline.store.offsets import (
     OFFSETS_COLLECTION,
@@ -152,8 +152,7 @@ class MongoSink:
         the statements exceed :attr:`max_bytes`.
         """
         try:
-            with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
-                await self.client.admin.command("ping")
+            await reach(self.client, min(REACH_TIMEOUT, self.commit_timeout))
         except PyMongoError as exc:
             raise StoreUnreachable(f"the store did not answer a ping ({type(exc).__name__}: {exc})") from exc
         with pymongo.timeout(self.commit_timeout):

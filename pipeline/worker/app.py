@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import faust
-from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 from faust.types import TP
 from prometheus_client.core import Metric
 from pymongo import AsyncMongoClient
@@ -47,6 +46,7 @@ from pipeline.worker.faults import fault_hook
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.guard import LedgerGuard
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
+from pipeline.worker.rebalance import bound_revoke_drain, leave_group
 from pipeline.worker.shutdown import BoundedWorker
 
 log = logging.getLogger("preagg.worker")
@@ -172,7 +172,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             f.forget_positions(f.positions.assigned())
 
     app.on_partitions_assigned.connect(cast(Any, on_assigned))
-    _bound_revoke_drain(app, flushers, settings.rebalance_timeout / 2)
+    bound_revoke_drain(app, flushers, settings.rebalance_timeout / 2)
     on_exit(lambda timeout: leave_group(app, timeout))
 
     @app.task
@@ -333,80 +333,6 @@ def _subscribe(app: faust.App, topic_name: str, partitions: int, flusher: Flushe
         return flusher.consumed.get((tp.topic, tp.partition))
 
     deliver_batches(app, topic_name, handle, taken)
-
-
-def _bound_revoke_drain(app: faust.App, flushers: list[Flusher[Any]], bound: float) -> None:
-    """A rebalance waits at most ``bound`` seconds for uncommitted batches, then drops them.
-
-    Faust's revoke waits until every delivered message is acked, which here means
-    committed to MongoDB: with the store down, up to every queued batch's commit
-    deadline, past the group's rebalance timeout, after which Kafka evicts the member
-    and its late commits fence the partitions' new owners (exit 75 storms). Dropping
-    is safe: nothing dropped was acked (:meth:`Flusher.abandon`). A stop (SIGTERM) keeps
-    the unbounded wait: it has its own deadline (:mod:`pipeline.worker.shutdown`).
-
-    The bound is a task of its own beside Faust's wait, not a cancellation of it:
-    Faust's ``_wait_for_ack`` swallows ``CancelledError``, so ``wait_for`` around its
-    wait returned only when the store came back.
-    """
-    waits = app._consumer_wait_empty
-
-    async def give_up(consumer: Any) -> None:
-        await asyncio.sleep(bound)
-        dropped = {f.stream: await f.abandon() for f in flushers}
-        lists = cast(WorkerConsumer, consumer).abandon_unacked()
-        log.warning(
-            "rebalance: uncommitted batches not committed within %.0fs (store slow or down?); dropped "
-            "%s (%d delivered lists, unacked): they are read again from Kafka's committed offsets "
-            "and counted once by whoever owns their partitions",
-            bound,
-            ", ".join(f"{n} {stream} events" for stream, n in dropped.items() if n) or "nothing",
-            lists,
-        )
-
-    async def bounded(consumer: Any, logger: Any) -> None:
-        if app.should_stop or not app.conf.stream_wait_empty:
-            await waits(consumer, logger)
-            return
-        log.info("rebalance: committing what was delivered (at most %.0fs)", bound)
-        watchdog = asyncio.ensure_future(give_up(consumer))
-        try:
-            await waits(consumer, logger)
-        finally:
-            watchdog.cancel()
-
-    app._consumer_wait_empty = bounded  # type: ignore[method-assign]
-
-
-def leave_group(app: faust.App, timeout: float) -> None:
-    """Send LeaveGroup from the Kafka consumer's own thread (works while the main loop is stuck).
-
-    Without it, partitions of a worker that ends with ``os._exit`` stay assigned to it
-    until its session times out. Best effort within ``timeout``. Sent whatever the
-    generation: aiokafka's own leave skips generation 0, which the embedded broker
-    hands out first.
-    """
-    consumer = getattr(app, "_consumer", None)
-    thread = getattr(consumer, "_thread", None)
-    coordinator = getattr(getattr(thread, "_consumer", None), "_coordinator", None)
-    loop = getattr(thread, "thread_loop", None)
-    if coordinator is None or loop is None or not loop.is_running():
-        log.warning("cannot leave the consumer group: its consumer is not running")
-        return
-    if coordinator.member_id == JoinGroupRequest.UNKNOWN_MEMBER_ID:
-        return  # not a member
-
-    async def leave() -> None:
-        await coordinator._send_req(LeaveGroupRequest(coordinator.group_id, coordinator.member_id))
-
-    future = asyncio.run_coroutine_threadsafe(leave(), loop)
-    try:
-        future.result(timeout)
-    except Exception as exc:  # best effort on the way out
-        future.cancel()
-        log.warning("LeaveGroup did not complete within %.0fs: %s", timeout, exc)
-    else:
-        log.info("left the consumer group %s (member %s)", coordinator.group_id, coordinator.member_id)
 
 
 async def _ready(settings: Settings) -> list[str]:
