@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from pipeline.kinds.hits.files import hit_key
     from pipeline.kinds.hits.query import hits_series
     from pipeline.producer import EventProducer
-    from pipeline.services.embedded import EmbeddedServices, resolve
+    from pipeline.services.embedded import EmbeddedServices
+    from pipeline.services.urls import resolve
     from pipeline.settings import Settings
     from pipeline.store.client import mongo_client
 
@@ -30,7 +31,7 @@ _WHERE = {
     "hit_key": "pipeline.kinds.hits.files",
     "hits_series": "pipeline.kinds.hits.query",
     "mongo_client": "pipeline.store.client",
-    "resolve": "pipeline.services.embedded",
+    "resolve": "pipeline.services.urls",
 }
 
 __all__ = [

@@ -15,11 +15,17 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.cli_common import Db, UsageError, command_settings, on_db, parse_time, unreachable
+from pipeline.core.parse import UsageError, parse_time
 from pipeline.files import SEND_AS, Accepted, Record, shipped
+from pipeline.kinds import stream_topics
+from pipeline.services.urls import command_settings
 from pipeline.settings import Settings, SettingsError
+from pipeline.store.command import on_db
+
+if TYPE_CHECKING:
+    from pipeline.store.client import Db
 
 # -- services -----------------------------------------------------------------
 
@@ -273,7 +279,7 @@ def _adopt(s: Settings, args: argparse.Namespace) -> int:
     if not args.from_group:
         print("adopt needs --from-group GROUP (the group whose ledgers this one takes over)", file=sys.stderr)
         return 2
-    topics = [args.topic] if args.topic else s.stream_topics
+    topics = [args.topic] if args.topic else stream_topics(s)
 
     async def run(db: Db) -> Any:
         return await adopt(db, args.from_group, s.group_id, topics, args.apply)
@@ -449,6 +455,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dp.set_defaults(func=cmd_demo)
     return p
+
+
+def unreachable(exc: BaseException, s: Settings) -> str | None:
+    """One line for a store or broker that did not answer (``None``: ``exc`` is something else).
+
+    PyMongo's and aiokafka's tracebacks run to 40-90 lines; the operator needs the URL
+    (password hidden) and what to check.
+    """
+    from pymongo.errors import ConnectionFailure
+
+    from pipeline.settings import redact_url
+
+    if isinstance(exc, ConnectionFailure):
+        where = redact_url(s.mongo_url) if s.mongo_url else "the embedded store (preagg services up)"
+        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        return (
+            f"MongoDB at {where} did not answer within {s.connect_timeout:g}s ({first}); "
+            "check that it runs and PREAGG_MONGO_URL (and PREAGG_CONNECT_TIMEOUT)"
+        )
+    from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+    if isinstance(exc, KafkaConnectionError | KafkaTimeoutError):
+        where = s.kafka_url or "the embedded broker (preagg services up)"
+        return f"Kafka at {where} did not answer ({exc}); check that it runs and PREAGG_KAFKA_URL"
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:

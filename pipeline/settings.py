@@ -12,9 +12,10 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Generic, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from pipeline.core.fields import FieldMode
 from pipeline.core.shippers import InputFormat
@@ -121,6 +122,28 @@ class StreamSettings:
 
 S = TypeVar("S", bound=StreamSettings)
 S_co = TypeVar("S_co", bound=StreamSettings, covariant=True)
+
+
+@cache
+def _stream_from_env(cls: type[S], prefix: str, env: frozenset[tuple[str, str]]) -> S:
+    """A kind's settings from its variables (cached: :meth:`Settings.of` is asked often).
+
+    Read with :class:`StreamSettings` (the fields every kind has), a kind known only by
+    name gives its topic; its own variables are ignored then.
+    """
+    return read_env(cls, prefix, dict(env))
+
+
+@dataclass(frozen=True)
+class StreamKey(Generic[S]):
+    """A kind's name and settings type: what :meth:`Settings.of` needs, without the kind.
+
+    A kind's CLI and API modules read its settings through this; importing the kind
+    itself from them would be a cycle (the kind imports them).
+    """
+
+    name: str
+    settings_type: type[S]
 
 
 class KindSettingsSource(Protocol[S_co]):
@@ -353,27 +376,30 @@ class Settings:
     #: of a kind defined elsewhere. A worker consumes the topics of exactly these;
     #: fewer kinds per worker let each kind scale on its own replicas.
     kinds: tuple[str, ...] = BUILTIN_KINDS
-    #: Per kind, its own settings (``PREAGG_<KIND>_*``), read by :meth:`from_env`;
-    #: a kind missing here has its defaults. Use :meth:`of` to read one.
+    #: Per kind, settings set in code (:meth:`with_stream`); a kind missing here has
+    #: what the environment says (``PREAGG_<KIND>_*``), else its defaults. Use :meth:`of`.
     streams: Mapping[str, StreamSettings] = field(
         default_factory=dict, hash=False, repr=False, metadata={"env": False}
     )
+    #: The ``PREAGG_*`` variables :meth:`from_env` saw that are not fields here: each kind's own
+    #: (``PREAGG_<KIND>_*``) are parsed when :meth:`of` is first asked for that kind,
+    #: by its settings type. This layer knows no kind (the kinds import it), so a bad
+    #: kind variable is reported when a command or worker first uses that kind.
+    environ: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False, metadata={"env": False})
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read ``PREAGG_<FIELD>`` and each kind's ``PREAGG_<KIND>_<FIELD>``; unset or empty: defaults."""
-        from pipeline.kinds import load_kinds
-
+        """Read ``PREAGG_<FIELD>``; each kind's ``PREAGG_<KIND>_<FIELD>`` is kept for :meth:`of`."""
         env = os.environ if environ is None else environ
         base = read_env(cls, "PREAGG_", env)
-        streams = {
-            k.name: read_env(k.settings_type, kind_prefix(k.name), env) for k in load_kinds(base.kinds)
-        }
-        return replace(base, streams=streams)
+        own = {env_name(f.name) for f in fields(cls)}
+        kept = {k: v for k, v in env.items() if k.startswith("PREAGG_") and k not in own}
+        return replace(base, environ=kept)
 
     def to_env(self) -> dict[str, str]:
         """``PREAGG_*`` variables that reproduce these settings in a child process."""
-        out = write_env(self, "PREAGG_")
+        out = dict(self.environ)
+        out.update(write_env(self, "PREAGG_"))
         out.pop(env_name("worker_id"), None)
         for name, stream in self.streams.items():
             out.update(write_env(stream, kind_prefix(name)))
@@ -388,13 +414,17 @@ class Settings:
         return f"Settings({shown}, streams={dict(self.streams)!r})"
 
     def of(self, kind: KindSettingsSource[S]) -> S:
-        """The settings of one stream kind (its defaults unless the environment or a copy set them)."""
+        """The settings of one stream kind: set in code, else from the environment, else defaults."""
         got = self.streams.get(kind.name)
         if not isinstance(got, kind.settings_type):
-            got = kind.settings_type()
+            got = _stream_from_env(kind.settings_type, kind_prefix(kind.name), self._kind_env(kind.name))  # type: ignore[arg-type]
         if not got.topic:
             got = replace(got, topic=kind.name)
         return got
+
+    def _kind_env(self, name: str) -> frozenset[tuple[str, str]]:
+        prefix = kind_prefix(name)
+        return frozenset((k, v) for k, v in self.environ.items() if k.startswith(prefix))
 
     def with_stream(self, kind: KindSettingsSource[S], **changes: object) -> Settings:
         """A copy with some settings of one kind changed."""
@@ -402,35 +432,15 @@ class Settings:
         return replace(self, streams={**self.streams, kind.name: changed})
 
     def topic(self, kind: str) -> str:
-        """Input topic of the kind named ``kind`` (one of :attr:`kinds`)."""
-        from pipeline.kinds import kind_in
-
-        topic: str = self.of(kind_in(self.kinds, kind)).topic
-        return topic
-
-    def named(self, tag: str) -> Settings:
-        """A copy whose database, topics and group carry ``tag``: runs that share servers stay apart."""
-        from pipeline.kinds import load_kinds
-
-        out = self.with_(
-            db=f"preagg_{tag}".replace("-", "_"),
-            deadletter_topic=f"deadletter-{tag}",
-            group_id=f"preagg-{tag}",
-        )
-        for kind in load_kinds(self.kinds):
-            out = out.with_stream(kind, topic=f"{kind.name}-{tag}")
-        return out
+        """Input topic of the kind named ``kind``: ``PREAGG_<KIND>_TOPIC``, else the kind's name."""
+        got = self.streams.get(kind)
+        if got is None:
+            got = _stream_from_env(StreamSettings, kind_prefix(kind), self._kind_env(kind))
+        return got.topic or kind
 
     def with_(self, **changes: object) -> Settings:
         """A copy with some settings changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
-
-    @property
-    def stream_topics(self) -> list[str]:
-        """The input topics the workers consume, one per stream kind."""
-        from pipeline.kinds import load_kinds
-
-        return [self.of(k).topic for k in load_kinds(self.kinds)]
 
     @property
     def fields_per_update(self) -> int:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.services.embedded import EmbeddedServices, Endpoints, for_embedded
+from pipeline.kinds import named
+from pipeline.services.embedded import EmbeddedServices, Endpoints
+from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
 
 
@@ -27,5 +29,5 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
 def settings(services: Endpoints, tmp_path: Path) -> Settings:
     """Settings on the session's services with names of this test's own."""
     tag = uuid.uuid4().hex[:8]
-    base = Settings(partitions=3, home=tmp_path, flush_interval=0.5, session_timeout=6.0).named(tag)
+    base = named(Settings(partitions=3, home=tmp_path, flush_interval=0.5, session_timeout=6.0), tag)
     return for_embedded(base, services)

@@ -33,6 +33,7 @@ from pipeline.bench.common import (
     timed_worker_run,
     write_results,
 )
+from pipeline.kinds import named
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import hits_series
@@ -117,7 +118,7 @@ def main() -> None:
         + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "out")
     )
     with embedded("preagg-bench-calendar-") as (base, _):
-        settings: Settings = base.named("calendar")
+        settings: Settings = named(base, "calendar")
         url = settings.mongo_url or ""
         sync: MongoClient[dict[str, Any]] = MongoClient(url)
         db = sync[settings.db]

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.bench.common import embedded, write_results
+from pipeline.kinds import named
 from pipeline.ops.chaos import run_chaos
 from pipeline.ops.drills import DrillReport, run_outage_rebalance, run_poison
-from pipeline.services.embedded import EmbeddedServices, for_embedded
+from pipeline.services.embedded import EmbeddedServices
+from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
 
 
@@ -47,12 +49,15 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     with embedded("preagg-chaos-") as (base, _):
         for seed in args.seeds:
-            settings = base.with_(
-                home=base.home / f"seed-{seed}",
-                flush_interval=0.5,
-                session_timeout=6.0,
-                max_pending_keys=2_000,
-            ).named(f"chaos-{seed}")
+            settings = named(
+                base.with_(
+                    home=base.home / f"seed-{seed}",
+                    flush_interval=0.5,
+                    session_timeout=6.0,
+                    max_pending_keys=2_000,
+                ),
+                f"chaos-{seed}",
+            )
             if args.commit_max_docs:
                 settings = settings.with_(commit_max_docs=args.commit_max_docs)
             began = time.strftime("%X")
@@ -93,17 +98,20 @@ def _drills(names: list[str], events: int, outage: float, seed: int) -> list[Dri
         home = Path(tempfile.mkdtemp(prefix=f"preagg-drill-{name}-"))
         svc = EmbeddedServices(home, persistent=name == "outage")
         try:
-            settings = for_embedded(
-                Settings(
-                    home=home,
-                    partitions=4,
-                    flush_interval=0.5,
-                    session_timeout=6.0,
-                    rebalance_timeout=20.0,
-                    max_pending_keys=2_000,
+            settings = named(
+                for_embedded(
+                    Settings(
+                        home=home,
+                        partitions=4,
+                        flush_interval=0.5,
+                        session_timeout=6.0,
+                        rebalance_timeout=20.0,
+                        max_pending_keys=2_000,
+                    ),
+                    svc.start(),
                 ),
-                svc.start(),
-            ).named(f"drill-{name}")
+                f"drill-{name}",
+            )
 
             def say(message: str, name: str = name) -> None:
                 print(f"  [{name} {time.strftime('%X')}] {message}", flush=True)

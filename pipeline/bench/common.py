@@ -16,7 +16,8 @@ from typing import Any
 
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import send_lines
-from pipeline.services.embedded import EmbeddedServices, for_embedded
+from pipeline.services.embedded import EmbeddedServices
+from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
 

@@ -31,6 +31,7 @@ from urllib.parse import urlencode
 import orjson
 
 from pipeline.bench.common import embedded, header, step, write_results
+from pipeline.kinds import named
 from pipeline.kinds.hits.files import hit_key
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import send_lines
@@ -60,7 +61,7 @@ def burst_lines(sites: int, props: int, seed: int, prefix: str) -> list[tuple[by
 
 def name_store_burst(base: Settings, tree: Path | None, label: str) -> dict[str, Any]:
     """Flush durations of a worker taking 100, then 50, events from new sites with 32 new names each."""
-    settings = base.named(f"burst-{label}")
+    settings = named(base, f"burst-{label}")
     topic = settings.topic("hits")
     worker = WorkerProcess(settings, f"burst-{label}", tree=tree).start()
     try:
@@ -176,7 +177,7 @@ def main() -> None:
         if args.only == "burst":
             write_results(results, args.out)
             return
-        load = base.named("load")
+        load = named(base, "load")
         load_series(load)
         worker = WorkerProcess(load, "load-worker").start()
         try:

@@ -43,6 +43,7 @@ from pipeline.bench.hits import ACCESS_LOG, realtime_events
 from pipeline.bench.steady import FLUSHED, metric
 from pipeline.core.shippers import SHIPPERS, envelope
 from pipeline.files import lines, shipped
+from pipeline.kinds import named
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
@@ -78,7 +79,7 @@ def worker_run(
     **hits: Any,
 ) -> dict[str, Any]:
     """Fill a topic, start the workers, measure events/s and CPU from the first to the last commit."""
-    settings = base.named(f"ingest-{name}").with_(kinds=("hits",))
+    settings = named(base, f"ingest-{name}").with_(kinds=("hits",))
     settings = settings.with_stream(HITS, **hits)
     topic = settings.topic("hits")
     fill_s = _fill(settings, topic, events, pack)
@@ -239,7 +240,7 @@ def access_log_replays(base: Settings) -> dict[str, Any] | None:
     site = "semicomplete.com"
     totals: dict[str, Any] = {}
     for send_as in ("line", *SHIPPERS):
-        settings = base.named(f"replay-{send_as}").with_(kinds=("hits",))
+        settings = named(base, f"replay-{send_as}").with_(kinds=("hits",))
         fmt = "clf" if send_as == "line" else "auto"
         settings = settings.with_stream(HITS, format=fmt, site=site)
         topic = settings.topic("hits")

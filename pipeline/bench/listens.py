@@ -33,6 +33,7 @@ from pipeline.bench.common import embedded, latency_ms, step, write_results
 from pipeline.core.bloom import BloomSpec, contains
 from pipeline.core.hll import Sketch, decode
 from pipeline.files import Accepted, Refused
+from pipeline.kinds import named
 from pipeline.kinds.listens import KIND as LISTENS
 from pipeline.kinds.listens.files import read_lastfm
 from pipeline.kinds.listens.layout import listen_fields, listen_id
@@ -86,7 +87,7 @@ def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
     """The real data set through one worker, then accuracy, false positives and latency."""
     if not LASTFM.exists():
         return None
-    settings = base.named("bench-listens")
+    settings = named(base, "bench-listens")
     records = list(read_lastfm([str(LASTFM)]))
     events = [(r.raw, r.key) for r in records if isinstance(r, Accepted)]
     refused = [r for r in records if isinstance(r, Refused)]

@@ -36,6 +36,7 @@ from pymongo import MongoClient
 
 from pipeline.bench.common import coll_stats, embedded, step, timed_worker_run, write_results
 from pipeline.files import Accepted
+from pipeline.kinds import named
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import read_hits
@@ -93,7 +94,7 @@ def variant(
 ) -> dict[str, Any]:
     """One worker over the events in one schema mode: throughput, then document sizes."""
     tag = f"{mode}-{'props' if props else 'plain'}"
-    settings = base.named(f"bprops-{tag}").with_(schema=mode)
+    settings = named(base, f"bprops-{tag}").with_(schema=mode)
     took = timed_worker_run(settings, settings.topic("hits"), events, f"bench-{tag}")
     return {
         "mode": mode,
@@ -128,7 +129,7 @@ def aggregate_only(copies: int, rounds: int = 3) -> dict[str, Any]:
 
 def resolve_cost(base: Settings, copies: int) -> dict[str, Any]:
     """Round trips and time to resolve every property of the log: cold, then warm (cached)."""
-    settings = base.named("bprops-resolve")
+    settings = named(base, "bprops-resolve")
     agg = HitCounts(HitDecoder(16_384, 1e12), hits_fields())
     for raw, _ in log_events(copies, True):
         agg.ingest(raw)

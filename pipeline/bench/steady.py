@@ -37,6 +37,7 @@ from pymongo import MongoClient
 
 from pipeline.bench.common import embedded, step, write_results
 from pipeline.core.times import minute_of
+from pipeline.kinds import named
 from pipeline.kinds.hits.aggregate import Key
 from pipeline.kinds.hits.audit import audit_hits
 from pipeline.kinds.hits.layout import hits_fields
@@ -254,7 +255,7 @@ def steady(
     ``tree``: run the workers from another checkout (an older commit), for a comparison.
     """
     stream = STREAMS[kind]
-    settings = base.named(f"steady-{kind}" + ("-tree" if tree else ""))
+    settings = named(base, f"steady-{kind}" + ("-tree" if tree else ""))
     topic = settings.topic(stream.kind)
     ports = [free_port() for _ in range(workers)]
     procs = [
@@ -325,7 +326,7 @@ def _audit(settings: Settings, truth: Counter[Key]) -> int:
 
 def backfill(base: Settings, events: int = 1_200_000, days: int = 30, pages: int = 250) -> dict[str, Any]:
     """``events`` hits, ``days`` days, ``pages`` x 2 sites, in time order: produced first, then drained."""
-    settings = base.named("backfill")
+    settings = named(base, "backfill")
     rng = random.Random(3)
     end = time.time() - 86400
     truth: Counter[Key] = Counter()

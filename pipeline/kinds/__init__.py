@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from pipeline.kinds.kind import Kind, Stream, StreamContext
-from pipeline.settings import SettingsError
+from pipeline.settings import Settings, SettingsError
 
 #: Built-in kind name → the module whose ``KIND`` it is (imported on first use).
 REGISTRY: dict[str, str] = {
@@ -59,4 +59,31 @@ def kind_in(specs: Iterable[str], name: str) -> Kind[Any]:
     raise SettingsError(f"stream kind {name!r} is not among PREAGG_KINDS ({', '.join(specs)})")
 
 
-__all__ = ["REGISTRY", "Kind", "Stream", "StreamContext", "kind_in", "kind_named", "load_kinds"]
+def stream_topics(settings: Settings) -> list[str]:
+    """The input topics the workers consume, one per stream kind of ``settings.kinds``."""
+    return [settings.of(k).topic for k in load_kinds(settings.kinds)]
+
+
+def named(settings: Settings, tag: str) -> Settings:
+    """A copy whose database, topics and group carry ``tag``: runs that share servers stay apart."""
+    out = settings.with_(
+        db=f"preagg_{tag}".replace("-", "_"),
+        deadletter_topic=f"deadletter-{tag}",
+        group_id=f"preagg-{tag}",
+    )
+    for kind in load_kinds(settings.kinds):
+        out = out.with_stream(kind, topic=f"{kind.name}-{tag}")
+    return out
+
+
+__all__ = [
+    "REGISTRY",
+    "Kind",
+    "Stream",
+    "StreamContext",
+    "kind_in",
+    "kind_named",
+    "load_kinds",
+    "named",
+    "stream_topics",
+]

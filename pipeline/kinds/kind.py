@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from pymongo.asynchronous.database import AsyncDatabase
 
-    from pipeline.serve.routes import Route
+    from pipeline.core.routes import Route
 
 
 class Decoder(Protocol):

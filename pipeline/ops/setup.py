@@ -18,7 +18,7 @@ from pymongo import AsyncMongoClient
 
 from pipeline.core.fields import FieldMode, Index, ShardKey, check_mode, hashed_id
 from pipeline.kafka import ensure_topics, missing_topics
-from pipeline.kinds import load_kinds
+from pipeline.kinds import load_kinds, stream_topics
 from pipeline.settings import Settings
 from pipeline.store.client import primary
 from pipeline.store.meta import (
@@ -63,7 +63,7 @@ def shard_keys(settings: Settings, mode: FieldMode) -> list[ShardKey]:
 
 async def setup_kafka(settings: Settings) -> list[str]:
     """Create missing topics; lines saying what was created."""
-    created = await ensure_topics(settings, *settings.stream_topics)
+    created = await ensure_topics(settings, *stream_topics(settings))
     created += await ensure_topics(settings, settings.deadletter_topic, partitions=1)
     return [f"kafka: created topic {t}" for t in created]
 
@@ -100,7 +100,7 @@ async def setup(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) ->
 
 async def missing(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> list[str]:
     """What a worker of these settings needs and does not find (topics, collections)."""
-    topics = await missing_topics(settings, [*settings.stream_topics, settings.deadletter_topic])
+    topics = await missing_topics(settings, [*stream_topics(settings), settings.deadletter_topic])
     existing = set(await primary(client, settings.db).list_collection_names())
     colls = [c for c in collections(settings) if c not in existing]
     return [*(f"topic {t}" for t in topics), *(f"collection {settings.db}.{c}" for c in colls)]

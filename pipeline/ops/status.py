@@ -14,6 +14,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.kinds import stream_topics
 from pipeline.ops.lag import group_lag
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
@@ -23,7 +24,7 @@ async def group_status(
     settings: Settings, db: AsyncDatabase[dict[str, Any]], interval: float = 0.0
 ) -> dict[str, Any]:
     """Lag per partition, throughput, per-partition ledgers, dead letters by reason, as one dict."""
-    topics = settings.stream_topics
+    topics = stream_topics(settings)
     before = ledger_totals(await read_ledger(db, settings.group_id, topics)).events if interval > 0 else 0
     if interval > 0:
         await asyncio.sleep(interval)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipeline.serve.routes import Route
+from pipeline.core.routes import Route
 
 ERROR_SCHEMA: Mapping[str, Any] = {
     "type": "object",

@@ -24,18 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
+from pipeline.core.params import BadParam, parse_params
+from pipeline.core.routes import Route
 from pipeline.kinds import load_kinds
 from pipeline.serve.openapi import openapi_document
-from pipeline.serve.params import BadParam, parse_params
-from pipeline.serve.routes import Route
 from pipeline.settings import Settings
+from pipeline.store.client import Db
 
 log = logging.getLogger("preagg.serve")
 
-Db = AsyncDatabase[dict[str, Any]]
 Endpoint = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: The dashboard's files (plain HTML, CSS and JavaScript: no build step, nothing fetched from elsewhere).

@@ -1,5 +1,1 @@
-"""Embedded default services (Tansu Kafka broker, SecantusDB) and URL resolution."""
-
-from pipeline.services.embedded import EmbeddedServices, Endpoints, resolve
-
-__all__ = ["EmbeddedServices", "Endpoints", "resolve"]
+"""Embedded default services (Tansu Kafka broker, SecantusDB): supervision and URL resolution."""

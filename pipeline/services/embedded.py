@@ -21,8 +21,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from pipeline.settings import Settings
-
 STATE_FILE = "services.json"
 
 
@@ -260,40 +258,3 @@ def read_state(home: Path) -> dict[str, Any] | None:
     if not all(_alive(pid) for pid in state.get("pids", {}).values()):
         return None
     return state
-
-
-def resolve(settings: Settings) -> Settings:
-    """Fill missing URLs from the services started by ``preagg services up``."""
-    if settings.kafka_url and settings.mongo_url:
-        return settings
-    state = read_state(settings.home)
-    if state is None:
-        missing = [
-            n
-            for n, v in (("PREAGG_KAFKA_URL", settings.kafka_url), ("PREAGG_MONGO_URL", settings.mongo_url))
-            if not v
-        ]
-        raise SystemExit(
-            f"no {' / '.join(missing)} set and no embedded services running under "
-            f"{settings.home}: run `preagg services up` (or set the URLs)"
-        )
-    return for_embedded(settings, Endpoints(state["kafka_url"], state["mongo_url"]))
-
-
-#: Split width used on the embedded SecantusDB (see Settings.max_fields_per_update).
-EMBEDDED_FIELDS_PER_UPDATE = 64
-
-
-def for_embedded(settings: Settings, endpoints: Endpoints) -> Settings:
-    """Settings pointing at embedded services, with the embedded store's defaults."""
-    fields = settings.max_fields_per_update
-    on_embedded_mongo = settings.mongo_url is None
-    return settings.with_(
-        kafka_url=settings.kafka_url or endpoints.kafka_url,
-        mongo_url=settings.mongo_url or endpoints.mongo_url,
-        max_fields_per_update=(
-            EMBEDDED_FIELDS_PER_UPDATE if fields is None and on_embedded_mongo else fields
-        ),
-        auto_setup=True if settings.auto_setup is None else settings.auto_setup,
-        embedded_kafka=settings.embedded_kafka or settings.kafka_url is None,
-    )

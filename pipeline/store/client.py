@@ -10,6 +10,9 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.read_concern import ReadConcern
 
+#: The database handle every store function takes.
+Db = AsyncDatabase[dict[str, Any]]
+
 
 def primary(client: AsyncMongoClient[dict[str, Any]], db: str) -> AsyncDatabase[dict[str, Any]]:
     """``db`` read from the primary whatever the URL's ``readPreference`` says.

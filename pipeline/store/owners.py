@@ -16,12 +16,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pymongo.asynchronous.database import AsyncDatabase
-
-from pipeline.store.client import start_transaction
+from pipeline.store.client import Db, start_transaction
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
-
-Db = AsyncDatabase[dict[str, Any]]
 
 
 class OtherGroupsCounted(RuntimeError):

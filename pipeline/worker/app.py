@@ -29,7 +29,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from pipeline.core.fields import check_mode
-from pipeline.kinds import StreamContext, load_kinds
+from pipeline.kinds import StreamContext, load_kinds, stream_topics
 from pipeline.ops.setup import NotSetUp, ready_or_setup
 from pipeline.probe import PartitionProbe
 from pipeline.security import faust_credentials
@@ -196,7 +196,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,
-            ", ".join(settings.stream_topics),
+            ", ".join(stream_topics(settings)),
             settings.db,
             settings.commit_mode,
             settings.web_port or "off",
@@ -341,7 +341,7 @@ async def _ready(settings: Settings) -> list[str]:
         await reach(client, settings.connect_timeout)
         lines = await ready_or_setup(settings, client)
         why = refusal(
-            settings.group_id, await groups_by_topic(primary(client, settings.db), settings.stream_topics)
+            settings.group_id, await groups_by_topic(primary(client, settings.db), stream_topics(settings))
         )
         if why is not None:
             raise OtherGroupsCounted(why)

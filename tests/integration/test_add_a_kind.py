@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.cli_common import on_db
 from pipeline.ops.lag import wait_caught_up
 from pipeline.settings import Settings
+from pipeline.store.command import on_db
 from pipeline.worker.process import WorkerProcess
 from tests.kinds.purchases import KIND as PURCHASES
 

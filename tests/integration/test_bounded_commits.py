@@ -24,12 +24,14 @@ import pytest
 from pipeline.core.bloom import BloomSpec, contains_value, filter_value
 from pipeline.core.hll import decode
 from pipeline.core.ids import id_bytes
+from pipeline.kinds import named
 from pipeline.kinds.listens import KIND as LISTENS
 from pipeline.kinds.listens.layout import listen_fields, listen_id
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.producer import EventProducer
-from pipeline.services.embedded import EmbeddedServices, for_embedded
+from pipeline.services.embedded import EmbeddedServices
+from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
 from pipeline.worker.exits import EXIT_SHUTDOWN_DEADLINE
 from pipeline.worker.process import WorkerProcess
@@ -124,7 +126,7 @@ def test_sigterm_with_broker_and_store_gone_exits_within_the_bound(tmp_path: Pat
     endpoints = svc.start()
     bound = 8.0
     settings = for_embedded(
-        Settings(partitions=2, home=tmp_path, flush_interval=0.5, shutdown_timeout=bound).named("stop"),
+        named(Settings(partitions=2, home=tmp_path, flush_interval=0.5, shutdown_timeout=bound), "stop"),
         endpoints,
     )
     lines = [(b'{"site":"s","page":"/%d","ts":%d}' % (i % 7, time.time()), b"s") for i in range(600)]

@@ -23,11 +23,11 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 
-from pipeline.cli_common import on_db
 from pipeline.ops.lag import wait_caught_up
 from pipeline.producer import EventProducer
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings
+from pipeline.store.command import on_db
 from pipeline.worker.process import WorkerProcess
 
 pytestmark = pytest.mark.integration

@@ -27,10 +27,12 @@ from openapi_spec_validator import validate
 
 from pipeline.core.bloom import BloomSpec
 from pipeline.core.ids import id_bytes
+from pipeline.kinds import named, stream_topics
 from pipeline.kinds.hits.grafana import epoch_ms
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import hits_series, known_sites, top_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
+from pipeline.kinds.hits.render import series_rows
 from pipeline.kinds.impressions.query import items_of_user, top_items, users_of_item
 from pipeline.kinds.listens import KIND as LISTENS
 from pipeline.kinds.listens.query import heard, shown_top_tags, top_tags
@@ -38,9 +40,9 @@ from pipeline.kinds.relations import KIND as RELATIONS
 from pipeline.kinds.relations.layout import relation_sides
 from pipeline.kinds.relations.query import related_items, related_users
 from pipeline.producer import EventProducer
-from pipeline.query.render import series_rows
 from pipeline.serve.process import ServeProcess
-from pipeline.services.embedded import Endpoints, for_embedded
+from pipeline.services.embedded import Endpoints
+from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
 
 from .helpers import run_cli, run_worker_to_end, with_db
@@ -98,7 +100,7 @@ def served(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Ite
     base = Settings(
         partitions=2, home=tmp_path_factory.mktemp("serve"), flush_interval=0.5, session_timeout=6.0
     )
-    settings = for_embedded(base.named(tag), services).with_(serve_token=TOKEN, serve_cors=(ORIGIN,))
+    settings = for_embedded(named(base, tag), services).with_(serve_token=TOKEN, serve_cors=(ORIGIN,))
     rng = random.Random(16)
     asyncio.run(send(settings, "hits", HITS))
     ts = NOW.timestamp() - 3600
@@ -115,7 +117,7 @@ def served(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Ite
         for _ in range(2 * n)
     ]
     asyncio.run(send(settings, "listens", songs))
-    run_worker_to_end(settings, topics=settings.stream_topics)
+    run_worker_to_end(settings, topics=stream_topics(settings))
     server = ServeProcess(settings).start()
     try:
         yield settings, server.url

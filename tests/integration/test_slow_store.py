@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 
+from pipeline.kinds import named
 from pipeline.kinds.hits.audit import audit_hits
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.services.embedded import EmbeddedServices, for_embedded, free_port
+from pipeline.services.embedded import EmbeddedServices, free_port
+from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
 from pipeline.worker.exits import EXIT_SHUTDOWN_DEADLINE
 from pipeline.worker.process import WorkerProcess
@@ -84,16 +86,19 @@ def test_store_down_20s_pauses_at_bound_rebalances_then_resumes_exactly(tmp_path
     tag = uuid.uuid4().hex[:8]
     web, web2 = free_port(), free_port()
     settings = for_embedded(
-        Settings(
-            partitions=3,
-            home=tmp_path,
-            flush_interval=0.5,
-            session_timeout=10.0,
-            max_pending_keys=BOUND,
-            web_port=web,
-            health_max_flush_age=5.0,
-            rebalance_timeout=10.0,  # the revoke drain is bounded at 5 s
-        ).named(tag),
+        named(
+            Settings(
+                partitions=3,
+                home=tmp_path,
+                flush_interval=0.5,
+                session_timeout=10.0,
+                max_pending_keys=BOUND,
+                web_port=web,
+                health_max_flush_age=5.0,
+                rebalance_timeout=10.0,  # the revoke drain is bounded at 5 s
+            ),
+            tag,
+        ),
         endpoints,
     )
     traffic = generate(30_000, end=time.time(), days=1, seed=21, bad_share=0.005)

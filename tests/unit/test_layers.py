@@ -18,7 +18,6 @@ PURE = [
         for kind in REGISTRY
         for part in ("decode", "aggregate", "layout", "settings")
     ),
-    ROOT / "query" / "series.py",
 ]
 
 

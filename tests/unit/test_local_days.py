@@ -212,8 +212,8 @@ def test_minute_labels_keep_their_offsets() -> None:
 
 
 def test_relative_days_and_wall_clock_ranges_follow_the_site() -> None:
+    from pipeline.core.params import local_day, parse_day
     from pipeline.kinds.hits.grafana import choose_by
-    from pipeline.serve.params import local_day, parse_day
 
     now = datetime(2026, 11, 23, 23, 30, tzinfo=UTC)  # already the 24th in Berlin
     asked = parse_day("today-1d", now)

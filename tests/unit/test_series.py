@@ -1,7 +1,7 @@
 from datetime import UTC, datetime
 
-from pipeline.cli_common import parse_time
-from pipeline.query.series import buckets, floor, zero_filled
+from pipeline.core.parse import parse_time
+from pipeline.core.series import buckets, floor, zero_filled
 
 
 def test_buckets_cover_range_inclusive() -> None:

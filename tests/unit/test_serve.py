@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from openapi_spec_validator import validate
 
+from pipeline.core.params import BadParam, Param, exactly_one, parse_params
+from pipeline.core.routes import Route
 from pipeline.kinds import load_kinds
 from pipeline.kinds.hits.grafana import choose_by, parse_panel_query
 from pipeline.serve.openapi import openapi_document
-from pipeline.serve.params import BadParam, Param, exactly_one, parse_params
-from pipeline.serve.routes import Route
 from pipeline.settings import Settings
 
 NOW = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)

@@ -10,7 +10,7 @@ from typing import get_type_hints
 
 import pytest
 
-from pipeline.kinds import load_kinds
+from pipeline.kinds import load_kinds, named, stream_topics
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.listens import KIND as LISTENS
 from pipeline.kinds.relations import KIND as RELATIONS
@@ -54,7 +54,7 @@ def test_every_setting_is_read_with_its_annotated_type() -> None:
     with pytest.raises(
         SettingsError, match=re.escape("PREAGG_HITS_PROPS_MAX_BYTES='big': expected an integer")
     ):
-        Settings.from_env({"PREAGG_HITS_PROPS_MAX_BYTES": "big"})
+        Settings.from_env({"PREAGG_HITS_PROPS_MAX_BYTES": "big"}).of(HITS)
     with pytest.raises(
         SettingsError, match="PREAGG_KAFKA_SECURITY_PROTOCOL='TLS': expected one of PLAINTEXT"
     ):
@@ -74,14 +74,18 @@ def test_no_setting_has_a_type_the_environment_cannot_give() -> None:
 def test_kinds_are_chosen_by_name_or_module_path_and_round_trip_to_a_child_process() -> None:
     s = Settings.from_env({"PREAGG_KINDS": "hits, listens", "PREAGG_LISTENS_HEARD_FPR": "0.02"})
     assert s.kinds == ("hits", "listens")
-    assert s.stream_topics == ["hits", "listens"]
+    assert stream_topics(s) == ["hits", "listens"]
     again = Settings.from_env(s.to_env())
-    assert again.kinds == s.kinds and again.of(LISTENS).heard_fpr == 0.02 and again.streams == s.streams
-    tagged = s.named("t1")
-    assert tagged.stream_topics == ["hits-t1", "listens-t1"] and tagged.of(LISTENS).heard_fpr == 0.02
+    assert again.kinds == s.kinds and again.of(LISTENS) == s.of(LISTENS) and again.of(HITS) == s.of(HITS)
+    assert again.of(LISTENS).heard_fpr == 0.02
+    tagged = named(s, "t1")
+    assert stream_topics(tagged) == ["hits-t1", "listens-t1"] and tagged.of(LISTENS).heard_fpr == 0.02
+    child = Settings.from_env(tagged.to_env())
+    assert stream_topics(child) == ["hits-t1", "listens-t1"] and child.of(LISTENS).heard_fpr == 0.02
+    # Kinds are loaded (and refused) where they are used: settings know no kind.
     with pytest.raises(SettingsError, match="unknown stream kind 'clicks'"):
-        Settings.from_env({"PREAGG_KINDS": "hits,clicks"})
+        stream_topics(Settings.from_env({"PREAGG_KINDS": "hits,clicks"}))
     with pytest.raises(SettingsError, match="named twice"):
-        Settings.from_env({"PREAGG_KINDS": "hits,pipeline.kinds.hits:KIND"})
+        stream_topics(Settings.from_env({"PREAGG_KINDS": "hits,pipeline.kinds.hits:KIND"}))
     plugin = Settings.from_env({"PREAGG_KINDS": "pipeline.kinds.relations:KIND"})
-    assert plugin.stream_topics == ["relations"]
+    assert stream_topics(plugin) == ["relations"]

@@ -80,7 +80,7 @@ def test_fault_specs() -> None:
 
 def test_producer_text_is_printed_escaped() -> None:
     """A site or page holding an escape sequence must not drive the operator's terminal."""
-    from pipeline.cli_common import printable
+    from pipeline.core.text import printable
 
     assert printable("shop\x1b]0;owned\x07") == "shop\\x1b]0;owned\\x07"
     assert printable("/a\x9bb\u202ec\r\n") == "/a\\x9bb\\u202ec\\x0d\\x0a"

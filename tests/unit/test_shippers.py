@@ -188,7 +188,7 @@ def test_settings_read_from_the_environment() -> None:
     )
     assert s.of(LISTENS).format == "auto"
     with pytest.raises(SettingsError, match="PREAGG_HITS_FORMAT"):
-        Settings.from_env({"PREAGG_HITS_FORMAT": "syslog"})
+        Settings.from_env({"PREAGG_HITS_FORMAT": "syslog"}).of(HITS)
 
 
 @pytest.mark.parametrize("shipper", SHIPPERS)

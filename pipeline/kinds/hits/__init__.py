@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline.core.fields import FieldMode, Index, ShardKey, hashed_id
+from pipeline.core.routes import Route
 from pipeline.files import Record
 from pipeline.kinds.hits import cli, layout
 from pipeline.kinds.hits.aggregate import HitCounts
@@ -23,12 +24,11 @@ from pipeline.kinds.hits.files import hit_key, read_hits
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
 from pipeline.kinds.hits.retention import Tiers
 from pipeline.kinds.hits.retention_schedule import RetentionSchedule, retention_metrics
-from pipeline.kinds.hits.settings import HitsSettings
+from pipeline.kinds.hits.settings import KEY, HitsSettings
 from pipeline.kinds.hits.site_config import COLLECTION as SITES_COLLECTION
 from pipeline.kinds.hits.site_config import SiteConfigs
 from pipeline.kinds.hits.sites import SiteMap, SiteMapError
 from pipeline.kinds.kind import Kind, Stream, StreamContext
-from pipeline.serve.routes import Route
 from pipeline.settings import Settings, SettingsError
 from pipeline.store.names import NameCache, NameStore
 from pipeline.store.names.metrics import name_store_metrics
@@ -39,7 +39,7 @@ log = logging.getLogger("preagg.worker")
 class Hits(Kind[HitsSettings]):
     """The hits kind."""
 
-    name = "hits"
+    name = KEY.name
     settings_type = HitsSettings
     folder = layout.FOLDER
     formats = ("jsonl", "clf")

@@ -7,19 +7,24 @@ import json
 import sys
 import time
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.cli_common import Db, command_settings, on_db, printable
+from pipeline.core.text import printable
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.retention import Tiers
 from pipeline.kinds.hits.retention_run import SETTLE_SECONDS
+from pipeline.kinds.hits.settings import KEY
+from pipeline.services.urls import command_settings
 from pipeline.settings import Settings
+from pipeline.store.command import on_db
+
+if TYPE_CHECKING:
+    from pipeline.store.client import Db
 
 
 def _tiers(s: Settings) -> Tiers:
-    from pipeline.kinds.hits import KIND
 
-    hs = s.of(KIND)
+    hs = s.of(KEY)
     return Tiers(hs.retention_minute_days, hs.retention_hour_days)
 
 
@@ -115,7 +120,6 @@ def cmd_set_retention(args: argparse.Namespace) -> int:
 
 def cmd_retention(args: argparse.Namespace) -> int:
     """Prune minute and hourly counters past their tiers (``--dry-run``: count only)."""
-    from pipeline.kinds.hits import KIND
     from pipeline.kinds.hits.retention import utc_today
     from pipeline.kinds.hits.retention_run import Pruned, run_retention
     from pipeline.kinds.hits.retention_schedule import SCHEDULE_ID
@@ -131,7 +135,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     done, last = on_db(s, run, primary_reads=True)
-    print(periodic_text(s.of(KIND).retention_every, last))
+    print(periodic_text(s.of(KEY).retention_every, last))
     verb = "would prune" if args.dry_run else "pruned"
     for p in done:
         print(f"{verb} {p.what}: {p.documents} daily documents")

@@ -10,17 +10,17 @@ from collections.abc import Callable, Mapping
 from datetime import date, timedelta
 from typing import Any
 
-from pipeline.cli_common import json_rows
+from pipeline.core.params import Param, local_day
+from pipeline.core.routes import Route, rows_of
+from pipeline.core.series import GRANULARITIES
+from pipeline.core.text import json_rows
 from pipeline.kinds.hits import grafana
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN, check_span
 from pipeline.kinds.hits.query import hits_series, listed_sites, top_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
+from pipeline.kinds.hits.render import series_rows
 from pipeline.kinds.hits.site_config import site_config
-from pipeline.query.render import series_rows
-from pipeline.query.series import GRANULARITIES
-from pipeline.serve.params import Param, local_day
-from pipeline.serve.routes import Route, rows_of
 from pipeline.settings import Settings
 
 SITE = Param("site", "the site, as in the events' `site`", required=True)

@@ -7,17 +7,23 @@ import json
 import sys
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.cli_common import Db, UsageError, command_settings, on_db, parse_time, print_rows, printable
+from pipeline.core.parse import UsageError, parse_time
+from pipeline.core.text import print_rows, printable
 from pipeline.kinds.hits.layout import hits_fields
+from pipeline.services.urls import command_settings
+from pipeline.store.command import on_db
+
+if TYPE_CHECKING:
+    from pipeline.store.client import Db
 
 
 def cmd_query_hits(args: argparse.Namespace) -> int:
     """Zero-filled hit series of a site or page as a table, JSON, CSV and/or a PNG."""
     from pipeline.kinds.hits.query import hits_series, instant
+    from pipeline.kinds.hits.render import as_csv, as_json, as_table, plot_png, sparkline
     from pipeline.kinds.hits.site_config import site_config
-    from pipeline.query.render import as_csv, as_json, as_table, plot_png, sparkline
 
     s = command_settings()
     start, end = parse_time(args.start, local=True), parse_time(args.end, local=True)
@@ -51,8 +57,8 @@ def within_limits(start: datetime, end: datetime, by: str) -> None:
 
     ``--by minute`` over 30 years printed 15.8 million rows for a minute while the API refused it.
     """
+    from pipeline.core.params import BadParam, check_bounds
     from pipeline.kinds.hits.limits import MAX_SPAN, check_span
-    from pipeline.serve.params import BadParam, check_bounds
 
     try:
         check_bounds("--from", start)

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pipeline.core.params import MAX_TEXT, BadParam, Param, check_bounds, parse_time_or_ms
+from pipeline.core.routes import Route, rows_of
+from pipeline.core.series import GRANULARITIES, Granularity
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.limits import MAX_SPAN, as_utc, check_span
 from pipeline.kinds.hits.query import hits_series, known_sites
-from pipeline.query.series import GRANULARITIES, Granularity
-from pipeline.serve.params import MAX_TEXT, BadParam, Param, check_bounds, parse_time_or_ms
-from pipeline.serve.routes import Route, rows_of
 from pipeline.settings import Settings
 
 #: A bucket's length for choosing one (a month counted as 31 days: never too fine).

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pipeline.serve.params import BadParam
+from pipeline.core.params import BadParam
 
 #: Longest range of one series per granularity: at most about 2,900 minutes, 2,200
 #: hours, 1,100 days or 600 months per answer.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pipeline.settings import StreamSettings
+from pipeline.settings import StreamKey, StreamSettings
 
 
 @dataclass(frozen=True)
@@ -64,3 +64,7 @@ class HitsSettings(StreamSettings):
     #: instead. A run is a few ``update_many`` statements over old daily documents: on a
     #: large collection, schedule it off-peak with cron rather than let it land anywhere.
     retention_every: float = 24.0
+
+
+#: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.
+KEY = StreamKey("hits", HitsSettings)

@@ -8,19 +8,19 @@ from __future__ import annotations
 import argparse
 
 from pipeline.core.fields import FieldMode, Index
+from pipeline.core.routes import Route
 from pipeline.kinds.impressions import cli, layout
 from pipeline.kinds.impressions.aggregate import ImpressionCounts
 from pipeline.kinds.impressions.decode import ImpressionDecoder
-from pipeline.kinds.impressions.settings import ImpressionsSettings
+from pipeline.kinds.impressions.settings import KEY, ImpressionsSettings
 from pipeline.kinds.kind import Kind, Stream, StreamContext
-from pipeline.serve.routes import Route
 from pipeline.settings import Settings
 
 
 class Impressions(Kind[ImpressionsSettings]):
     """The impressions kind."""
 
-    name = "impressions"
+    name = KEY.name
     settings_type = ImpressionsSettings
     folder = layout.FOLDER
     about = "impressions: JSON lines {user, item, ts}"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.cli_common import json_rows
+from pipeline.core.params import Param, exactly_one, one_of
+from pipeline.core.routes import ID_SCHEMA, Route
+from pipeline.core.text import json_rows
 from pipeline.kinds.impressions.query import items_of_user, top_items, users_of_item
-from pipeline.serve.params import Param, exactly_one, one_of
-from pipeline.serve.routes import ID_SCHEMA, Route
 from pipeline.settings import Settings
 
 #: Most rows one answer holds (a popular item's users can be millions).

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.cli_common import Db, command_settings, on_db, parse_id, print_rows
+from pipeline.core.parse import parse_id
+from pipeline.core.text import print_rows
+from pipeline.services.urls import command_settings
+from pipeline.store.command import on_db
+
+if TYPE_CHECKING:
+    from pipeline.store.client import Db
 
 
 def cmd_query_impressions(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.settings import StreamSettings
+from pipeline.settings import StreamKey, StreamSettings
 
 
 @dataclass(frozen=True)
@@ -13,3 +13,7 @@ class ImpressionsSettings(StreamSettings):
 
     #: Topic of impressions (user was shown item).
     topic: str = "impressions"
+
+
+#: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.
+KEY = StreamKey("impressions", ImpressionsSettings)

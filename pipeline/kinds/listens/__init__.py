@@ -10,20 +10,20 @@ from types import MappingProxyType
 
 from pipeline.core.bloom import BloomSpec
 from pipeline.core.fields import FieldMode, Index
+from pipeline.core.routes import Route
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.kinds.listens import cli, layout
 from pipeline.kinds.listens.aggregate import ListenSketches
 from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.files import read_lastfm
-from pipeline.kinds.listens.settings import ListensSettings
-from pipeline.serve.routes import Route
+from pipeline.kinds.listens.settings import KEY, ListensSettings
 from pipeline.settings import Settings
 
 
 class Listens(Kind[ListensSettings]):
     """The listens kind."""
 
-    name = "listens"
+    name = KEY.name
     settings_type = ListensSettings
     folder = layout.FOLDER
     formats = ("jsonl", "lastfm")

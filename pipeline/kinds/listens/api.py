@@ -5,19 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.cli_common import json_rows
 from pipeline.core.bloom import BloomSpec
+from pipeline.core.params import Param
+from pipeline.core.routes import ID_SCHEMA, Route, rows_of
+from pipeline.core.text import json_rows
 from pipeline.kinds.listens.query import TOP_TAGS_HEADER, heard, shown_top_tags, top_tags
-from pipeline.serve.params import Param
-from pipeline.serve.routes import ID_SCHEMA, Route, rows_of
+from pipeline.kinds.listens.settings import KEY
 from pipeline.settings import Settings
 
 
 def routes(settings: Settings) -> list[Route]:
     """``/api/top-tags`` and ``/api/heard`` (as ``preagg query top-tags --json`` and ``heard``)."""
-    from pipeline.kinds.listens import KIND
 
-    ls = settings.of(KIND)
+    ls = settings.of(KEY)
     spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
     user = Param("user", "user id (digits: an integer id)", "id", required=True)
 

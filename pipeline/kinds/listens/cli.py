@@ -5,19 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.cli_common import Db, command_settings, on_db, parse_id, print_rows
+from pipeline.core.parse import parse_id
+from pipeline.core.text import print_rows
+from pipeline.kinds.listens.settings import KEY
+from pipeline.services.urls import command_settings
+from pipeline.store.command import on_db
+
+if TYPE_CHECKING:
+    from pipeline.store.client import Db
 
 
 def cmd_query_listens(args: argparse.Namespace) -> int:
     """A user's top tags by distinct songs, or whether a user heard a song under a tag."""
     from pipeline.core.bloom import BloomSpec
-    from pipeline.kinds.listens import KIND
     from pipeline.kinds.listens.query import TOP_TAGS_HEADER, heard, latest_day, shown_top_tags, top_tags
 
     s = command_settings()
-    ls = s.of(KIND)
+    ls = s.of(KEY)
     spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
 
     async def run(db: Db) -> Any:

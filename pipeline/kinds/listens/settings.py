@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.settings import StreamSettings
+from pipeline.settings import StreamKey, StreamSettings
 
 
 @dataclass(frozen=True)
@@ -19,3 +19,7 @@ class ListensSettings(StreamSettings):
     #: Songs a (user, tag) "heard" filter is sized for, and its false-positive rate.
     heard_capacity: int = 1000
     heard_fpr: float = 0.01
+
+
+#: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.
+KEY = StreamKey("listens", ListensSettings)

@@ -9,20 +9,20 @@ import argparse
 from types import MappingProxyType
 
 from pipeline.core.fields import FieldMode, Index
+from pipeline.core.routes import Route
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.kinds.relations import cli, layout
 from pipeline.kinds.relations.aggregate import RelationFilters
 from pipeline.kinds.relations.decode import RelationDecoder
 from pipeline.kinds.relations.files import read_movielens
-from pipeline.kinds.relations.settings import RelationsSettings
-from pipeline.serve.routes import Route
+from pipeline.kinds.relations.settings import KEY, RelationsSettings
 from pipeline.settings import Settings
 
 
 class Relations(Kind[RelationsSettings]):
     """The relations kind."""
 
-    name = "relations"
+    name = KEY.name
     settings_type = RelationsSettings
     folder = layout.FOLDER
     formats = ("jsonl", "movielens")

@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline.core.params import Param, exactly_one, one_of
+from pipeline.core.routes import ID_SCHEMA, Route
 from pipeline.kinds.relations.layout import relation_sides
 from pipeline.kinds.relations.query import related_items, related_users
-from pipeline.serve.params import Param, exactly_one, one_of
-from pipeline.serve.routes import ID_SCHEMA, Route
+from pipeline.kinds.relations.settings import KEY
 from pipeline.settings import Settings
 
 
 def routes(settings: Settings) -> list[Route]:
     """``/api/related`` (as ``preagg query related --json``, cut at ``limit``)."""
-    from pipeline.kinds.relations import KIND
 
-    rs = settings.of(KIND)
+    rs = settings.of(KEY)
     sides = relation_sides(rs.user_capacity, rs.item_capacity, rs.fpr, settings.schema)
 
     async def related(db: Any, a: Mapping[str, Any]) -> Any:

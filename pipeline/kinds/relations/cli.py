@@ -5,19 +5,25 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.cli_common import Db, command_settings, on_db, parse_id, printable
+from pipeline.core.parse import parse_id
+from pipeline.core.text import printable
+from pipeline.kinds.relations.settings import KEY
+from pipeline.services.urls import command_settings
+from pipeline.store.command import on_db
+
+if TYPE_CHECKING:
+    from pipeline.store.client import Db
 
 
 def cmd_query_related(args: argparse.Namespace) -> int:
     """Items related to a user, or users related to an item, through the Bloom filters."""
-    from pipeline.kinds.relations import KIND
     from pipeline.kinds.relations.layout import relation_sides
     from pipeline.kinds.relations.query import related_items, related_users
 
     s = command_settings()
-    rs = s.of(KIND)
+    rs = s.of(KEY)
     sides = relation_sides(rs.user_capacity, rs.item_capacity, rs.fpr, s.schema)
 
     async def run(db: Db) -> list[Any]:

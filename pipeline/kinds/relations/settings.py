@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.settings import StreamSettings
+from pipeline.settings import StreamKey, StreamSettings
 
 
 @dataclass(frozen=True)
@@ -20,3 +20,7 @@ class RelationsSettings(StreamSettings):
     user_capacity: int = 300
     #: Users an item's filter is sized for.
     item_capacity: int = 300
+
+
+#: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.
+KEY = StreamKey("relations", RelationsSettings)

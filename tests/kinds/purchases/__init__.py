@@ -64,7 +64,10 @@ class PurchaseSums:
 
 
 def cmd_query_purchases(args: argparse.Namespace) -> int:
-    from pipeline.cli_common import Db, command_settings, on_db, print_rows
+    from pipeline.core.text import print_rows
+    from pipeline.services.urls import command_settings
+    from pipeline.store.client import Db
+    from pipeline.store.command import on_db
 
     s = command_settings()
     f = field_names(FOLDER, "purchases_daily", s.schema)

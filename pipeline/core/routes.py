@@ -1,23 +1,23 @@
 """What one read-only API endpoint is: its path, parameters, answer and handler (no HTTP here).
 
-Each stream kind declares its endpoints next to its CLI (``pipeline/kinds/<kind>/api.py``,
-returned by ``Kind.api_routes``); the server (:mod:`pipeline.serve.server`) turns
-them into HTTP handlers and :mod:`pipeline.serve.openapi` into the OpenAPI document.
+Pure declarations, below the kinds: each stream kind declares its endpoints next to
+its CLI (``pipeline/kinds/<kind>/api.py``, returned by ``Kind.api_routes``); the
+server (:mod:`pipeline.serve.server`) turns them into HTTP handlers and
+:mod:`pipeline.serve.openapi` into the OpenAPI document.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pipeline.serve.params import Param
+from pipeline.core.params import Param
 
-if TYPE_CHECKING:
-    from pymongo.asynchronous.database import AsyncDatabase
-
-#: Parsed parameters (a ``POST``'s JSON body as ``body``) → the JSON answer (lists and dicts of plain values).
-Handler = Callable[["AsyncDatabase[dict[str, Any]]", Mapping[str, Any]], Awaitable[Any]]
+#: The database (a ``pipeline.store.client.Db``, typed loosely: this layer imports no
+#: driver) and the parsed parameters (a ``POST``'s JSON body as ``body``) → the JSON
+#: answer (lists and dicts of plain values).
+Handler = Callable[[Any, Mapping[str, Any]], Awaitable[Any]]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
-from pipeline.cli_common import parse_id, parse_time
+from pipeline.core.parse import parse_id, parse_time
 
 #: Times an answer may ask about: events are refused outside them (``pipeline.core.times``),
 #: and past year 9999 ``datetime`` itself overflows while a series is bucketed.
@@ -131,7 +131,7 @@ def check_bounds(name: str, value: date) -> None:
 
 
 def parse_time_or_ms(raw: str, now: datetime) -> datetime:
-    """:func:`pipeline.cli_common.parse_time`, plus epoch milliseconds (Grafana's ``${__from}``).
+    """:func:`pipeline.core.parse.parse_time`, plus epoch milliseconds (Grafana's ``${__from}``).
 
     An ISO time without offset stays naive: the site's wall-clock time. Whatever the
     text, the only exception is ``ValueError`` (``now-99999999999d`` and 23-digit epochs

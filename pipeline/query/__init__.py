@@ -1,1 +1,0 @@
-"""Analyst queries over the pre-aggregated documents."""
