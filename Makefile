@@ -37,43 +37,43 @@ test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check pipeline tests
+	$(VENV)/bin/ruff check pipeline benchmarks tests
 	$(VENV)/bin/mypy
 
 bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
 
 bench-hits: $(STAMP)  ## naive vs packed vs single, freshness, access-log replay
-	$(PY) -m pipeline.bench.hits --out bench-results/hits.json
+	$(PY) -m benchmarks.hits --out bench-results/hits.json
 
 bench-scaling: $(STAMP)  ## events/s with 1 and 2 worker replicas, CPU per process
-	$(PY) -m pipeline.bench.scaling --out bench-results/scaling.json
+	$(PY) -m benchmarks.scaling --out bench-results/scaling.json
 
 bench-relations: $(STAMP)  ## impressions throughput and sizes; Bloom relations on MovieLens 100k
-	$(PY) -m pipeline.bench.relations --out bench-results/relations.json
+	$(PY) -m benchmarks.relations --out bench-results/relations.json
 
 bench-listens: $(STAMP)  ## HLL accuracy and sizes, Last.fm through a worker, heard FPR, top-tags latency
-	$(PY) -m pipeline.bench.listens --out bench-results/listens.json
+	$(PY) -m benchmarks.listens --out bench-results/listens.json
 
 bench-props: $(STAMP)  ## compact schema + name store vs readable names: bytes per document, events/s with and without props
-	$(PY) -m pipeline.bench.props --out bench-results/props.json
+	$(PY) -m benchmarks.props --out bench-results/props.json
 
 bench-ingest: $(STAMP)  ## one worker's read capacity: raw client, stock Faust, single/keyless/Filebeat/packed messages; shipper replays
-	$(PY) -m pipeline.bench.ingest --out bench-results/ingest.json
+	$(PY) -m benchmarks.ingest --out bench-results/ingest.json
 
 bench-steady: $(STAMP)  ## 3-minute live streams of every kind with warm documents, a 30-day backfill, chunked reads by id
-	$(PY) -m pipeline.bench.steady --out bench-results/steady.json
+	$(PY) -m benchmarks.steady --out bench-results/steady.json
 
 bench-calendar: $(STAMP)  ## 60 days of hits in UTC and Europe/Berlin: drain, bytes per daily document, chart reads; retention before/after
-	$(PY) -m pipeline.bench.calendar --out bench-results/calendar.json
+	$(PY) -m benchmarks.calendar --out bench-results/calendar.json
 
 bench-api: $(STAMP) browser  ## query API p50/p99 per endpoint on 200 pages x 30 days; dashboard time to first chart
-	$(PY) -m pipeline.bench.api --out bench-results/api.json
+	$(PY) -m benchmarks.api --out bench-results/api.json
 
 bench-hostile: $(STAMP)  ## name-store bursts (100 new sites x 32 new properties): flush durations; 32 concurrent API clients under the concurrency bound
-	$(PY) -m pipeline.bench.hostile --out bench-results/hostile.json
+	$(PY) -m benchmarks.hostile --out bench-results/hostile.json
 
 chaos: $(STAMP)  ## kill -9 / injected crashes / scaling during ingest, 5 seeds; then the store down 90 s during a scale-up and one poison event per 1,000; mismatches must be 0
-	$(PY) -m pipeline.bench.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json
+	$(PY) -m benchmarks.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json
 
 clean:
 	rm -rf $(VENV) .preagg bench-results .pytest_cache .mypy_cache .ruff_cache

@@ -15,9 +15,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pipeline.kafka.producer import EventProducer
     from pipeline.kinds.hits.files import hit_key
     from pipeline.kinds.hits.query import hits_series
-    from pipeline.producer import EventProducer
     from pipeline.services.embedded import EmbeddedServices
     from pipeline.services.urls import resolve
     from pipeline.settings import Settings
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 #: Public name → the module that defines it.
 _WHERE = {
     "EmbeddedServices": "pipeline.services.embedded",
-    "EventProducer": "pipeline.producer",
+    "EventProducer": "pipeline.kafka.producer",
     "Settings": "pipeline.settings",
     "hit_key": "pipeline.kinds.hits.files",
     "hits_series": "pipeline.kinds.hits.query",

@@ -72,8 +72,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
+    from pipeline.kafka.producer import produce_records, with_progress
     from pipeline.kinds import kind_in
-    from pipeline.producer import produce_records, with_progress
 
     s = command_settings()
     kind = kind_in(s.kinds, args.kind)
@@ -131,9 +131,10 @@ def _first_line(files: list[str]) -> str | None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from pipeline.ops.setup import worker_setup
     from pipeline.worker.app import run_worker
 
-    run_worker(command_settings(), loglevel=args.loglevel)
+    run_worker(command_settings(), worker_setup, loglevel=args.loglevel)
     return 0
 
 

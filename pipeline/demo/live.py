@@ -12,10 +12,10 @@ import signal
 import socket
 import time
 
-from pipeline.kinds.hits.traffic import generate
-from pipeline.producer import EventProducer
+from pipeline.kafka.producer import EventProducer
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings
+from pipeline.testing.traffic import generate
 from pipeline.worker.process import WorkerProcess
 
 

@@ -15,20 +15,20 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.demo.live import live
 from pipeline.files import Accepted
+from pipeline.kafka.producer import produce_records
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.files import read_hits
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import busiest_page, hits_series
 from pipeline.kinds.hits.query_props import prop_counts
 from pipeline.kinds.hits.render import plot_png, sparkline
-from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.producer import produce_records
 from pipeline.services.embedded import EmbeddedServices
 from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
+from pipeline.testing.traffic import generate
 from pipeline.worker.process import WorkerProcess
 
 

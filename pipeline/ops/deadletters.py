@@ -36,6 +36,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
 from pipeline.core.replay import natural_key, origin, wrap
+from pipeline.kafka.probe import groupless_consumer, read_to_end, topic_partitions
+from pipeline.kafka.producer import EventProducer
 from pipeline.ops.replay_recovery import (
     KEY_PREFIX,
     Marks,
@@ -45,8 +47,6 @@ from pipeline.ops.replay_recovery import (
     merge_marks,
     sent_since,
 )
-from pipeline.probe import groupless_consumer, read_to_end, topic_partitions
-from pipeline.producer import EventProducer
 from pipeline.settings import Settings
 from pipeline.store.meta import META_COLLECTION
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from pipeline.probe import topic_partitions
-from pipeline.security import kafka_client_kwargs
+from pipeline.kafka.options import kafka_client_kwargs
+from pipeline.kafka.probe import topic_partitions
 from pipeline.settings import Settings
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.incarnation import Fingerprint
-from pipeline.probe import PartitionProbe
+from pipeline.kafka.probe import PartitionProbe
 from pipeline.settings import Settings
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
 

@@ -25,7 +25,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from pipeline.core.envelope import unpack
 from pipeline.core.replay import key_of, origin_of
-from pipeline.probe import groupless_consumer, read_to_end, topic_partitions
+from pipeline.kafka.probe import groupless_consumer, read_to_end, topic_partitions
 from pipeline.settings import Settings
 
 #: How :func:`sent_since` tells a wrapper's ``key`` from its ``from`` in the set it returns.

@@ -17,7 +17,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from pipeline.core.fields import FieldMode, Index, ShardKey, check_mode, hashed_id
-from pipeline.kafka import ensure_topics, missing_topics
+from pipeline.kafka.admin import ensure_topics, missing_topics
 from pipeline.kinds import load_kinds, stream_topics
 from pipeline.settings import Settings
 from pipeline.store.client import primary
@@ -114,3 +114,13 @@ async def ready_or_setup(settings: Settings, client: AsyncMongoClient[dict[str, 
     if absent:
         raise NotSetUp(f"not set up: {', '.join(absent)} missing; run `preagg setup` with these settings")
     return []
+
+
+async def worker_setup(
+    settings: Settings, client: AsyncMongoClient[dict[str, Any]]
+) -> tuple[list[str], str | None]:
+    """:func:`ready_or_setup` as a worker takes it: what is missing is a refusal (a value)."""
+    try:
+        return await ready_or_setup(settings, client), None
+    except NotSetUp as exc:
+        return [], str(exc)

@@ -20,10 +20,6 @@ from pipeline.store.client import Db, start_transaction
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
 
 
-class OtherGroupsCounted(RuntimeError):
-    """This group must not start: other groups counted its topics into this database (one line)."""
-
-
 async def groups_by_topic(db: Db, topics: Iterable[str]) -> dict[str, set[str]]:
     """Per topic, the consumer groups holding ledgers of it in this database."""
     out: dict[str, set[str]] = {t: set() for t in topics}

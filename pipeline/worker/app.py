@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,14 +29,13 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from pipeline.core.fields import check_mode
+from pipeline.kafka.options import faust_credentials
+from pipeline.kafka.probe import PartitionProbe
 from pipeline.kinds import StreamContext, load_kinds, stream_topics
-from pipeline.ops.setup import NotSetUp, ready_or_setup
-from pipeline.probe import PartitionProbe
-from pipeline.security import faust_credentials
 from pipeline.settings import Settings, redact_url
 from pipeline.store.client import mongo_client, primary, reach
 from pipeline.store.meta import claim_schema_mode, supports_transactions
-from pipeline.store.owners import OtherGroupsCounted, groups_by_topic, refusal
+from pipeline.store.owners import groups_by_topic, refusal
 from pipeline.store.sink import EXACTLY_ONCE, MongoSink
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, install
@@ -335,34 +334,38 @@ def _subscribe(app: faust.App, topic_name: str, partitions: int, flusher: Flushe
     deliver_batches(app, topic_name, handle, taken)
 
 
-async def _ready(settings: Settings) -> list[str]:
+#: What a worker runs before it joins its group: check its topics and collections (or
+#: create them, with auto setup). Log lines, or a one-line refusal. The entry point
+#: passes :func:`pipeline.ops.setup.worker_setup` (the worker knows no operator command).
+Setup = Callable[[Settings, AsyncMongoClient[dict[str, Any]]], Awaitable[tuple[list[str], str | None]]]
+
+
+async def _ready(settings: Settings, setup: Setup) -> tuple[list[str], str | None]:
     client = mongo_client(settings.mongo_url or "", timeout=settings.mongo_timeout)
     try:
         await reach(client, settings.connect_timeout)
-        lines = await ready_or_setup(settings, client)
-        why = refusal(
-            settings.group_id, await groups_by_topic(primary(client, settings.db), stream_topics(settings))
-        )
-        if why is not None:
-            raise OtherGroupsCounted(why)
-        return lines
+        lines, refused = await setup(settings, client)
+        if refused is None:
+            topics = stream_topics(settings)
+            refused = refusal(settings.group_id, await groups_by_topic(primary(client, settings.db), topics))
+        return lines, refused
     finally:
         await client.close()
 
 
-def run_worker(settings: Settings, loglevel: str = "info") -> None:
+def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None:
     """Run one worker process until SIGTERM/SIGINT (flushes before exit).
 
     Topics and collections must exist (``preagg setup``); with ``auto_setup`` (the
     embedded default) the worker creates them itself. Missing ones stop it at once
     with one line naming them (exit status 2).
     """
-    try:
-        for line in asyncio.run(_ready(settings)):
-            log.info("%s", line)
-    except (NotSetUp, OtherGroupsCounted) as exc:
-        log.error("%s", exc)
-        raise SystemExit(2) from None
+    lines, refused = asyncio.run(_ready(settings, setup))
+    for line in lines:
+        log.info("%s", line)
+    if refused is not None:
+        log.error("%s", refused)
+        raise SystemExit(2)
     app, flushers = build_app(settings)
 
     def left() -> str:

@@ -25,7 +25,7 @@ import faust
 from faust.types import TP
 
 from pipeline.core.incarnation import Fingerprint, Verdict, judge
-from pipeline.probe import PartitionProbe
+from pipeline.kafka.probe import PartitionProbe
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
 from pipeline.store.sink import MongoSink
 from pipeline.worker.flusher import Flusher, exit_to_resume

@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 
+from pipeline.kafka.options import kafka_client_kwargs
+from pipeline.kafka.producer import send_lines
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import send_lines
-from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 from pipeline.store.command import on_db
 from pipeline.worker.process import WorkerProcess

@@ -24,12 +24,12 @@ import pytest
 from pipeline.core.bloom import BloomSpec, contains_value, filter_value
 from pipeline.core.hll import decode
 from pipeline.core.ids import id_bytes
+from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named
 from pipeline.kinds.listens import KIND as LISTENS
 from pipeline.kinds.listens.layout import listen_fields, listen_id
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.producer import EventProducer
 from pipeline.services.embedded import EmbeddedServices
 from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings

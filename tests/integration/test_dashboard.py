@@ -23,8 +23,8 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 
+from pipeline.kafka.producer import EventProducer
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import EventProducer
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings
 from pipeline.store.command import on_db

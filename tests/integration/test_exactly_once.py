@@ -1,7 +1,7 @@
 """Exactly-once on the real services: crashes inside and right after a flush's commit, then a chaos drill.
 
 Every test ends with an audit of every stored counter against the truth
-(:func:`pipeline.kinds.hits.audit.audit_hits`) and of the partition ledgers' event totals.
+(:func:`pipeline.testing.audit.audit_hits`) and of the partition ledgers' event totals.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import urllib.request
 
 import pytest
 
-from pipeline.kinds.hits.audit import audit_hits
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.kinds.hits.traffic import Traffic, generate
-from pipeline.ops.chaos import run_chaos
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
+from pipeline.testing.audit import audit_hits
+from pipeline.testing.chaos import run_chaos
+from pipeline.testing.traffic import Traffic, generate
 from pipeline.worker.process import WorkerProcess
 
 from .helpers import produce, run_worker_to_end, with_db

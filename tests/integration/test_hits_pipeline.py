@@ -11,13 +11,13 @@ import pytest
 
 from pipeline.core.series import floor
 from pipeline.core.times import minute_of
-from pipeline.kafka import missing_topics
+from pipeline.kafka.admin import missing_topics
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import hits_series
-from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
+from pipeline.testing.traffic import generate
 
 from .helpers import dead_letters, produce, run_worker_to_end, with_db
 

@@ -15,11 +15,11 @@ import orjson
 import pytest
 
 from pipeline.core.ids import id_bytes
+from pipeline.kafka.producer import EventProducer
 from pipeline.kinds.impressions.query import items_of_user, top_items, users_of_item
 from pipeline.kinds.relations import KIND as RELATIONS
 from pipeline.kinds.relations.layout import relation_sides
 from pipeline.kinds.relations.query import related_items, related_users
-from pipeline.producer import EventProducer
 from pipeline.settings import Settings
 
 from .helpers import run_worker_to_end, with_db

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.kinds.hits import KIND as HITS
-from pipeline.kinds.hits.audit import audit_hits
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import read_ledger
 from pipeline.settings import Settings
+from pipeline.testing.audit import audit_hits
+from pipeline.testing.traffic import generate
 from pipeline.worker.process import WorkerProcess
 
 from .helpers import cli, dead_letters, produce, run_worker_to_end, with_db

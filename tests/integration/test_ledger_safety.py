@@ -12,11 +12,11 @@ import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from pipeline.kafka import ensure_topics
+from pipeline.kafka.admin import ensure_topics
+from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.security import kafka_client_kwargs
 from pipeline.settings import Settings
 from pipeline.worker.exits import EXIT_FENCED
 from pipeline.worker.process import WorkerProcess

@@ -16,9 +16,9 @@ import pytest
 
 from pipeline.core.bloom import BloomSpec
 from pipeline.core.ids import id_bytes
+from pipeline.kafka.producer import EventProducer
 from pipeline.kinds.listens import KIND as LISTENS
 from pipeline.kinds.listens.query import heard, recommend, top_tags
-from pipeline.producer import EventProducer
 from pipeline.settings import Settings
 
 from .helpers import run_worker_to_end, with_db

@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from pipeline.core.calendar import iso
+from pipeline.kafka.producer import send_lines
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
@@ -24,7 +25,6 @@ from pipeline.kinds.hits.render import series_rows
 from pipeline.kinds.hits.retention_schedule import SCHEDULE_ID, claim
 from pipeline.kinds.hits.site_config import COLLECTION as SITES
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import send_lines
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.kafka import partition_for
+from pipeline.kafka.admin import partition_for
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields

@@ -13,10 +13,10 @@ import uuid
 import pytest
 from pymongo import MongoClient
 
-from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
+from pipeline.testing.traffic import generate
 from pipeline.worker.process import WorkerProcess
 
 from .helpers import produce

@@ -27,6 +27,7 @@ from openapi_spec_validator import validate
 
 from pipeline.core.bloom import BloomSpec
 from pipeline.core.ids import id_bytes
+from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named, stream_topics
 from pipeline.kinds.hits.grafana import epoch_ms
 from pipeline.kinds.hits.layout import hits_fields
@@ -39,7 +40,6 @@ from pipeline.kinds.listens.query import heard, shown_top_tags, top_tags
 from pipeline.kinds.relations import KIND as RELATIONS
 from pipeline.kinds.relations.layout import relation_sides
 from pipeline.kinds.relations.query import related_items, related_users
-from pipeline.producer import EventProducer
 from pipeline.serve.process import ServeProcess
 from pipeline.services.embedded import Endpoints
 from pipeline.services.urls import for_embedded

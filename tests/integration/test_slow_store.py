@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from pipeline.kinds import named
-from pipeline.kinds.hits.audit import audit_hits
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.services.embedded import EmbeddedServices, free_port
 from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
+from pipeline.testing.audit import audit_hits
+from pipeline.testing.traffic import generate
 from pipeline.worker.exits import EXIT_SHUTDOWN_DEADLINE
 from pipeline.worker.process import WorkerProcess
 

@@ -16,6 +16,7 @@ import site
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import orjson
@@ -143,3 +144,13 @@ def test_installed_wheel_produces_aggregates_and_queries(
         )
     )
     assert sum(r["hits"] for r in rows) == 50
+
+
+def test_the_wheel_holds_only_the_product(installed: Path) -> None:
+    """Benchmarks and tests stay in the checkout (``benchmarks/``, ``tests/``): never installed."""
+    (wheel,) = (installed.parent.parent / "dist").glob("preagg-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        tops = {name.split("/", 1)[0] for name in z.namelist()}
+        names = z.namelist()
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"pipeline"}, tops
+    assert not [n for n in names if n.startswith(("pipeline/bench", "benchmarks", "tests"))]

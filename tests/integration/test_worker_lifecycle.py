@@ -8,9 +8,9 @@ import time
 import pytest
 
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import group_lag, wait_caught_up
 from pipeline.settings import Settings
+from pipeline.testing.traffic import generate
 from pipeline.worker.process import WorkerProcess
 
 from .helpers import produce, with_db

@@ -278,7 +278,7 @@ def test_a_probe_that_runs_out_of_time_is_an_error_not_an_empty_range() -> None:
     """A timed-out look read as "records in between" restarted the worker in a loop."""
     from aiokafka import TopicPartition
 
-    from pipeline.probe import PartitionProbe
+    from pipeline.kafka.probe import PartitionProbe
 
     class Slow:
         async def getmany(self, *a: Any, **k: Any) -> dict[Any, Any]:

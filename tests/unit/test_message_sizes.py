@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from pipeline.core.rejection import Rejection
+from pipeline.kafka.producer import EventProducer
 from pipeline.ops.positions import target
-from pipeline.producer import EventProducer
 from pipeline.settings import Settings
 from pipeline.worker.deadletter import MAX_RAW, DeadLetter
 

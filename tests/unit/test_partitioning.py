@@ -3,7 +3,7 @@ import sys
 
 from aiokafka.partitioner import DefaultPartitioner
 
-from pipeline.kafka import partition_for
+from pipeline.kafka.admin import partition_for
 from pipeline.kinds.hits.files import hit_key
 
 
@@ -15,7 +15,7 @@ def test_partition_matches_kafka_default_partitioner() -> None:
 
 
 def test_partition_is_stable_across_processes() -> None:
-    code = "from pipeline.kafka import partition_for; print(partition_for(b'site\\x00/page', 12))"
+    code = "from pipeline.kafka.admin import partition_for; print(partition_for(b'site\\x00/page', 12))"
     outs = {
         subprocess.run(
             [sys.executable, "-c", code],

@@ -4,7 +4,7 @@ import ssl
 
 import pytest
 
-from pipeline.security import kafka_client_kwargs
+from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.settings import Settings, redact_url
 from pipeline.worker.faults import parse_fault
 

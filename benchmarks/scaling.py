@@ -13,7 +13,7 @@ embedded services, in two modes:
 CPU seconds of every process (workers, broker, store, producer) are read from
 ``/proc`` to show what the 2 shared cores are spent on.
 
-    python -m pipeline.bench.scaling --out bench-results/scaling.json
+    python -m benchmarks.scaling --out bench-results/scaling.json
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.common import embedded, write_results
-from pipeline.bench.hits import realtime_events
+from benchmarks.common import embedded, write_results
+from benchmarks.hits import realtime_events
+from pipeline.kafka.producer import send_lines
 from pipeline.kinds.hits import KIND as HITS
-from pipeline.kinds.hits.audit import audit_hits
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import send_lines
 from pipeline.services.embedded import EmbeddedServices, free_port
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
+from pipeline.testing.audit import audit_hits
 from pipeline.worker.process import WorkerProcess
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

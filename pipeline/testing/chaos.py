@@ -10,7 +10,7 @@ processes while a known stream is produced at a steady pace:
 * restart any worker that exits on its own (fenced: 75; injected fault: 137).
 
 When production ends, the last faults are cleared, the group catches up, and every
-counter is audited against the truth (:mod:`pipeline.kinds.hits.audit`), together with the
+counter is audited against the truth (:mod:`pipeline.testing.audit`), together with the
 per-worker event totals and dead-letter counts of the ops documents.
 """
 
@@ -24,14 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.kinds.hits.audit import audit_hits
+from pipeline.kafka.producer import EventProducer
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.kinds.hits.traffic import generate
 from pipeline.ops.lag import group_lag
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.producer import EventProducer
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
+from pipeline.testing.audit import audit_hits
+from pipeline.testing.traffic import generate
 from pipeline.worker.exits import EXIT_FENCED
 from pipeline.worker.process import WorkerProcess
 

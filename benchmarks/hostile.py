@@ -9,7 +9,7 @@
    second, latency, the share refused with 503 + ``Retry-After``, and the flush time of
    a worker counting meanwhile.
 
-    python -m pipeline.bench.hostile --out bench-results/hostile.json [--baseline ../old-checkout]
+    python -m benchmarks.hostile --out bench-results/hostile.json [--baseline ../old-checkout]
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from urllib.parse import urlencode
 
 import orjson
 
-from pipeline.bench.common import embedded, header, step, write_results
+from benchmarks.common import embedded, header, step, write_results
+from pipeline.kafka.producer import send_lines
 from pipeline.kinds import named
 from pipeline.kinds.hits.files import hit_key
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import send_lines
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
@@ -162,7 +162,7 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another checkout whose worker is measured side by side")
     ap.add_argument("--only", choices=["burst", "api"], help="one of the two measurements")
     args = ap.parse_args()
-    results = header("python -m pipeline.bench.hostile")
+    results = header("python -m benchmarks.hostile")
     with embedded("preagg-bench-hostile-") as (base, _):
         base = base.with_(flush_interval=0.5)
         if args.only != "api":

@@ -26,8 +26,8 @@ from aiokafka import AIOKafkaProducer
 
 from pipeline.core.envelope import pack
 from pipeline.files import Record, Refused, Skipped
-from pipeline.kafka import ensure_topics, missing_topics, partition_for, topic_configs
-from pipeline.security import kafka_client_kwargs
+from pipeline.kafka.admin import ensure_topics, missing_topics, partition_for, topic_configs
+from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.settings import Settings
 
 #: Bytes of a Kafka record batch besides the value (headers, key, framing), kept free below the limit.

@@ -1,13 +1,13 @@
 """Chaos runs for several seeds (``make chaos``): faults survived and counter mismatches per seed.
 
 Each seed gets a fresh topic, group and database on one pair of embedded services
-and runs :func:`pipeline.ops.chaos.run_chaos`: 2–3 workers killed (``kill -9``),
+and runs :func:`pipeline.testing.chaos.run_chaos`: 2–3 workers killed (``kill -9``),
 crashed by injected faults inside and right after commits, scaled up and down
 while a known stream is produced, then every stored counter is audited. Then the
-drills of :mod:`pipeline.ops.drills`: the store down ``--outage`` seconds during a
+drills of :mod:`pipeline.testing.drills`: the store down ``--outage`` seconds during a
 scale-up (exits counted by status), and one poison event per 1,000.
 
-    python -m pipeline.bench.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json
+    python -m benchmarks.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.common import embedded, write_results
+from benchmarks.common import embedded, write_results
 from pipeline.kinds import named
-from pipeline.ops.chaos import run_chaos
-from pipeline.ops.drills import DrillReport, run_outage_rebalance, run_poison
 from pipeline.services.embedded import EmbeddedServices
 from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
+from pipeline.testing.chaos import run_chaos
+from pipeline.testing.drills import DrillReport, run_outage_rebalance, run_poison
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ ingest through one worker, and top-tags latency.
    the "heard" false-positive rate on held-out artists, and ``top-tags`` latency for
    users with about 10 and about 100 tags.
 
-    python -m pipeline.bench.listens --out bench-results/listens.json
+    python -m benchmarks.listens --out bench-results/listens.json
 """
 
 from __future__ import annotations
@@ -29,22 +29,27 @@ import orjson
 from datasketch import HyperLogLog
 from pymongo import MongoClient
 
-from pipeline.bench.common import embedded, latency_ms, step, write_results
+from benchmarks.common import add_data_option, data_file, embedded, latency_ms, step, use_data, write_results
 from pipeline.core.bloom import BloomSpec, contains
 from pipeline.core.hll import Sketch, decode
 from pipeline.files import Accepted, Refused
+from pipeline.kafka.producer import send_lines
 from pipeline.kinds import named
 from pipeline.kinds.listens import KIND as LISTENS
 from pipeline.kinds.listens.files import read_lastfm
 from pipeline.kinds.listens.layout import listen_fields, listen_id
 from pipeline.kinds.listens.query import top_tags
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import send_lines
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 from pipeline.worker.process import WorkerProcess
 
-LASTFM = Path(__file__).resolve().parents[2].parent / "shared/data/lastfm-2k/user_taggedartists.dat"
+
+def lastfm_file() -> Path:
+    """The data set this benchmark replays (``--data``)."""
+    return data_file("lastfm-2k/user_taggedartists.dat")
+
+
 PG_HLL_BYTES = {1: 11, 10: 83, "full": 1283}
 
 
@@ -85,10 +90,10 @@ def sizes() -> dict[str, Any]:
 
 def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
     """The real data set through one worker, then accuracy, false positives and latency."""
-    if not LASTFM.exists():
+    if not lastfm_file().exists():
         return None
     settings = named(base, "bench-listens")
-    records = list(read_lastfm([str(LASTFM)]))
+    records = list(read_lastfm([str(lastfm_file())]))
     events = [(r.raw, r.key) for r in records if isinstance(r, Accepted)]
     refused = [r for r in records if isinstance(r, Refused)]
     events += synthetic_users()
@@ -213,7 +218,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--out", default="bench-results/listens.json")
+    add_data_option(ap)
     args = ap.parse_args()
+    use_data(args.data)
     results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "precision": 12}
     trials = {10: 50, 100: 50, 1_000: 50, 10_000: 20, 100_000: 5, 1_000_000: 2}
     step(results, "accuracy_synthetic", "accuracy on synthetic streams", lambda: accuracy(trials))

@@ -13,7 +13,7 @@ a 30-day backfill, and chunked reads by id against one ``$in``.
 3. **Reads by id** on a 3,000-document collection of the embedded store: one
    ``find({_id: {$in: ids}})`` against chunks of 1,000 ... 10 ids.
 
-    python -m pipeline.bench.steady --out bench-results/steady.json [--minutes 3] [--only listens]
+    python -m benchmarks.steady --out bench-results/steady.json [--minutes 3] [--only listens]
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ from typing import Any
 import orjson
 from pymongo import MongoClient
 
-from pipeline.bench.common import embedded, step, write_results
+from benchmarks.common import embedded, step, write_results
 from pipeline.core.times import minute_of
+from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named
 from pipeline.kinds.hits.aggregate import Key
-from pipeline.kinds.hits.audit import audit_hits
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import EventProducer
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 from pipeline.store.offsets import OFFSETS_COLLECTION
+from pipeline.testing.audit import audit_hits
 from pipeline.worker.process import WorkerProcess
 
 Events = list[tuple[bytes, bytes]]

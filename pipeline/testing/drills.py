@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 from pipeline.core.rejection import Rejection
 from pipeline.kinds.hits.decode import HitDecoder
-from pipeline.kinds.hits.traffic import generate
-from pipeline.ops.chaos import ChaosReport, Crew, audit, catch_up, produce_paced
 from pipeline.services.embedded import EmbeddedServices, free_port
 from pipeline.settings import Settings
+from pipeline.testing.chaos import ChaosReport, Crew, audit, catch_up, produce_paced
+from pipeline.testing.traffic import generate
 
 #: The log line of a rebalance drain that gave up on the store (pipeline/worker/rebalance.py).
 GAVE_UP = re.compile(r"rebalance: uncommitted batches not committed within")

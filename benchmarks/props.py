@@ -14,7 +14,7 @@ custom properties status, method, referrer host and user-agent family:
    properties (decode + count, no I/O), and the name store's round trips to
    resolve every name and value cold, then again warm.
 
-    python -m pipeline.bench.props --out bench-results/props.json
+    python -m benchmarks.props --out bench-results/props.json
 """
 
 from __future__ import annotations
@@ -34,7 +34,16 @@ import bson
 import orjson
 from pymongo import MongoClient
 
-from pipeline.bench.common import coll_stats, embedded, step, timed_worker_run, write_results
+from benchmarks.common import (
+    add_data_option,
+    coll_stats,
+    data_file,
+    embedded,
+    step,
+    timed_worker_run,
+    use_data,
+    write_results,
+)
 from pipeline.files import Accepted
 from pipeline.kinds import named
 from pipeline.kinds.hits.aggregate import HitCounts
@@ -47,7 +56,12 @@ from pipeline.store.client import mongo_client
 from pipeline.store.names import NameCache, NameStore
 from pipeline.store.names.store import names_fields
 
-ACCESS_LOG = Path(__file__).resolve().parents[2].parent / "shared/data/access-logs/apache_logs"
+
+def access_log() -> Path:
+    """The data set this benchmark replays (``--data``)."""
+    return data_file("access-logs/apache_logs")
+
+
 SITE = "semicomplete.com"
 SHIFT = 4 * 86_400.0
 
@@ -55,7 +69,7 @@ SHIFT = 4 * 86_400.0
 def log_events(copies: int, props: bool) -> list[tuple[bytes, bytes | None]]:
     """The access log as hit events (``copies`` times, shifted by 4 days each)."""
     dec = HitDecoder(16_384, 300.0)
-    base = [r for r in read_hits([str(ACCESS_LOG)], "clf", dec, SITE, props) if isinstance(r, Accepted)]
+    base = [r for r in read_hits([str(access_log())], "clf", dec, SITE, props) if isinstance(r, Accepted)]
     out: list[tuple[bytes, bytes | None]] = []
     for c in range(copies):
         for r in base:
@@ -165,9 +179,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--copies", type=int, default=4, help="replays of the 10k-line log (4 days apart)")
     ap.add_argument("--out", default="bench-results/props.json")
+    add_data_option(ap)
     args = ap.parse_args()
-    if not ACCESS_LOG.exists():
-        raise SystemExit(f"{ACCESS_LOG} not found: the benchmark needs the shared access-log data")
+    use_data(args.data)
+    if not access_log().exists():
+        raise SystemExit(f"{access_log()} not found: the benchmark needs the shared access-log data")
     results: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "when": datetime.now(UTC).isoformat(timespec="seconds"),

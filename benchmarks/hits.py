@@ -6,7 +6,7 @@
 4. MongoDB writes per event, and freshness (produced → visible in MongoDB) p50/p99;
 5. replay of the public access log (if ``../shared/data`` is present).
 
-    python -m pipeline.bench.hits --out bench-results/hits.json
+    python -m benchmarks.hits --out bench-results/hits.json
 """
 
 from __future__ import annotations
@@ -25,18 +25,21 @@ from typing import Any
 import orjson
 from pymongo import MongoClient
 
-from pipeline.bench.common import embedded, header, step, write_results
+from benchmarks.common import add_data_option, data_file, embedded, header, step, use_data, write_results
 from pipeline.files import Accepted
+from pipeline.kafka.producer import EventProducer, send_lines
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.files import hit_key, read_hits
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import EventProducer, send_lines
 from pipeline.settings import Settings
 from pipeline.store.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
 
-ACCESS_LOG = Path(__file__).resolve().parents[2].parent / "shared/data/access-logs/apache_logs"
+
+def access_log() -> Path:
+    """The data set this benchmark replays (``--data``)."""
+    return data_file("access-logs/apache_logs")
 
 
 def realtime_events(n: int, seed: int = 1, span: float = 600.0) -> list[tuple[bytes, bytes]]:
@@ -197,10 +200,10 @@ def freshness_run(base: Settings, rate: float = 5000, seconds: float = 20) -> di
 
 def access_log_run(base: Settings) -> dict[str, Any] | None:
     """Replay of the public Apache access log (10k lines, 4 days) through the pipeline."""
-    if not ACCESS_LOG.exists():
+    if not access_log().exists():
         return None
     dec = HITS.decoder(base, base.of(HITS))
-    recs = list(read_hits([str(ACCESS_LOG)], "clf", dec, "semicomplete.com"))
+    recs = list(read_hits([str(access_log())], "clf", dec, "semicomplete.com"))
     events = [(r.raw, r.key) for r in recs if isinstance(r, Accepted)]
     res = pipeline_run(base, "accesslog", events, 100)
     res["lines"] = len(recs)
@@ -214,7 +217,9 @@ def main() -> None:
     ap.add_argument("--single-events", type=int, default=30_000, help="events of the single-event run")
     ap.add_argument("--naive-events", type=int, default=3_000, help="events through the naive design")
     ap.add_argument("--out", default="bench-results/hits.json")
+    add_data_option(ap)
     args = ap.parse_args()
+    use_data(args.data)
 
     results: dict[str, Any] = header("make bench-hits")
     events = realtime_events(args.events)

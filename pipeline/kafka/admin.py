@@ -17,7 +17,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.partitioner import murmur2
 
-from pipeline.security import kafka_client_kwargs
+from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.settings import Settings
 
 log = logging.getLogger("preagg.kafka")

@@ -23,7 +23,7 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
-from pipeline.bench.common import embedded, header, latency_ms, step, timed_worker_run, write_results
+from benchmarks.common import embedded, header, latency_ms, step, timed_worker_run, write_results
 from pipeline.core.ids import id_bytes
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings

@@ -16,7 +16,7 @@ flush after the backlog is read). Then the public Apache access log is replayed 
 (``clf``) and as each shipper sends it (one line per message, keyless, ``auto``): the
 stored counts must be equal.
 
-    python -m pipeline.bench.ingest --out bench-results/ingest.json
+    python -m benchmarks.ingest --out bench-results/ingest.json
 """
 
 from __future__ import annotations
@@ -37,18 +37,18 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from pymongo import MongoClient
 
-from pipeline.bench.common import embedded, header, write_results
-from pipeline.bench.common import step as run_step
-from pipeline.bench.hits import ACCESS_LOG, realtime_events
-from pipeline.bench.steady import FLUSHED, metric
+from benchmarks.common import add_data_option, embedded, header, use_data, write_results
+from benchmarks.common import step as run_step
+from benchmarks.hits import access_log, realtime_events
+from benchmarks.steady import FLUSHED, metric
 from pipeline.core.shippers import SHIPPERS, envelope
 from pipeline.files import lines, shipped
+from pipeline.kafka.options import kafka_client_kwargs
+from pipeline.kafka.producer import produce_records, send_lines
 from pipeline.kinds import named
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import produce_records, send_lines
-from pipeline.security import kafka_client_kwargs
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
 from pipeline.store.offsets import OFFSETS_COLLECTION
@@ -235,7 +235,7 @@ def filebeat_events(n: int) -> list[tuple[bytes, bytes | None]]:
 
 def access_log_replays(base: Settings) -> dict[str, Any] | None:
     """The public access log bare (clf) and as each shipper sends it: stored counts must be equal."""
-    if not ACCESS_LOG.exists():
+    if not access_log().exists():
         return None
     site = "semicomplete.com"
     totals: dict[str, Any] = {}
@@ -244,7 +244,7 @@ def access_log_replays(base: Settings) -> dict[str, Any] | None:
         fmt = "clf" if send_as == "line" else "auto"
         settings = settings.with_stream(HITS, format=fmt, site=site)
         topic = settings.topic("hits")
-        records = shipped([str(ACCESS_LOG)], send_as, "web-1", time.time)
+        records = shipped([str(access_log())], send_as, "web-1", time.time)
         summary = asyncio.run(produce_records(settings, topic, records, 1))
         worker = WorkerProcess(settings, f"replay-{send_as}").start()
         try:
@@ -257,7 +257,7 @@ def access_log_replays(base: Settings) -> dict[str, Any] | None:
         client.close()
         totals[send_as] = {"messages": summary.messages, "hits": sum(docs.values()), "docs": docs}
     bare = totals["line"]["docs"]
-    out: dict[str, Any] = {"lines": sum(1 for _ in lines([str(ACCESS_LOG)]))}
+    out: dict[str, Any] = {"lines": sum(1 for _ in lines([str(access_log())]))}
     for send_as, t in totals.items():
         out[send_as] = {"messages": t["messages"], "hits": t["hits"], "equal_to_clf": t["docs"] == bare}
     return out
@@ -276,7 +276,9 @@ def main() -> None:
     )
     ap.add_argument("--only", nargs="*", help="steps to run (default: all), e.g. single_keyless_3_workers")
     ap.add_argument("--out", default="bench-results/ingest.json")
+    add_data_option(ap)
     args = ap.parse_args()
+    use_data(args.data)
     results: dict[str, Any] = header("make bench-ingest")
     single = realtime_events(args.single)
 

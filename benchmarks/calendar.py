@@ -7,7 +7,7 @@
    those 60 days: the statements, their time, bytes of the daily collection and per
    daily document before and after, and a second run (nothing left to prune).
 
-    python -m pipeline.bench.calendar --out bench-results/calendar.json
+    python -m benchmarks.calendar --out bench-results/calendar.json
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import bson
 import orjson
 from pymongo import AsyncMongoClient, MongoClient
 
-from pipeline.bench.common import (
+from benchmarks.common import (
     coll_stats,
     embedded,
     header,
@@ -114,8 +114,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench-results/calendar.json")
     args = ap.parse_args()
     results: dict[str, Any] = header(
-        "python -m pipeline.bench.calendar "
-        + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "out")
+        "python -m benchmarks.calendar " + " ".join(f"--{k} {v}" for k, v in vars(args).items() if k != "out")
     )
     with embedded("preagg-bench-calendar-") as (base, _):
         settings: Settings = named(base, "calendar")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -14,12 +15,34 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pipeline.kafka.producer import send_lines
 from pipeline.ops.lag import wait_caught_up
-from pipeline.producer import send_lines
 from pipeline.services.embedded import EmbeddedServices
 from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
 from pipeline.worker.process import WorkerProcess
+
+#: The public data sets (``--data``): ``../shared/data`` beside the checkout by default,
+#: from whichever clone the benchmark runs (``make bench-*`` runs at its top level).
+DEFAULT_DATA = Path("../shared/data")
+_data = [DEFAULT_DATA]
+
+
+def add_data_option(ap: argparse.ArgumentParser) -> None:
+    """``--data DIR``: where the public data sets are."""
+    ap.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help=f"public data sets (default {DEFAULT_DATA})"
+    )
+
+
+def use_data(directory: Path) -> None:
+    """Read data sets from ``directory`` from now on (the parsed ``--data``)."""
+    _data[0] = directory
+
+
+def data_file(relative: str) -> Path:
+    """A data set's file under the ``--data`` directory (it may be missing: callers say so)."""
+    return _data[0] / relative
 
 
 @contextmanager

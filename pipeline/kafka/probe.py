@@ -20,7 +20,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from pipeline.core.envelope import unpack
 from pipeline.core.incarnation import Probe, digest
-from pipeline.security import kafka_client_kwargs
+from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.settings import Settings
 
 

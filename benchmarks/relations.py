@@ -10,7 +10,7 @@
    user" through the filters (server-side ``$bitsAllSet`` scan) against the
    junction collection with an index on ``u``.
 
-    python -m pipeline.bench.relations --out bench-results/relations.json
+    python -m benchmarks.relations --out bench-results/relations.json
 """
 
 from __future__ import annotations
@@ -29,7 +29,17 @@ import bson
 import orjson
 from pymongo import ASCENDING, InsertOne, MongoClient
 
-from pipeline.bench.common import coll_stats, embedded, latency_ms, step, timed_worker_run, write_results
+from benchmarks.common import (
+    add_data_option,
+    coll_stats,
+    data_file,
+    embedded,
+    latency_ms,
+    step,
+    timed_worker_run,
+    use_data,
+    write_results,
+)
 from pipeline.core.bloom import contains
 from pipeline.core.ids import id_bytes
 from pipeline.files import Accepted
@@ -41,7 +51,10 @@ from pipeline.kinds.relations.query import related_items
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 
-MOVIELENS = Path(__file__).resolve().parents[2].parent / "shared/data/ml-100k/u.data"
+
+def movielens() -> Path:
+    """The data set this benchmark replays (``--data``)."""
+    return data_file("ml-100k/u.data")
 
 
 def impressions(base: Settings, n: int) -> dict[str, Any]:
@@ -84,11 +97,11 @@ def impressions(base: Settings, n: int) -> dict[str, Any]:
 
 def relations(base: Settings, queries: int) -> dict[str, Any] | None:
     """False-positive rates, sizes and query latency on MovieLens 100k."""
-    if not MOVIELENS.exists():
+    if not movielens().exists():
         return None
     settings = base.with_(group_id="bench-rel", db="bench_rel")
     settings = settings.with_stream(RELATIONS, topic="bench-rel")
-    recs = [r for r in read_movielens([str(MOVIELENS)]) if isinstance(r, Accepted)]
+    recs = [r for r in read_movielens([str(movielens())]) if isinstance(r, Accepted)]
     pairs = {(e["user"], e["item"]) for e in (orjson.loads(r.raw) for r in recs)}
     took = timed_worker_run(
         settings, settings.topic("relations"), [(r.raw, r.key) for r in recs], "bench-rel"
@@ -188,7 +201,9 @@ def main() -> None:
     ap.add_argument("--impressions", type=int, default=200_000)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--out", default="bench-results/relations.json")
+    add_data_option(ap)
     args = ap.parse_args()
+    use_data(args.data)
     results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds")}
     with embedded("preagg-rel-") as (base, _):
         step(results, "impressions", "impressions", lambda: impressions(base, args.impressions))
