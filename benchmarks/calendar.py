@@ -37,9 +37,9 @@ from pipeline.kinds import named
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import hits_series
-from pipeline.kinds.hits.retention import Tiers
-from pipeline.kinds.hits.retention_run import run_retention
-from pipeline.kinds.hits.site_config import SiteConfig, plan_zone_change, save_zones
+from pipeline.kinds.hits.sites.prune import run_retention
+from pipeline.kinds.hits.sites.store import SiteConfig, plan_zone_change, save_zones
+from pipeline.kinds.hits.sites.tiers import Tiers
 from pipeline.settings import Settings
 
 SITES = {"utc.example": "UTC", "berlin.example": "Europe/Berlin"}

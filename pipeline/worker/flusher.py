@@ -42,9 +42,9 @@ from pipeline.store.errors import CommitTooLarge, outcome_unknown, shrinks
 from pipeline.store.offsets import TP, Committed, Fence, FenceConflict
 from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
+from pipeline.worker.cursors import Positions
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.exits import EXIT_FENCED, exit_now
-from pipeline.worker.positions import Positions
 
 log = logging.getLogger("preagg.flush")
 

@@ -212,7 +212,7 @@ def test_dashboard_follows_the_site_time_zone(pipeline: tuple[Settings, str]) ->
     """A site in Asia/Kolkata: minutes labelled +05:30, the month is Kolkata's month."""
     from playwright.sync_api import expect, sync_playwright
 
-    from pipeline.kinds.hits.site_config import SiteConfig, plan_zone_change, save_zones
+    from pipeline.kinds.hits.sites.store import SiteConfig, plan_zone_change, save_zones
 
     settings, url = pipeline
     site, tz = "kolkata.test", ZoneInfo("Asia/Kolkata")

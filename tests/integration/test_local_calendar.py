@@ -22,8 +22,8 @@ from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import hits_series
 from pipeline.kinds.hits.render import series_rows
-from pipeline.kinds.hits.retention_schedule import SCHEDULE_ID, claim
-from pipeline.kinds.hits.site_config import COLLECTION as SITES
+from pipeline.kinds.hits.sites.schedule import SCHEDULE_ID, claim
+from pipeline.kinds.hits.sites.store import COLLECTION as SITES
 from pipeline.ops.lag import wait_caught_up
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings

@@ -17,8 +17,8 @@ from pipeline.kinds.hits.aggregate import HitCounts, plan_hits
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import _buckets
-from pipeline.kinds.hits.retention import NOTHING_PRUNED, Pruned, Retention, Tiers, cutoffs, prunes
-from pipeline.kinds.hits.site_config import SiteConfig, SiteConfigError, plan_zone_change
+from pipeline.kinds.hits.sites.store import SiteConfig, SiteConfigError, plan_zone_change
+from pipeline.kinds.hits.sites.tiers import NOTHING_PRUNED, Pruned, Retention, Tiers, cutoffs, prunes
 
 F = hits_fields("readable")
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC).timestamp()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.kinds.hits.admin import periodic_text
+from pipeline.kinds.hits.sites.commands import periodic_text
 
 T = 1_795_000_000.0  # 2026-11-18T...Z
 

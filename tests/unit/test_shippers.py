@@ -12,7 +12,7 @@ from pipeline.core.shippers import SHIPPERS, Shipped, detect, envelope, open_mes
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.settings import HitsSettings
-from pipeline.kinds.hits.sites import SiteMap, SiteMapError
+from pipeline.kinds.hits.site_map import SiteMap, SiteMapError
 from pipeline.kinds.listens import KIND as LISTENS
 from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.settings import ListensSettings

@@ -22,12 +22,12 @@ from pipeline.kinds.hits.budget import values_per_name
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
-from pipeline.kinds.hits.retention import Tiers
-from pipeline.kinds.hits.retention_schedule import RetentionSchedule, retention_metrics
 from pipeline.kinds.hits.settings import KEY, HitsSettings
-from pipeline.kinds.hits.site_config import COLLECTION as SITES_COLLECTION
-from pipeline.kinds.hits.site_config import SiteConfigs
-from pipeline.kinds.hits.sites import SiteMap, SiteMapError
+from pipeline.kinds.hits.site_map import SiteMap, SiteMapError
+from pipeline.kinds.hits.sites.cache import SiteConfigs
+from pipeline.kinds.hits.sites.schedule import RetentionSchedule, retention_metrics
+from pipeline.kinds.hits.sites.store import COLLECTION as SITES_COLLECTION
+from pipeline.kinds.hits.sites.tiers import Tiers
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.settings import Settings, SettingsError
 from pipeline.store.names import NameCache, NameStore
@@ -146,9 +146,9 @@ class Hits(Kind[HitsSettings]):
         cli.add_queries(sub)
 
     def add_commands(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        from pipeline.kinds.hits import admin
+        from pipeline.kinds.hits.sites import commands
 
-        admin.add_commands(sub)
+        commands.add_commands(sub)
 
     def api_routes(self, settings: Settings) -> list[Route]:
         from pipeline.kinds.hits import api

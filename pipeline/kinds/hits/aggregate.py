@@ -9,7 +9,7 @@ Days and months are the site's local ones (:mod:`pipeline.core.calendar`): count
 kept by UTC minute and placed in local days only when planned, with the zones read
 for that flush. ``h`` and ``m`` count hours and minutes elapsed since the local day's
 start, so the 25th hour of a DST day has a counter of its own. Counters of a day past
-its retention tier are not written (:mod:`pipeline.kinds.hits.retention`).
+its retention tier are not written (:mod:`pipeline.kinds.hits.sites.tiers`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pipeline.core.times import minute_of
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import HitsFields, daily_id, monthly_id
-from pipeline.kinds.hits.retention import NOTHING_PRUNED, Pruned
+from pipeline.kinds.hits.sites.tiers import NOTHING_PRUNED, Pruned
 
 Key = tuple[str, str, int]
 """(site, page, minute since the epoch, UTC)."""
@@ -41,7 +41,7 @@ PropCounts = dict[SlotKey, dict[tuple[str, str], int]]
 
 
 class Calendars(Protocol):
-    """Each site's local calendar and retention (:class:`pipeline.kinds.hits.site_config.SiteConfigs`)."""
+    """Each site's local calendar and retention (:class:`pipeline.kinds.hits.sites.cache.SiteConfigs`)."""
 
     def calendar(self, site: str) -> Calendar: ...
 

@@ -20,7 +20,7 @@ from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN, c
 from pipeline.kinds.hits.query import hits_series, listed_sites, top_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
 from pipeline.kinds.hits.render import series_rows
-from pipeline.kinds.hits.site_config import site_config
+from pipeline.kinds.hits.sites.store import site_config
 from pipeline.settings import Settings
 
 SITE = Param("site", "the site, as in the events' `site`", required=True)

@@ -23,7 +23,7 @@ def cmd_query_hits(args: argparse.Namespace) -> int:
     """Zero-filled hit series of a site or page as a table, JSON, CSV and/or a PNG."""
     from pipeline.kinds.hits.query import hits_series, instant
     from pipeline.kinds.hits.render import as_csv, as_json, as_table, plot_png, sparkline
-    from pipeline.kinds.hits.site_config import site_config
+    from pipeline.kinds.hits.sites.store import site_config
 
     s = command_settings()
     start, end = parse_time(args.start, local=True), parse_time(args.end, local=True)

@@ -14,7 +14,7 @@ from pipeline.core.rejection import Rejection
 from pipeline.core.shippers import Shipped
 from pipeline.kinds.hits.clf import ClfError, clf_event, parse_line
 from pipeline.kinds.hits.layout import FOLDER
-from pipeline.kinds.hits.sites import SiteMap
+from pipeline.kinds.hits.site_map import SiteMap
 
 Props = tuple[tuple[str, str], ...]
 """A hit's custom properties as (name, value) pairs, values as text."""

@@ -15,7 +15,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pipeline.core.calendar import EPOCH_ORDINAL, Calendar, dt_minute, zone_info
 from pipeline.core.series import Granularity, add_into, next_bucket
 from pipeline.kinds.hits.layout import HitsFields, hits_fields, site_filter
-from pipeline.kinds.hits.site_config import SiteConfig, load, site_config
+from pipeline.kinds.hits.sites.store import SiteConfig, load, site_config
 
 Series = list[tuple[datetime, int]]
 """(bucket start as an aware local time with its offset, hits)."""

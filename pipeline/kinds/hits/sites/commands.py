@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.core.text import printable
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.kinds.hits.retention import Tiers
-from pipeline.kinds.hits.retention_run import SETTLE_SECONDS
 from pipeline.kinds.hits.settings import KEY
+from pipeline.kinds.hits.sites.prune import SETTLE_SECONDS
+from pipeline.kinds.hits.sites.tiers import Tiers
 from pipeline.services.urls import command_settings
 from pipeline.settings import Settings
 from pipeline.store.command import on_db
@@ -31,7 +31,7 @@ def _tiers(s: Settings) -> Tiers:
 def cmd_sites(args: argparse.Namespace) -> int:
     """List every site (with hits or settings): its zone, its zone changes, its retention."""
     from pipeline.kinds.hits.query import listed_sites
-    from pipeline.kinds.hits.retention import site_tiers
+    from pipeline.kinds.hits.sites.tiers import site_tiers
 
     s = command_settings()
     default = _tiers(s)
@@ -69,7 +69,7 @@ def cmd_sites(args: argparse.Namespace) -> int:
 
 def cmd_set_zone(args: argparse.Namespace) -> int:
     """Give a site a time zone, from the beginning (a site without hits) or from a local date on."""
-    from pipeline.kinds.hits.site_config import (
+    from pipeline.kinds.hits.sites.store import (
         SiteConfigError,
         has_hits,
         plan_zone_change,
@@ -99,7 +99,7 @@ def cmd_set_zone(args: argparse.Namespace) -> int:
 
 def cmd_set_retention(args: argparse.Namespace) -> int:
     """Override (or with 0 restore) the retention of a site's minute and hourly counters."""
-    from pipeline.kinds.hits.site_config import SiteConfigError, save_retention
+    from pipeline.kinds.hits.sites.store import SiteConfigError, save_retention
 
     s = command_settings()
     if args.minutes is None and args.hours is None:
@@ -120,16 +120,16 @@ def cmd_set_retention(args: argparse.Namespace) -> int:
 
 def cmd_retention(args: argparse.Namespace) -> int:
     """Prune minute and hourly counters past their tiers (``--dry-run``: count only)."""
-    from pipeline.kinds.hits.retention import utc_today
-    from pipeline.kinds.hits.retention_run import Pruned, run_retention
-    from pipeline.kinds.hits.retention_schedule import SCHEDULE_ID
+    from pipeline.kinds.hits.sites.prune import PruneResult, run_retention
+    from pipeline.kinds.hits.sites.schedule import SCHEDULE_ID
+    from pipeline.kinds.hits.sites.tiers import utc_today
     from pipeline.store.meta import META_COLLECTION
 
     s = command_settings()
     default = _tiers(s)
     today = args.today or utc_today()
 
-    async def run(db: Db) -> tuple[list[Pruned], dict[str, Any]]:
+    async def run(db: Db) -> tuple[list[PruneResult], dict[str, Any]]:
         last = await db[META_COLLECTION].find_one({"_id": SCHEDULE_ID}) or {}
         return await run_retention(db, hits_fields(s.schema), default, today, args.dry_run, args.settle), last
 

@@ -1,7 +1,7 @@
 """Retention run by the workers themselves: once per interval for the whole group.
 
 ``PREAGG_HITS_RETENTION_EVERY`` hours apart, one worker of the group runs what
-``preagg retention run`` runs (:func:`pipeline.kinds.hits.retention_run.run_retention`).
+``preagg retention run`` runs (:func:`pipeline.kinds.hits.sites.prune.run_retention`).
 Which one: the first to *claim* the interval, a conditional upsert on one
 ``preagg_meta`` document (``{_id: "hits_retention_schedule", started}``). The claim
 succeeds only if the last run started an interval ago or more; two workers claiming
@@ -25,8 +25,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from pipeline.kinds.hits.layout import HitsFields
-from pipeline.kinds.hits.retention import Tiers, utc_today
-from pipeline.kinds.hits.retention_run import SETTLE_SECONDS, Pruned, run_retention
+from pipeline.kinds.hits.sites.prune import SETTLE_SECONDS, PruneResult, run_retention
+from pipeline.kinds.hits.sites.tiers import Tiers, utc_today
 from pipeline.store.meta import META_COLLECTION
 
 log = logging.getLogger("preagg.retention")
@@ -93,7 +93,7 @@ class RetentionSchedule:
                 )
                 await self.sleep(60.0)
 
-    async def run_once(self) -> list[Pruned]:
+    async def run_once(self) -> list[PruneResult]:
         """One run, recorded in the schedule document (``last``) for ``preagg retention run``."""
         t0, started = time.monotonic(), self.clock()
         done = await run_retention(self.db, self.fields, self.tiers, utc_today(), settle=self.settle)

@@ -3,9 +3,9 @@
 Each statement unsets one counter field (``minute`` or ``hourly``) of the daily
 documents older than a tier, on the (site, date) index. It is safe while workers
 write: the run records its cutoffs first and waits until every worker has read them
-(:data:`pipeline.kinds.hits.site_config.REFRESH_SECONDS`, twice); from then on no
+(:data:`pipeline.kinds.hits.sites.store.REFRESH_SECONDS`, twice); from then on no
 worker writes a counter of a tier into a day up to its cutoff
-(:meth:`pipeline.kinds.hits.retention.Pruned.keeps`), so a pruned field is not
+(:meth:`pipeline.kinds.hits.sites.tiers.Pruned.keeps`), so a pruned field is not
 recreated, and an update of one document is atomic. Outside a transaction on purpose:
 a run may touch millions of documents; a run cut short is finished by the next.
 """
@@ -21,8 +21,9 @@ import pymongo
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.kinds.hits.layout import HitsFields
-from pipeline.kinds.hits.retention import Tiers, cutoffs, prunes
-from pipeline.kinds.hits.site_config import REFRESH_SECONDS, load, retention_of, save_pruned
+from pipeline.kinds.hits.sites.cache import retention_of
+from pipeline.kinds.hits.sites.store import REFRESH_SECONDS, load, save_pruned
+from pipeline.kinds.hits.sites.tiers import Tiers, cutoffs, prunes
 
 #: Seconds one statement may take (a first run over years of documents is long).
 STATEMENT_TIMEOUT = 1800.0
@@ -31,7 +32,7 @@ SETTLE_SECONDS = 2 * REFRESH_SECONDS
 
 
 @dataclass(frozen=True)
-class Pruned:
+class PruneResult:
     """One statement's outcome: what it prunes and how many documents it changed (or would)."""
 
     what: str
@@ -46,7 +47,7 @@ async def run_retention(
     dry_run: bool = False,
     settle: float = SETTLE_SECONDS,
     statement_timeout: float = STATEMENT_TIMEOUT,
-) -> list[Pruned]:
+) -> list[PruneResult]:
     """Prune (or with ``dry_run`` count) the daily documents' counters past their tiers.
 
     Each statement has its own deadline (``statement_timeout``, instead of the client's
@@ -66,5 +67,5 @@ async def run_retention(
                 n = await coll.count_documents(p.filter)
             else:
                 n = (await coll.update_many(p.filter, {"$unset": {p.field: ""}})).modified_count
-        out.append(Pruned(p.what, n))
+        out.append(PruneResult(p.what, n))
     return out
