@@ -8,7 +8,6 @@ and CLI subcommands; its event schema and field names in ``schemas/hits/``.
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -17,23 +16,13 @@ from pipeline.core.fields import FieldMode, Index, ShardKey, hashed_id
 from pipeline.core.routes import Route
 from pipeline.files import Record
 from pipeline.kinds.hits import cli, layout
-from pipeline.kinds.hits.aggregate import HitCounts
-from pipeline.kinds.hits.budget import values_per_name
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
-from pipeline.kinds.hits.props import PropKeys, namespace_limit
+from pipeline.kinds.hits.layout import SITES_COLLECTION
 from pipeline.kinds.hits.settings import KEY, HitsSettings
 from pipeline.kinds.hits.site_map import SiteMap, SiteMapError
-from pipeline.kinds.hits.sites.cache import SiteConfigs
-from pipeline.kinds.hits.sites.schedule import RetentionSchedule, retention_metrics
-from pipeline.kinds.hits.sites.store import COLLECTION as SITES_COLLECTION
-from pipeline.kinds.hits.sites.tiers import Tiers
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.settings import Settings, SettingsError
-from pipeline.store.names import NameCache, NameStore
-from pipeline.store.names.metrics import name_store_metrics
-
-log = logging.getLogger("preagg.worker")
 
 
 class Hits(Kind[HitsSettings]):
@@ -64,52 +53,11 @@ class Hits(Kind[HitsSettings]):
         return d
 
     def stream(self, ctx: StreamContext, s: HitsSettings) -> Stream:
-        values = values_per_name(s, ctx.mode)
-        if values < 1:
-            raise SettingsError(
-                f"PREAGG_HITS_PROPS_MAX_DOC_BYTES={s.props_max_doc_bytes} leaves no room for values of "
-                f"{s.props_max_names} properties (PREAGG_HITS_PROPS_MAX_NAMES) in {ctx.mode} mode"
-            )
-        if values < s.props_max_values:
-            log.info(
-                "custom properties: at most %d values per property (%s field names, %d properties, "
-                "%d bytes per document)",
-                values,
-                ctx.mode,
-                s.props_max_names,
-                s.props_max_doc_bytes,
-            )
-        limit = namespace_limit(s.props_max_names, values, s.props_max_sites)
-        names = NameCache(
-            NameStore(ctx.db, ctx.mode, ctx.settings.read_chunk),
-            limit,
-            ctx.settings.name_store_doc_cap,
-            ctx.settings.name_cache_namespaces,
-        )
-        prop_keys = PropKeys(names, ctx.mode)
-        decoder, fields = self.decoder(ctx.settings, s), layout.hits_fields(ctx.mode)
+        # Imported here: the aggregator, the name store and the retention schedule load
+        # PyMongo and prometheus_client, which `preagg --help` and queries never need.
+        from pipeline.kinds.hits.stream import hits_stream
 
-        sites = SiteConfigs(ctx.db)
-        schedule = RetentionSchedule(
-            ctx.db,
-            fields,
-            Tiers(s.retention_minute_days, s.retention_hour_days),
-            s.retention_every,
-            ctx.settings.worker_id,
-        )
-
-        async def before_plan(agg: HitCounts) -> None:
-            await sites.refresh()  # the zones and tiers this flush plans with
-            if agg.props:
-                await prop_keys.resolve(agg.prop_pairs())
-
-        return Stream(
-            lambda: HitCounts(decoder, fields, prop_keys, sites),
-            before_plan=before_plan,
-            before_plan_label="sites' zones and name store",
-            metrics=lambda: [*name_store_metrics(names), *retention_metrics(schedule)],
-            background=schedule.forever if s.retention_every > 0 else None,
-        )
+        return hits_stream(ctx, s, self.decoder(ctx.settings, s))
 
     def collections(self) -> list[str]:
         return [*super().collections(), SITES_COLLECTION]

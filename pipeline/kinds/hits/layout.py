@@ -18,6 +18,9 @@ from pipeline.core.ids import escape_part
 #: ``schemas/hits``: the event JSON Schema and these documents' field names.
 FOLDER = SCHEMAS / "hits"
 
+#: Per-site settings (zones, retention overrides): :mod:`pipeline.kinds.hits.sites.store`.
+SITES_COLLECTION = "hits_sites"
+
 
 def daily_id(day: date, site: str, page: str) -> str:
     """``_id`` of a daily document: ``YYYYMMDD/<site>/<page>`` (site escaped)."""

@@ -10,7 +10,6 @@ import argparse
 from pipeline.core.fields import FieldMode, Index
 from pipeline.core.routes import Route
 from pipeline.kinds.impressions import cli, layout
-from pipeline.kinds.impressions.aggregate import ImpressionCounts
 from pipeline.kinds.impressions.decode import ImpressionDecoder
 from pipeline.kinds.impressions.settings import KEY, ImpressionsSettings
 from pipeline.kinds.kind import Kind, Stream, StreamContext
@@ -31,6 +30,10 @@ class Impressions(Kind[ImpressionsSettings]):
         return d
 
     def stream(self, ctx: StreamContext, s: ImpressionsSettings) -> Stream:
+        from pipeline.kinds.impressions.aggregate import (
+            ImpressionCounts,  # its libraries load with a worker only
+        )
+
         decoder, fields = self.decoder(ctx.settings, s), layout.impression_fields(ctx.mode)
         return Stream(lambda: ImpressionCounts(decoder, fields))
 

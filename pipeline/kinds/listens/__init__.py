@@ -13,7 +13,6 @@ from pipeline.core.fields import FieldMode, Index
 from pipeline.core.routes import Route
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.kinds.listens import cli, layout
-from pipeline.kinds.listens.aggregate import ListenSketches
 from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.files import read_lastfm
 from pipeline.kinds.listens.settings import KEY, ListensSettings
@@ -36,6 +35,8 @@ class Listens(Kind[ListensSettings]):
         return d
 
     def stream(self, ctx: StreamContext, s: ListensSettings) -> Stream:
+        from pipeline.kinds.listens.aggregate import ListenSketches  # its libraries load with a worker only
+
         decoder = self.decoder(ctx.settings, s)
         heard = BloomSpec.for_capacity(s.heard_capacity, s.heard_fpr)
         return Stream(lambda: ListenSketches(decoder, s.hll_precision, heard, ctx.mode))

@@ -12,7 +12,6 @@ from pipeline.core.fields import FieldMode, Index
 from pipeline.core.routes import Route
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.kinds.relations import cli, layout
-from pipeline.kinds.relations.aggregate import RelationFilters
 from pipeline.kinds.relations.decode import RelationDecoder
 from pipeline.kinds.relations.files import read_movielens
 from pipeline.kinds.relations.settings import KEY, RelationsSettings
@@ -33,6 +32,10 @@ class Relations(Kind[RelationsSettings]):
         return RelationDecoder(settings.max_event_bytes, self.input_format(s))
 
     def stream(self, ctx: StreamContext, s: RelationsSettings) -> Stream:
+        from pipeline.kinds.relations.aggregate import (
+            RelationFilters,  # its libraries load with a worker only
+        )
+
         decoder = self.decoder(ctx.settings, s)
         sides = layout.relation_sides(s.user_capacity, s.item_capacity, s.fpr, ctx.mode)
         return Stream(lambda: RelationFilters(decoder, sides))

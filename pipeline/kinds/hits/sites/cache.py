@@ -2,7 +2,7 @@
 
 Each flush asks it a site's calendar (zone) and whether a counter was pruned; reading
 ``hits_sites`` per flush would cost a round trip each time, and a change needs to
-reach every worker only within :data:`~pipeline.kinds.hits.sites.store.REFRESH_SECONDS`.
+reach every worker only within :data:`~pipeline.kinds.hits.sites.tiers.REFRESH_SECONDS`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,15 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import UTC_CALENDAR, Calendar
-from pipeline.kinds.hits.sites.store import REFRESH_SECONDS, SiteConfig, load, load_pruned
-from pipeline.kinds.hits.sites.tiers import NOTHING_PRUNED, Pruned, Retention, Tiers, site_tiers
+from pipeline.kinds.hits.sites.store import SiteConfig, load, load_pruned
+from pipeline.kinds.hits.sites.tiers import (
+    NOTHING_PRUNED,
+    REFRESH_SECONDS,
+    Pruned,
+    Retention,
+    Tiers,
+    site_tiers,
+)
 
 
 def retention_of(default: Tiers, configs: Iterable[SiteConfig]) -> Retention:

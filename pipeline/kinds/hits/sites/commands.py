@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.core.text import printable
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.settings import KEY
-from pipeline.kinds.hits.sites.prune import SETTLE_SECONDS
-from pipeline.kinds.hits.sites.tiers import Tiers
+from pipeline.kinds.hits.sites.tiers import SETTLE_SECONDS, Tiers
 from pipeline.services.urls import command_settings
 from pipeline.settings import Settings
 from pipeline.store.command import on_db

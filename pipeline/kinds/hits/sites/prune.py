@@ -3,7 +3,7 @@
 Each statement unsets one counter field (``minute`` or ``hourly``) of the daily
 documents older than a tier, on the (site, date) index. It is safe while workers
 write: the run records its cutoffs first and waits until every worker has read them
-(:data:`pipeline.kinds.hits.sites.store.REFRESH_SECONDS`, twice); from then on no
+(:data:`pipeline.kinds.hits.sites.tiers.REFRESH_SECONDS`, twice); from then on no
 worker writes a counter of a tier into a day up to its cutoff
 (:meth:`pipeline.kinds.hits.sites.tiers.Pruned.keeps`), so a pruned field is not
 recreated, and an update of one document is atomic. Outside a transaction on purpose:
@@ -22,13 +22,11 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.kinds.hits.layout import HitsFields
 from pipeline.kinds.hits.sites.cache import retention_of
-from pipeline.kinds.hits.sites.store import REFRESH_SECONDS, load, save_pruned
-from pipeline.kinds.hits.sites.tiers import Tiers, cutoffs, prunes
+from pipeline.kinds.hits.sites.store import load, save_pruned
+from pipeline.kinds.hits.sites.tiers import SETTLE_SECONDS, Tiers, cutoffs, prunes
 
 #: Seconds one statement may take (a first run over years of documents is long).
 STATEMENT_TIMEOUT = 1800.0
-#: Seconds between recording the cutoffs and pruning: every worker re-reads them meanwhile.
-SETTLE_SECONDS = 2 * REFRESH_SECONDS
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from pipeline.kinds.hits.layout import HitsFields
-from pipeline.kinds.hits.sites.prune import SETTLE_SECONDS, PruneResult, run_retention
-from pipeline.kinds.hits.sites.tiers import Tiers, utc_today
+from pipeline.kinds.hits.sites.prune import PruneResult, run_retention
+from pipeline.kinds.hits.sites.tiers import SETTLE_SECONDS, Tiers, utc_today
 from pipeline.store.meta import META_COLLECTION
 
 log = logging.getLogger("preagg.retention")

@@ -23,15 +23,14 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import UTC_CALENDAR, Calendar, ZoneChange, ZoneError, check_zone, minute_dt
-from pipeline.kinds.hits.sites.tiers import Pruned
+from pipeline.kinds.hits.layout import SITES_COLLECTION
+from pipeline.kinds.hits.sites.tiers import REFRESH_SECONDS, Pruned
 from pipeline.store.meta import META_COLLECTION
 from pipeline.store.reads import find_in
 
-COLLECTION = "hits_sites"
+COLLECTION = SITES_COLLECTION
 #: ``preagg_meta`` ``_id`` of the last retention run's cutoffs.
 PRUNED_ID = "hits_retention"
-#: Seconds a worker keeps the sites' settings before reading them again.
-REFRESH_SECONDS = 10.0
 #: Least notice of a zone change on a site with hits, whatever the future skew.
 MIN_NOTICE = 3600.0
 

@@ -21,6 +21,11 @@ from typing import Any
 
 from pipeline.kinds.hits.layout import DailyFields
 
+#: Seconds a worker keeps the sites' settings (and the recorded cutoffs) before reading them again.
+REFRESH_SECONDS = 10.0
+#: Seconds between recording the cutoffs and pruning: every worker re-reads them meanwhile.
+SETTLE_SECONDS = 2 * REFRESH_SECONDS
+
 
 @dataclass(frozen=True)
 class Tiers:

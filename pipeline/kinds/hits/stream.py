@@ -1,0 +1,71 @@
+"""What a worker runs for hits: the aggregator, the name store, sites' zones, the retention schedule."""
+
+from __future__ import annotations
+
+import logging
+
+from pipeline.kinds.hits import layout
+from pipeline.kinds.hits.aggregate import HitCounts
+from pipeline.kinds.hits.budget import values_per_name
+from pipeline.kinds.hits.decode import HitDecoder
+from pipeline.kinds.hits.props import PropKeys, namespace_limit
+from pipeline.kinds.hits.settings import HitsSettings
+from pipeline.kinds.hits.sites.cache import SiteConfigs
+from pipeline.kinds.hits.sites.schedule import RetentionSchedule, retention_metrics
+from pipeline.kinds.hits.sites.tiers import Tiers
+from pipeline.kinds.kind import Stream, StreamContext
+from pipeline.settings import SettingsError
+from pipeline.store.names import NameCache, NameStore
+from pipeline.store.names.metrics import name_store_metrics
+
+log = logging.getLogger("preagg.worker")
+
+
+def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Stream:
+    """The hits stream of one worker (``Hits.stream``)."""
+    values = values_per_name(s, ctx.mode)
+    if values < 1:
+        raise SettingsError(
+            f"PREAGG_HITS_PROPS_MAX_DOC_BYTES={s.props_max_doc_bytes} leaves no room for values of "
+            f"{s.props_max_names} properties (PREAGG_HITS_PROPS_MAX_NAMES) in {ctx.mode} mode"
+        )
+    if values < s.props_max_values:
+        log.info(
+            "custom properties: at most %d values per property (%s field names, %d properties, "
+            "%d bytes per document)",
+            values,
+            ctx.mode,
+            s.props_max_names,
+            s.props_max_doc_bytes,
+        )
+    limit = namespace_limit(s.props_max_names, values, s.props_max_sites)
+    names = NameCache(
+        NameStore(ctx.db, ctx.mode, ctx.settings.read_chunk),
+        limit,
+        ctx.settings.name_store_doc_cap,
+        ctx.settings.name_cache_namespaces,
+    )
+    prop_keys = PropKeys(names, ctx.mode)
+    fields = layout.hits_fields(ctx.mode)
+
+    sites = SiteConfigs(ctx.db)
+    schedule = RetentionSchedule(
+        ctx.db,
+        fields,
+        Tiers(s.retention_minute_days, s.retention_hour_days),
+        s.retention_every,
+        ctx.settings.worker_id,
+    )
+
+    async def before_plan(agg: HitCounts) -> None:
+        await sites.refresh()  # the zones and tiers this flush plans with
+        if agg.props:
+            await prop_keys.resolve(agg.prop_pairs())
+
+    return Stream(
+        lambda: HitCounts(decoder, fields, prop_keys, sites),
+        before_plan=before_plan,
+        before_plan_label="sites' zones and name store",
+        metrics=lambda: [*name_store_metrics(names), *retention_metrics(schedule)],
+        background=schedule.forever if s.retention_every > 0 else None,
+    )

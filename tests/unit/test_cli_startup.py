@@ -1,0 +1,57 @@
+"""``preagg --help`` and ``import pipeline`` load no client library: the CLI answers at once.
+
+Asserted on the modules loaded, not on a time (timings belong in benchmarks:
+docs/benchmarks.md, "CLI start-up"). Kinds import their aggregators, the name store
+and the retention schedule inside ``Kind.stream``, which only a worker calls.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+#: What a worker or a query needs, and ``--help`` must not pay for.
+HEAVY = (
+    "aiokafka",
+    "pymongo",
+    "bson",
+    "faust",
+    "mode",
+    "datasketch",
+    "numpy",
+    "scipy",
+    "matplotlib",
+    "aiohttp",
+)
+
+PROBE = """
+import sys
+{code}
+print(" ".join(sorted({{m.split(".")[0] for m in sys.modules}} & set({heavy!r}))))
+"""
+
+
+def loaded(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(code=code, heavy=HEAVY)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return set(out.split())
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["query", "--help"], ["produce", "hits", "--help"], ["sites", "--help"]]
+)
+def test_help_loads_no_client_library(argv: list[str]) -> None:
+    code = "import contextlib, io\nfrom pipeline.cli import main\n"
+    code += "with contextlib.redirect_stdout(io.StringIO()):\n"
+    code += f"    try:\n        main({argv!r})\n    except SystemExit:\n        pass"
+    assert loaded(code) == set()
+
+
+def test_import_pipeline_loads_no_client_library() -> None:
+    assert loaded("import pipeline, pipeline.kinds, pipeline.settings") == set()
