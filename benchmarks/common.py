@@ -118,3 +118,9 @@ def coll_stats(db: Any, name: str) -> dict[str, Any]:
         return {k: st.get(k) for k in ("count", "size", "storageSize", "totalIndexSize", "avgObjSize")}
     except Exception as exc:  # a store without collStats: say so in the results
         return {"error": str(exc)[:200]}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process, all its threads (Linux ``/proc``; children not included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

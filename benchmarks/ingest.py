@@ -37,7 +37,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 from pymongo import MongoClient
 
-from benchmarks.common import add_data_option, embedded, header, use_data, write_results
+from benchmarks.common import add_data_option, cpu_seconds, embedded, header, use_data, write_results
 from benchmarks.common import step as run_step
 from benchmarks.hits import access_log, realtime_events
 from benchmarks.steady import FLUSHED, metric
@@ -55,12 +55,6 @@ from pipeline.store.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
 
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process, all its threads (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def _fill(settings: Settings, topic: str, events: Iterable[tuple[bytes, bytes | None]], pack: int) -> float:

@@ -53,8 +53,9 @@ from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
+from pipeline.store.meta import ensure_indexes
 from pipeline.store.names import NameCache, NameStore
-from pipeline.store.names.store import names_fields
+from pipeline.store.names.store import names_fields, names_indexes
 
 
 def access_log() -> Path:
@@ -156,7 +157,7 @@ def resolve_cost(base: Settings, copies: int) -> dict[str, Any]:
             for phase in ("cold", "warm"):
                 if phase == "cold":
                     store = NameStore(client[settings.db])
-                    await store.ensure_indexes()
+                    await ensure_indexes(client[settings.db], names_indexes("compact"))
                     keys = PropKeys(NameCache(store, namespace_limit(1000, 10_000), 1000), "compact")
                 r0, w0 = store.reads, store.writes
                 t = time.perf_counter()

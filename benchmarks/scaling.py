@@ -24,29 +24,25 @@ import json
 import os
 import time
 import urllib.request
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import embedded, write_results
+import orjson
+
+from benchmarks.common import cpu_seconds, embedded, write_results
 from benchmarks.hits import realtime_events
 from pipeline.kafka.producer import send_lines
 from pipeline.kinds.hits import KIND as HITS
-from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import EmbeddedServices, free_port
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
-from pipeline.testing.audit import audit_hits
+from pipeline.testing.audit import audit_database
 from pipeline.worker.process import WorkerProcess
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process (its children not included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def machine_busy() -> tuple[float, float]:
@@ -169,19 +165,11 @@ async def _ledger_events(settings: Settings) -> int:
 
 
 async def _audit(settings: Settings, events: list[tuple[bytes, bytes]]) -> list[str]:
-    from collections import Counter
-
-    import orjson
-
     truth: Counter[tuple[str, str, int]] = Counter()
     for line, _ in events:
         e = orjson.loads(line)
         truth[(e["site"], e["page"], int(e["ts"] // 60))] += 1
-    client = mongo_client(settings.mongo_url or "")
-    try:
-        return await audit_hits(client[settings.db], truth, hits_fields(settings.schema))
-    finally:
-        await client.close()
+    return await audit_database(settings, truth)
 
 
 def main() -> None:

@@ -40,13 +40,11 @@ from pipeline.core.times import minute_of
 from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named
 from pipeline.kinds.hits.aggregate import Key
-from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
-from pipeline.store.client import mongo_client
 from pipeline.store.offsets import OFFSETS_COLLECTION
-from pipeline.testing.audit import audit_hits
+from pipeline.testing.audit import audit_database
 from pipeline.worker.process import WorkerProcess
 
 Events = list[tuple[bytes, bytes]]
@@ -311,14 +309,7 @@ def steady(
 
 
 def _audit(settings: Settings, truth: Counter[Key]) -> int:
-    async def go() -> list[str]:
-        client = mongo_client(settings.mongo_url or "", timeout=600)
-        try:
-            return await audit_hits(client[settings.db], truth, hits_fields(settings.schema))
-        finally:
-            await client.close()
-
-    problems = asyncio.run(go())
+    problems = asyncio.run(audit_database(settings, truth))
     for p in problems[:5]:
         print("  audit:", p)
     return len(problems)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.core.parse import UsageError, parse_time
 from pipeline.files import SEND_AS, Accepted, Record, shipped
 from pipeline.kinds import stream_topics
+from pipeline.services.embedded import STATE_FILE
 from pipeline.services.urls import command_settings
 from pipeline.settings import Settings, SettingsError
 from pipeline.store.command import on_db
@@ -55,7 +56,7 @@ def cmd_services(args: argparse.Namespace) -> int:
         print("no embedded services running")
         return 0
     stop_pids(list(state["pids"].values()))
-    (s.home / "services.json").unlink(missing_ok=True)
+    (s.home / STATE_FILE).unlink(missing_ok=True)
     print("stopped")
     return 0
 

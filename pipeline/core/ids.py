@@ -46,3 +46,13 @@ def id_str(x: Id) -> str:
 def escape_part(text: str) -> str:
     """``%`` and ``/`` percent-encoded, so that ``/`` separates the parts of an ``_id`` unambiguously."""
     return text.replace("%", "%25").replace("/", "%2F")
+
+
+def item_slot_id(item: Id, partition: int) -> str:
+    """``_id`` of an item's document for one source partition (type-tagged id).
+
+    Events are keyed by user, so every worker writes every item's documents; one
+    document per item and source partition has one writer at a time (no WriteConflict),
+    and reads sum or union an item's few documents (impressions, relations).
+    """
+    return f"{id_str(item)}|{partition}"

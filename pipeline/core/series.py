@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Literal, TypeVar
 
@@ -41,13 +41,6 @@ def buckets(start: datetime, end: datetime, by: Granularity) -> Iterator[datetim
     while b <= last:
         yield b
         b = next_bucket(b, by)
-
-
-def zero_filled(
-    start: datetime, end: datetime, by: Granularity, counts: Mapping[datetime, int]
-) -> list[tuple[datetime, int]]:
-    """Every bucket of the range with its count, 0 where nothing was counted."""
-    return [(b, counts.get(b, 0)) for b in buckets(start, end, by)]
 
 
 def add_into(acc: dict[K, int], items: Iterable[tuple[K, int]]) -> None:

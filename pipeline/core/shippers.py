@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import orjson
 
@@ -31,8 +31,6 @@ from pipeline.core.rejection import Rejection
 from pipeline.core.times import TimeError, parse_ts
 
 InputFormat = Literal["event", "clf", "vector", "filebeat", "fluentbit", "auto"]
-#: Every input format a stream topic can be set to (``PREAGG_<KIND>_FORMAT``).
-FORMATS: tuple[str, ...] = get_args(InputFormat)
 #: The formats that are a log shipper's JSON envelope around one log line.
 SHIPPERS = ("vector", "filebeat", "fluentbit")
 

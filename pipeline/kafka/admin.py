@@ -22,9 +22,6 @@ from pipeline.settings import Settings
 
 log = logging.getLogger("preagg.kafka")
 
-#: Kafka's default ``max.message.bytes`` of a topic (1 MB plus record-batch overhead).
-KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
-
 
 def partition_for(key: bytes, partitions: int) -> int:
     """Kafka's default partition of ``key`` (murmur2, as the Java client and aiokafka compute it)."""

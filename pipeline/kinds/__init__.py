@@ -13,15 +13,11 @@ from functools import cache
 from typing import Any
 
 from pipeline.kinds.kind import Kind, Stream, StreamContext
-from pipeline.settings import Settings, SettingsError
+from pipeline.settings import BUILTIN_KINDS, Settings, SettingsError
 
-#: Built-in kind name → the module whose ``KIND`` it is (imported on first use).
-REGISTRY: dict[str, str] = {
-    "hits": "pipeline.kinds.hits",
-    "impressions": "pipeline.kinds.impressions",
-    "relations": "pipeline.kinds.relations",
-    "listens": "pipeline.kinds.listens",
-}
+#: Built-in kind name → the module whose ``KIND`` it is (imported on first use): one
+#: folder each, named as the kind, listed once in ``pipeline.settings.BUILTIN_KINDS``.
+REGISTRY: dict[str, str] = {name: f"pipeline.kinds.{name}" for name in BUILTIN_KINDS}
 
 
 @cache

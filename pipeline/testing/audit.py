@@ -15,7 +15,9 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.kinds.hits.aggregate import Key, plan_hits
-from pipeline.kinds.hits.layout import HitsFields
+from pipeline.kinds.hits.layout import HitsFields, hits_fields
+from pipeline.settings import Settings
+from pipeline.store.client import mongo_client
 
 
 def counters(doc: Mapping[str, Any], skip: tuple[str, ...], prefix: str = "") -> Iterator[tuple[str, int]]:
@@ -51,3 +53,12 @@ async def audit_hits(
                     problems.append(f"{key} {path}: stored {stored.get(path, 0)}, truth {want.get(path, 0)}")
     problems.extend(f"{key}: missing" for key in sorted(set(expected) - seen))
     return problems[:limit] + ([f"... and {len(problems) - limit} more"] if len(problems) > limit else [])
+
+
+async def audit_database(settings: Settings, truth: Mapping[Key, int], timeout: float = 600.0) -> list[str]:
+    """:func:`audit_hits` on the database ``settings`` name, through a client of its own."""
+    client = mongo_client(settings.mongo_url or "", timeout=timeout)
+    try:
+        return await audit_hits(client[settings.db], truth, hits_fields(settings.schema))
+    finally:
+        await client.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.decode import MAX_DEPTH
 from pipeline.core.rejection import Rejection
-from pipeline.core.shippers import FORMATS
+from pipeline.core.shippers import InputFormat
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.impressions.decode import ImpressionDecoder
 from pipeline.kinds.listens.decode import ListenDecoder
@@ -31,7 +31,7 @@ Decode = Callable[[bytes], Any]
 
 def decoders() -> dict[str, Decode]:
     out: dict[str, Decode] = {}
-    for fmt in FORMATS:
+    for fmt in get_args(InputFormat):
         out[f"hits/{fmt}"] = HitDecoder(4096, 300, clock=lambda: NOW, fmt=fmt).decode
         out[f"listens/{fmt}"] = ListenDecoder(4096, 300, clock=lambda: NOW, fmt=fmt).decode
         out[f"impressions/{fmt}"] = ImpressionDecoder(4096, 300, clock=lambda: NOW, fmt=fmt).decode

@@ -12,12 +12,12 @@ Three pre-aggregates, each an upsert per touched document per flush:
 
 from __future__ import annotations
 
-from pipeline.core.ids import Id, pair_key
+from pipeline.core.ids import Id, item_slot_id, pair_key
 from pipeline.core.rejection import Rejection
 from pipeline.core.times import day_key
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.impressions.decode import ImpressionDecoder
-from pipeline.kinds.impressions.layout import ImpressionFields, item_slot_id
+from pipeline.kinds.impressions.layout import ImpressionFields
 
 
 class ImpressionCounts:

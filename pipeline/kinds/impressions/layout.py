@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.core.fields import SCHEMAS, FieldMode, Index, field_names
-from pipeline.core.ids import Id, id_str
 
 #: ``schemas/impressions``: the event JSON Schema and these documents' field names.
 FOLDER = SCHEMAS / "impressions"
@@ -37,11 +36,6 @@ def impression_fields(mode: FieldMode = "compact") -> ImpressionFields:
         field_names(FOLDER, "impression_items", mode),
         field_names(FOLDER, "impression_items_daily", mode),
     )
-
-
-def item_slot_id(item: Id, partition: int) -> str:
-    """``_id`` of an item's document for one source partition (type-tagged id)."""
-    return f"{id_str(item)}|{partition}"
 
 
 def indexes(mode: FieldMode) -> list[Index]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.core.bloom import BloomSpec, binary_contains_query, contains_query, contains_value, filter_value
+from pipeline.core.bloom import BloomSpec, binary_contains_query, contains_query
 from pipeline.core.fields import FieldMode
 from pipeline.core.hll import decode, union_all
 from pipeline.core.ids import Id
@@ -87,18 +87,3 @@ async def heard(
     either = [binary_contains_query(f["heard"], spec, song), contains_query(f["heard"], spec, song)]
     query = {"_id": listen_id(user, tag), "$or": either}
     return await db[f["collection"]].find_one(query, {"_id": 1}) is not None
-
-
-async def recommend(
-    db: AsyncDatabase[dict[str, Any]],
-    user: Id,
-    tag: Id,
-    candidates: list[Id],
-    spec: BloomSpec,
-    mode: FieldMode = "compact",
-) -> list[Id]:
-    """``candidates`` without the songs ``user`` has (probably) heard under ``tag``."""
-    f = listen_fields(mode)
-    doc = await db[f["collection"]].find_one({"_id": listen_id(user, tag)}, {f["heard"]: 1})
-    bits = filter_value((doc or {}).get(f["heard"]))
-    return [c for c in candidates if not contains_value(bits, spec, c)]

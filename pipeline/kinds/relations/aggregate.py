@@ -11,11 +11,11 @@ transaction still records the offsets like every other stream. See
 from __future__ import annotations
 
 from pipeline.core.bloom import bit_updates, merge_masks
-from pipeline.core.ids import Id
+from pipeline.core.ids import Id, item_slot_id
 from pipeline.core.rejection import Rejection
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.relations.decode import RelationDecoder
-from pipeline.kinds.relations.layout import RelationSides, item_slot_id
+from pipeline.kinds.relations.layout import RelationSides
 
 
 class RelationFilters:

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from pipeline.core.bloom import BloomSpec
 from pipeline.core.fields import SCHEMAS, FieldMode, Index, field_names
-from pipeline.core.ids import Id, id_str
 
 #: ``schemas/relations``: the event JSON Schema and these documents' field names.
 FOLDER = SCHEMAS / "relations"
@@ -31,16 +30,6 @@ def relation_sides(user_n: int, item_n: int, p: float, mode: FieldMode = "compac
         BloomSpec.for_capacity(user_n, p),
         BloomSpec.for_capacity(item_n, p),
     )
-
-
-def item_slot_id(item: Id, partition: int) -> str:
-    """``_id`` of an item's filter for one source partition (type-tagged id).
-
-    Events are keyed by user, so every worker adds users to every item's filter; per
-    source partition, each item filter has one writer at a time (no WriteConflict),
-    and the users related to an item are the union of its few filters.
-    """
-    return f"{id_str(item)}|{partition}"
 
 
 def indexes(mode: FieldMode) -> list[Index]:

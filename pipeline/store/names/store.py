@@ -46,11 +46,6 @@ class NameStore:
         self.reads = 0
         self.writes = 0
 
-    async def ensure_indexes(self) -> None:
-        """Namespace reads are one indexed range."""
-        for ix in names_indexes(self.mode):
-            await self.coll.create_index(list(ix.keys), name=ix.name)
-
     async def read(self, namespaces: Collection[str]) -> dict[str, list[dict[str, Any]]]:
         """Every document of ``namespaces``: one bulk read, in chunks of ``read_chunk`` namespaces."""
         f = self.f
