@@ -13,7 +13,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -258,11 +258,7 @@ def cmd_positions(args: argparse.Namespace) -> int:
             await apply(s, db, rows)
         return rows
 
-    try:
-        rows = on_db(s, run, primary_reads=True)
-    except ValueError as exc:
-        print(f"preagg positions: {exc}", file=sys.stderr)
-        return 2
+    rows = _on_ledgers(s, run)
     if not rows:
         print(f"topic {args.topic!r} has no partitions in Kafka", file=sys.stderr)
         return 1
@@ -272,6 +268,14 @@ def cmd_positions(args: argparse.Namespace) -> int:
     if to is not None:
         print("applied: the workers restart from these positions" if args.apply else "dry run: add --apply")
     return 0
+
+
+def _on_ledgers(s: Settings, run: Callable[[Db], Awaitable[Any]]) -> Any:
+    """``run`` on the primary; an operation the ledgers refuse (``ValueError``) is one line, exit 2."""
+    try:
+        return on_db(s, run, primary_reads=True)
+    except ValueError as exc:
+        raise UsageError(f"positions: {exc}") from None
 
 
 def _adopt(s: Settings, args: argparse.Namespace) -> int:
@@ -286,11 +290,7 @@ def _adopt(s: Settings, args: argparse.Namespace) -> int:
     async def run(db: Db) -> Any:
         return await adopt(db, args.from_group, s.group_id, topics, args.apply)
 
-    try:
-        moved = on_db(s, run, primary_reads=True)
-    except ValueError as exc:
-        print(f"preagg positions: {exc}", file=sys.stderr)
-        return 2
+    moved = _on_ledgers(s, run)
     if not moved:
         print(f"group {args.from_group!r} has no ledgers of {', '.join(topics)}", file=sys.stderr)
         return 1

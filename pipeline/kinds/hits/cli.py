@@ -104,6 +104,20 @@ def cmd_query_pages(args: argparse.Namespace) -> int:
     return 0
 
 
+def _day_range(parser: argparse.ArgumentParser) -> None:
+    """``--from DAY [--to DAY]``: local days of the site."""
+    parser.add_argument(
+        "--from",
+        dest="start",
+        type=date.fromisoformat,
+        required=True,
+        help="first day (the site's local calendar), YYYY-MM-DD",
+    )
+    parser.add_argument(
+        "--to", dest="end", type=date.fromisoformat, help="last local day, YYYY-MM-DD (default: --from)"
+    )
+
+
 def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The hits kind's ``preagg query`` subcommands."""
     qh = qsub.add_parser("hits", help="zero-filled hit series of a site or page")
@@ -125,31 +139,13 @@ def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     qp = qsub.add_parser("props", help="custom property counts of a site or page over a range of days")
     qp.add_argument("--site", required=True)
     qp.add_argument("--page", help="one page (default: all pages of the site)")
-    qp.add_argument(
-        "--from",
-        dest="start",
-        type=date.fromisoformat,
-        required=True,
-        help="first day (the site's local calendar), YYYY-MM-DD",
-    )
-    qp.add_argument(
-        "--to", dest="end", type=date.fromisoformat, help="last local day, YYYY-MM-DD (default: --from)"
-    )
+    _day_range(qp)
     qp.add_argument("--name", help="one property (default: all)")
     qp.add_argument("--json", action="store_true")
     qp.set_defaults(func=cmd_query_props)
     qt = qsub.add_parser("pages", help="the pages of a site with the most hits over a range of days")
     qt.add_argument("--site", required=True)
-    qt.add_argument(
-        "--from",
-        dest="start",
-        type=date.fromisoformat,
-        required=True,
-        help="first day (the site's local calendar), YYYY-MM-DD",
-    )
-    qt.add_argument(
-        "--to", dest="end", type=date.fromisoformat, help="last local day, YYYY-MM-DD (default: --from)"
-    )
+    _day_range(qt)
     qt.add_argument("--limit", type=int, default=10, help="at most this many pages (0: all)")
     qt.add_argument("--json", action="store_true")
     qt.set_defaults(func=cmd_query_pages)
