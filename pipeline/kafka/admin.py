@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -17,7 +18,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 from aiokafka.partitioner import murmur2
 
-from pipeline.kafka.options import kafka_client_kwargs
+from pipeline.kafka.options import KafkaConnection
 from pipeline.settings import Settings
 
 log = logging.getLogger("preagg.kafka")
@@ -42,9 +43,26 @@ def _entries(responses: Iterable[Any]) -> dict[str, str]:
     return out
 
 
-async def topic_configs(settings: Settings, topic: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class TopicSpec:
+    """How the topics preagg creates are made; existing topics are never changed."""
+
+    partitions: int
+    #: 0: the broker's ``default.replication.factor`` (at most the number of brokers).
+    replication_factor: int = 0
+    #: ``None``: the broker's ``min.insync.replicas``.
+    min_insync_replicas: int | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, partitions: int | None = None) -> TopicSpec:
+        """``PREAGG_PARTITIONS`` (or ``partitions``), replication factor and ``min.insync.replicas``."""
+        s = settings
+        return cls(partitions or s.partitions, s.replication_factor, s.min_insync_replicas)
+
+
+async def topic_configs(conn: KafkaConnection, topic: str) -> dict[str, str]:
     """The topic's configuration as the broker reports it (empty when it cannot say)."""
-    admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings))
+    admin = AIOKafkaAdminClient(**conn.client_kwargs())
     await admin.start()
     try:
         resp = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
@@ -56,10 +74,10 @@ async def topic_configs(settings: Settings, topic: str) -> dict[str, str]:
         await admin.close()
 
 
-async def _replication_factor(admin: AIOKafkaAdminClient, settings: Settings) -> int:
-    """The replication factor to create topics with (0 in the settings: the broker's default)."""
-    if settings.replication_factor > 0:
-        return settings.replication_factor
+async def _replication_factor(admin: AIOKafkaAdminClient, spec: TopicSpec) -> int:
+    """The replication factor to create topics with (0 in the spec: the broker's default)."""
+    if spec.replication_factor > 0:
+        return spec.replication_factor
     cluster = await admin.describe_cluster()
     brokers = cluster.get("brokers") or []
     with contextlib.suppress(Exception):
@@ -71,9 +89,9 @@ async def _replication_factor(admin: AIOKafkaAdminClient, settings: Settings) ->
     return max(1, min(3, len(brokers)))
 
 
-async def missing_topics(settings: Settings, topics: Iterable[str]) -> list[str]:
+async def missing_topics(conn: KafkaConnection, topics: Iterable[str]) -> list[str]:
     """The topics among ``topics`` that the cluster does not have."""
-    admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings))
+    admin = AIOKafkaAdminClient(**conn.client_kwargs())
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -82,27 +100,21 @@ async def missing_topics(settings: Settings, topics: Iterable[str]) -> list[str]
     return [t for t in topics if t not in existing]
 
 
-async def ensure_topics(settings: Settings, *topics: str, partitions: int | None = None) -> list[str]:
-    """Create the topics that do not exist yet; returns the ones created.
-
-    Partitions: ``partitions`` or ``settings.partitions``; replication factor and
-    ``min.insync.replicas`` from the settings. Existing topics are left as they are.
-    """
-    admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings))
+async def ensure_topics(conn: KafkaConnection, topics: Iterable[str], spec: TopicSpec) -> list[str]:
+    """Create the topics that do not exist yet, as ``spec`` says; returns the ones created."""
+    admin = AIOKafkaAdminClient(**conn.client_kwargs())
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         missing = [t for t in topics if t not in existing]
         if not missing:
             return []
-        rf = await _replication_factor(admin, settings)
-        configs = (
-            {"min.insync.replicas": str(settings.min_insync_replicas)} if settings.min_insync_replicas else {}
-        )
+        rf = await _replication_factor(admin, spec)
+        configs = {"min.insync.replicas": str(spec.min_insync_replicas)} if spec.min_insync_replicas else {}
         new = [
             NewTopic(
                 t,
-                num_partitions=partitions or settings.partitions,
+                num_partitions=spec.partitions,
                 replication_factor=rf,
                 topic_configs=configs,
             )

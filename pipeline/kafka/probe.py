@@ -20,14 +20,13 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from pipeline.core.envelope import unpack
 from pipeline.core.incarnation import Probe, digest
-from pipeline.kafka.options import kafka_client_kwargs
-from pipeline.settings import Settings
+from pipeline.kafka.options import KafkaConnection
 
 
-def groupless_consumer(settings: Settings, reset: str = "none") -> AIOKafkaConsumer:
+def groupless_consumer(conn: KafkaConnection, reset: str = "none") -> AIOKafkaConsumer:
     """A consumer outside any group, committing nothing, reading committed records only."""
     return AIOKafkaConsumer(
-        **kafka_client_kwargs(settings),
+        **conn.client_kwargs(),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset=reset,
@@ -86,15 +85,15 @@ async def read_to_end(
 class PartitionProbe:
     """One group-less consumer, started on first use, reused for every look (one at a time)."""
 
-    def __init__(self, settings: Settings, timeout: float = 10.0) -> None:
-        self.settings = settings
+    def __init__(self, conn: KafkaConnection, timeout: float = 10.0) -> None:
+        self.conn = conn
         self.timeout = timeout
         self._consumer: AIOKafkaConsumer | None = None
         self._lock = asyncio.Lock()
 
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            consumer = groupless_consumer(self.settings)
+            consumer = groupless_consumer(self.conn)
             await consumer.start()
             self._consumer = consumer
         return self._consumer

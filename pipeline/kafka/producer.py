@@ -26,8 +26,8 @@ from aiokafka import AIOKafkaProducer
 
 from pipeline.core.envelope import pack
 from pipeline.files import Record, Refused, Skipped
-from pipeline.kafka.admin import ensure_topics, missing_topics, partition_for, topic_configs
-from pipeline.kafka.options import kafka_client_kwargs
+from pipeline.kafka.admin import TopicSpec, ensure_topics, missing_topics, partition_for, topic_configs
+from pipeline.kafka.options import KafkaConnection
 from pipeline.settings import Settings
 
 #: Bytes of a Kafka record batch besides the value (headers, key, framing), kept free below the limit.
@@ -66,7 +66,7 @@ class EventProducer:
 
     def _new_producer(self, idempotent: bool) -> AIOKafkaProducer:
         return AIOKafkaProducer(
-            **kafka_client_kwargs(self.settings),
+            **self.conn.client_kwargs(),
             acks="all",
             enable_idempotence=idempotent,
             linger_ms=5,
@@ -81,6 +81,11 @@ class EventProducer:
         if self._producer is None:
             raise RuntimeError("the producer is not started")
         return self._producer
+
+    @property
+    def conn(self) -> KafkaConnection:
+        """The brokers and credentials of the settings."""
+        return KafkaConnection.of(self.settings)
 
     async def _start_producer(self) -> None:
         """Start idempotent where the broker supports it (``auto``), else say what that costs."""
@@ -113,13 +118,13 @@ class EventProducer:
     async def start(self) -> None:
         """Connect, check (or create) the topic, learn its partition count and message size limit."""
         if self.settings.auto_setup:
-            await ensure_topics(self.settings, self.topic)
-        elif await missing_topics(self.settings, [self.topic]):
+            await ensure_topics(self.conn, [self.topic], TopicSpec.of(self.settings))
+        elif await missing_topics(self.conn, [self.topic]):
             raise RuntimeError(
                 f"topic {self.topic} does not exist: run `preagg setup` (or set PREAGG_AUTO_SETUP)"
             )
         # The embedded broker answers no DescribeConfigs: the setting is the limit there.
-        configs = {} if self.settings.embedded_kafka else await topic_configs(self.settings, self.topic)
+        configs = {} if self.settings.embedded_kafka else await topic_configs(self.conn, self.topic)
         limit = configs.get("max.message.bytes")
         if limit and int(limit) - RECORD_OVERHEAD < self.max_message_bytes:
             self.max_message_bytes = int(limit) - RECORD_OVERHEAD

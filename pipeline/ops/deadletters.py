@@ -36,6 +36,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
 from pipeline.core.replay import natural_key, origin, wrap
+from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import groupless_consumer, read_to_end, topic_partitions
 from pipeline.kafka.producer import EventProducer
 from pipeline.ops.replay_recovery import (
@@ -161,7 +162,7 @@ async def read_dead_letters(
 ) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """Every dead letter from ``start`` (per partition; else the beginning) to the topic's end."""
     dlq = settings.deadletter_topic
-    c = groupless_consumer(settings, "earliest")
+    c = groupless_consumer(KafkaConnection.of(settings), "earliest")
     await c.start()
     records: list[dict[str, Any]] = []
 

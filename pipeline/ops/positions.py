@@ -19,6 +19,7 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.incarnation import Fingerprint
+from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe
 from pipeline.settings import Settings
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
@@ -75,7 +76,7 @@ async def show(
 ) -> list[PositionRow]:
     """Each partition's ledger and log, with the position ``to`` would set."""
     rows = []
-    async with PartitionProbe(settings) as probe:
+    async with PartitionProbe(KafkaConnection.of(settings)) as probe:
         parts = await probe.partitions(topic)
         if partition is not None:
             if partition not in parts:

@@ -25,6 +25,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from pipeline.core.envelope import unpack
 from pipeline.core.replay import key_of, origin_of
+from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import groupless_consumer, read_to_end, topic_partitions
 from pipeline.settings import Settings
 
@@ -70,7 +71,7 @@ def marks_from_doc(doc: Iterable[dict[str, object]]) -> Marks:
 
 async def end_marks(settings: Settings, topics: Iterable[str]) -> Marks:
     """Where every partition of ``topics`` ends now (ListOffsets(latest))."""
-    c = groupless_consumer(settings, "earliest")
+    c = groupless_consumer(KafkaConnection.of(settings), "earliest")
     await c.start()
     try:
         tps = [TopicPartition(t, p) for t in sorted(set(topics)) for p in await topic_partitions(c, t)]
@@ -105,7 +106,7 @@ async def sent_since(settings: Settings, marks: Marks, timeout: float = 300.0) -
             if key is not None:
                 found.add(KEY_PREFIX + key)
 
-    c = groupless_consumer(settings, "earliest")
+    c = groupless_consumer(KafkaConnection.of(settings), "earliest")
     await c.start()
     try:
         _, complete = await read_to_end(c, tps, collect, timeout)

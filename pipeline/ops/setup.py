@@ -17,7 +17,8 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from pipeline.core.fields import FieldMode, Index, ShardKey, check_mode, hashed_id
-from pipeline.kafka.admin import ensure_topics, missing_topics
+from pipeline.kafka.admin import TopicSpec, ensure_topics, missing_topics
+from pipeline.kafka.options import KafkaConnection
 from pipeline.kinds import load_kinds, stream_topics
 from pipeline.settings import Settings
 from pipeline.store.client import primary
@@ -63,8 +64,9 @@ def shard_keys(settings: Settings, mode: FieldMode) -> list[ShardKey]:
 
 async def setup_kafka(settings: Settings) -> list[str]:
     """Create missing topics; lines saying what was created."""
-    created = await ensure_topics(settings, *stream_topics(settings))
-    created += await ensure_topics(settings, settings.deadletter_topic, partitions=1)
+    conn = KafkaConnection.of(settings)
+    created = await ensure_topics(conn, stream_topics(settings), TopicSpec.of(settings))
+    created += await ensure_topics(conn, [settings.deadletter_topic], TopicSpec.of(settings, partitions=1))
     return [f"kafka: created topic {t}" for t in created]
 
 
@@ -100,7 +102,8 @@ async def setup(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) ->
 
 async def missing(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> list[str]:
     """What a worker of these settings needs and does not find (topics, collections)."""
-    topics = await missing_topics(settings, [*stream_topics(settings), settings.deadletter_topic])
+    wanted = [*stream_topics(settings), settings.deadletter_topic]
+    topics = await missing_topics(KafkaConnection.of(settings), wanted)
     existing = set(await primary(client, settings.db).list_collection_names())
     colls = [c for c in collections(settings) if c not in existing]
     return [*(f"topic {t}" for t in topics), *(f"collection {settings.db}.{c}" for c in colls)]

@@ -29,7 +29,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from pipeline.core.fields import check_mode
-from pipeline.kafka.options import faust_credentials
+from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe
 from pipeline.kinds import StreamContext, load_kinds, stream_topics
 from pipeline.settings import Settings, redact_url
@@ -76,7 +76,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         "broker_commit_interval": min(1.0, settings.flush_interval),
         "stream_wait_empty": True,
-        "broker_credentials": faust_credentials(settings),
+        "broker_credentials": KafkaConnection.of(settings).faust_credentials(),
         "web_enabled": settings.web_port > 0,
         "web_port": settings.web_port or 6066,
         "web_bind": settings.web_bind,
@@ -131,7 +131,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     async def ack(handles: Sequence[object]) -> None:
         cast(WorkerConsumer, app.consumer).ack_records(cast(Sequence[Record], handles))
 
-    guard = LedgerGuard(app, sink, PartitionProbe(settings), settings.worker_id)
+    guard = LedgerGuard(app, sink, PartitionProbe(KafkaConnection.of(settings)), settings.worker_id)
 
     kinds = load_kinds(settings.kinds)
     ctx = StreamContext(settings, check_mode(settings.schema), db)

@@ -12,6 +12,7 @@ import pytest
 from pipeline.core.series import floor
 from pipeline.core.times import minute_of
 from pipeline.kafka.admin import missing_topics
+from pipeline.kafka.options import KafkaConnection
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import hits_series
@@ -117,7 +118,7 @@ def test_indexes_exist_and_no_faust_leader_topic(settings: Settings) -> None:
     # Faust's leader topic (replication factor 1, created at every start) is not used here:
     # clusters that restrict replication factors or deny CREATE refused it.
     leader = f"{settings.group_id}-__assignor-__leader"
-    assert asyncio.run(missing_topics(settings, [leader])) == [leader]
+    assert asyncio.run(missing_topics(KafkaConnection.of(settings), [leader])) == [leader]
 
     async def idx(db):  # type: ignore[no-untyped-def]
         return {c: await db[c].index_information() for c in ("hits_daily", "hits_monthly")}

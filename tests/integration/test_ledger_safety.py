@@ -12,8 +12,8 @@ import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from pipeline.kafka.admin import ensure_topics
-from pipeline.kafka.options import kafka_client_kwargs
+from pipeline.kafka.admin import TopicSpec, ensure_topics
+from pipeline.kafka.options import KafkaConnection, kafka_client_kwargs
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.ledger import ledger_totals, read_ledger
@@ -47,11 +47,11 @@ async def recreate(settings: Settings, topic: str) -> None:
         await admin.close()
     for _ in range(50):
         try:
-            await ensure_topics(settings, topic)
+            await ensure_topics(KafkaConnection.of(settings), [topic], TopicSpec.of(settings))
             return
         except Exception:  # the deletion may still be in progress
             await asyncio.sleep(0.2)
-    await ensure_topics(settings, topic)
+    await ensure_topics(KafkaConnection.of(settings), [topic], TopicSpec.of(settings))
 
 
 def ledger(settings: Settings) -> list[dict[str, Any]]:

@@ -278,6 +278,7 @@ def test_a_probe_that_runs_out_of_time_is_an_error_not_an_empty_range() -> None:
     """A timed-out look read as "records in between" restarted the worker in a loop."""
     from aiokafka import TopicPartition
 
+    from pipeline.kafka.options import KafkaConnection
     from pipeline.kafka.probe import PartitionProbe
 
     class Slow:
@@ -288,7 +289,7 @@ def test_a_probe_that_runs_out_of_time_is_an_error_not_an_empty_range() -> None:
         def highwater(self, tp: Any) -> None:
             return None
 
-    probe = PartitionProbe(Settings(), timeout=0.1)
+    probe = PartitionProbe(KafkaConnection.of(Settings(kafka_url="127.0.0.1:1")), timeout=0.1)
     with pytest.raises(TimeoutError):
         asyncio.run(probe._first(Slow(), TopicPartition("hits", 0), 0, 10))  # type: ignore[arg-type]
 
