@@ -24,6 +24,12 @@ class DocUpdate:
     #: Equalities the filter carries besides ``_id``: the collection's shard key (an upsert
     #: on a sharded collection needs all of it; on insert MongoDB copies them into the document).
     key: dict[str, Any] = field(default_factory=dict)
+    #: The source partitions whose events this update carries ``(topic, partition)``: with
+    #: idempotent writes (docs/exactly-once.md) the document remembers, per partition, the
+    #: last flush sequence applied, and the update's filter skips a document already holding it.
+    sources: tuple[tuple[str, int], ...] = ()
+    #: Which upsert of a document split by :func:`split_wide` this is (each is marked apart).
+    part: int = 0
 
     def filter(self) -> dict[str, Any]:
         """The upsert's filter: ``_id`` and the shard key's equalities."""
@@ -61,6 +67,57 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                     u.bit_or if first else {},
                     u.compute if first else None,
                     u.key,
+                    u.sources,
+                    i // max_fields,
                 )
             )
     return out
+
+
+def mergeable(u: DocUpdate) -> bool:
+    """Can another partition's update of the same document be added into this one?"""
+    return u.compute is None and not u.set
+
+
+def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpdate]:
+    """One update per document: the same document's updates from several partitions added up.
+
+    Counters add, bit masks OR, ``$setOnInsert`` values (the same for one document) are
+    kept once, and the sources are the union. An update that cannot be added (a
+    read-modify-write, a ``$set``) stays apart. Keyless streams touch a document from
+    every partition in one flush: this keeps it at one write.
+
+    A merged update wider than ``max_fields`` (when not 0) is left as its partitions'
+    updates: :func:`split_wide` then splits each alone, so that a partition's range
+    written again alone (by its next owner) splits into the same parts.
+    """
+    out: list[DocUpdate] = []
+    seen: dict[tuple[str, int | str], DocUpdate] = {}
+    for u in updates:
+        if not mergeable(u):
+            out.append(u)
+            continue
+        k = (u.collection, u.id)
+        m = seen.get(k)
+        if m is None:
+            m = seen[k] = DocUpdate(
+                u.collection, u.id, dict(u.set_on_insert), dict(u.inc), bit_or=dict(u.bit_or), key=u.key
+            )
+            m.sources = u.sources
+            out.append(m)
+            continue
+        for path, n in u.inc.items():
+            m.inc[path] = m.inc.get(path, 0) + n
+        for path, mask in u.bit_or.items():
+            m.bit_or[path] = m.bit_or.get(path, 0) | mask  # signed int64 OR signed int64: in range
+        for path, v in u.set_on_insert.items():
+            m.set_on_insert.setdefault(path, v)
+        m.sources = tuple(dict.fromkeys((*m.sources, *u.sources)))
+    if max_fields <= 0:
+        return out
+    wide = {id(m) for m in out if len(m.sources) > 1 and len(m.inc) > max_fields}
+    if not wide:
+        return out
+    apart = {(m.collection, m.id) for m in out if id(m) in wide}
+    kept = [m for m in out if id(m) not in wide]
+    return kept + [u for u in updates if mergeable(u) and (u.collection, u.id) in apart]

@@ -134,6 +134,34 @@ class PartitionProbe:
                 end = await self._high_watermark(c, tp, listed_end)
                 return Probe(None, start, end)
 
+    async def read_range(
+        self, topic: str, partition: int, start: int | None, end: int, timeout: float = 120.0
+    ) -> list[tuple[int, bytes | None, int]]:
+        """The records ``[start, end)`` of one partition (``start`` ``None``: from the log's beginning).
+
+        ``(offset, value, timestamp ms)`` each, committed records only. Offsets are not
+        contiguous (transaction markers, compaction), so the read ends at the first offset
+        at or past ``end``, or at the partition's end when the range's last records are
+        gone; a read that cannot get there within ``timeout`` is an error (retried).
+        """
+        async with self._lock, asyncio.timeout(timeout):
+            c = await self._started()
+            tp = TopicPartition(topic, partition)
+            c.assign([tp])
+            first = (await c.beginning_offsets([tp]))[tp]
+            c.seek(tp, first if start is None else max(start, first))
+            out: list[tuple[int, bytes | None, int]] = []
+            while True:
+                got = await c.getmany(tp, timeout_ms=300, max_records=5000)
+                for r in got.get(tp, []):
+                    if r.offset >= end:
+                        return out
+                    out.append((r.offset, r.value, max(r.timestamp, 0)))
+                position = await c.position(tp)
+                hw = c.highwater(tp)
+                if position >= end or (hw is not None and position >= hw):
+                    return out
+
     async def _first(self, c: AIOKafkaConsumer, tp: TopicPartition, start: int, listed_end: int) -> Probe:
         deadline = time.monotonic() + self.timeout / 2
         while True:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol
 
 from pipeline.core.aggregator import Aggregator
 from pipeline.core.fields import FieldMode, Index, ShardKey, documents, hashed_id
@@ -53,6 +53,12 @@ class Stream:
     #: A task the worker runs beside the stream for its whole life, cancelled when it
     #: stops (hits: the periodic retention). It must log and bound its own failures.
     background: Callable[[], Awaitable[None]] | None = None
+    #: How exactly-once flushes are written (docs/exactly-once.md). ``idempotent``: plain
+    #: unordered bulk writes with per-document marks, any number of documents per flush,
+    #: no transaction; for plans of ``$inc``, ``$bit or`` and ``$setOnInsert``.
+    #: ``transaction``: one MongoDB transaction per batch (bounded in documents); needed
+    #: by read-modify-write updates (``DocUpdate.compute``: listens' sketches).
+    writes: Literal["idempotent", "transaction"] = "idempotent"
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,9 @@ async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: lis
                 "worker": "preagg positions reset",
                 "reset": {"at": now, "from": r.ledger_next, "to": r.new_next},
             },
-            "$unset": {"diverged": ""},
+            # A flush cut short there is given up with the old position: the new one is counted
+            # with the next sequence, above every mark the cut-short flush may have left.
+            "$unset": {"diverged": "", "pending": ""},
         }
         if r.new_last is not None:
             update["$set"]["last"] = r.new_last.as_doc()

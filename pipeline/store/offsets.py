@@ -8,7 +8,14 @@ partition's ledger::
      at: <unix time>, worker: <last writer>,
      events: <n>, rejected: {<reason>: <n>}, docs: <n>, flushes: <n>}
 
-A flush's transaction reads these documents, checks each still holds the position
+With idempotent writes (the default of kinds without read-modify-write updates) a
+flush records its intent first, ``pending: {flush, end}`` with the partition's next
+flush sequence ``seq`` (fenced on ``next``), writes its documents marked with ``seq``
+(:mod:`pipeline.core.marks`), then moves ``next`` to ``end`` and clears ``pending``.
+A ledger found with ``pending`` is a flush cut short: the partition's new owner
+writes the same range again, with the same sequence, before anything else.
+
+With transactions, a flush's transaction reads these documents, checks each still holds the position
 the batch started from (:func:`check_fences`), writes the aggregates, moves
 ``next`` past the batch and adds the batch's figures, all or nothing: the ledger's
 counts are exact too. Only the partition's owner writes its ledger, so workers never
@@ -55,6 +62,69 @@ class Fence:
     #: The last record the batch counted on this partition: ``{offset, ts, digest}``
     #: (see :mod:`pipeline.core.incarnation`); stored as the ledger's ``last``.
     last: Mapping[str, Any] | None = None
+    #: The batch's first offset on this partition (an intent records it: with no
+    #: ledger yet, ``expected`` is ``None`` and the range to write again starts here).
+    begin: int | None = None
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A flush that recorded its intent on a partition and did not finish: its range is written again."""
+
+    flush: str
+    #: The flush's sequence on this partition: what its documents' marks hold (or will).
+    seq: int
+    #: The ledger's position (where the range starts) and the intent's end.
+    start: int | None
+    end: int
+
+
+def pending_of(doc: Mapping[str, Any] | None) -> Pending | None:
+    """The unfinished flush a ledger document records, if any."""
+    p = (doc or {}).get("pending")
+    if not p:
+        return None
+    assert doc is not None
+    start = doc.get("next")
+    return Pending(
+        p["flush"], int(doc.get("seq", 0)), start if start is not None else p.get("begin"), int(p["end"])
+    )
+
+
+def intent_update(
+    group: str, fence: Fence, flush_id: str, now: float, worker: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Filter and update recording a flush's intent: the ledger still at the batch's start, nothing pending.
+
+    The partition's ``seq`` goes up by one: the flush's marks are that value.
+    """
+    at: dict[str, Any] = {"next": fence.expected if fence.expected is not None else {"$exists": False}}
+    return (
+        {"_id": offset_id(group, fence.topic, fence.partition), **at, "pending": {"$exists": False}},
+        {
+            "$set": {
+                "group": group,
+                "topic": fence.topic,
+                "partition": fence.partition,
+                "pending": {
+                    "flush": flush_id,
+                    "end": fence.next,
+                    "begin": fence.begin,
+                    "at": now,
+                    "worker": worker,
+                },
+            },
+            "$inc": {"seq": 1},
+        },
+    )
+
+
+def finish_update(
+    group: str, fence: Fence, flush_id: str, now: float, worker: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Filter and update ending a flush's intent: ``next`` past the range, its figures added."""
+    flt, update = offset_doc_update(group, fence, flush_id, now, worker)
+    return {**flt, "pending.flush": flush_id}, {**update, "$unset": {"pending": ""}}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,12 @@ document. Two commit modes (``Settings.commit_mode``, docs/exactly-once.md):
 * ``exactly_once`` (default): one transaction holds the offset fences check, every
   aggregate write and the new offsets; a replayed or zombie flush changes nothing.
   Needs a replica set, a sharded cluster or the embedded SecantusDB.
+  With ``marked`` (idempotent writes, the default of kinds without read-modify-write
+  updates) a flush is no transaction: the ledger records its intent, plain unordered
+  bulk writes carry per-document marks (:mod:`pipeline.core.marks`) that make any
+  second write of the same range a no-op, and the ledger then moves past the range.
+  So a flush may hold any number of documents, no statement spans shards, and
+  workers writing one document never abort each other (docs/exactly-once.md).
 * ``at_least_once``: plain bulk writes, offsets recorded after them for status; a
   crash between the write and the Kafka commit counts a range twice. For
   standalone servers only.
@@ -14,6 +20,7 @@ document. Two commit modes (``Settings.commit_mode``, docs/exactly-once.md):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -23,10 +30,11 @@ from typing import Any
 import bson
 import pymongo
 from bson import Int64
-from pymongo import AsyncMongoClient, UpdateOne
+from pymongo import AsyncMongoClient, ReturnDocument, UpdateOne
 from pymongo.asynchronous.client_session import AsyncClientSession
-from pymongo.errors import PyMongoError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
+from pipeline.core.marks import DUPLICATE_KEY, marked
 from pipeline.core.updates import DocUpdate
 from pipeline.settings import CommitMode
 from pipeline.store.client import primary, reach, start_transaction
@@ -36,9 +44,14 @@ from pipeline.store.offsets import (
     TP,
     Committed,
     Fence,
+    FenceConflict,
+    Pending,
     check_fences,
+    finish_update,
+    intent_update,
     offset_doc_update,
     offset_id,
+    pending_of,
     token_id,
 )
 from pipeline.store.reads import READ_CHUNK, find_in
@@ -122,6 +135,8 @@ class MongoSink:
         self.read_chunk = read_chunk
         #: ``commitTransaction`` calls run again because their outcome was unknown.
         self.unknown_commits = 0
+        #: Marked upserts a document had already applied (a flush written again).
+        self.already_applied = 0
 
     @property
     def exactly_once(self) -> bool:
@@ -136,8 +151,23 @@ class MongoSink:
             out[ids[d["_id"]]] = d.get("next")
         return out
 
+    async def pending(self, tps: Sequence[TP]) -> dict[TP, Pending]:
+        """The partitions whose ledger records a flush that did not finish (to be written again)."""
+        ids = {offset_id(self.group, t, p): (t, p) for t, p in tps}
+        out: dict[TP, Pending] = {}
+        async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk):
+            found = pending_of(d)
+            if found is not None:
+                out[ids[d["_id"]]] = found
+        return out
+
     async def commit(
-        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None = None
+        self,
+        updates: Sequence[DocUpdate],
+        fences: Sequence[Fence],
+        flush_id: str,
+        token: str | None = None,
+        marked: bool = False,
     ) -> Committed:
         """Write one flush within :attr:`commit_timeout`; report whether it had already committed.
 
@@ -155,8 +185,110 @@ class MongoSink:
             await reach(self.client, min(REACH_TIMEOUT, self.commit_timeout))
         except PyMongoError as exc:
             raise StoreUnreachable(f"the store did not answer a ping ({type(exc).__name__}: {exc})") from exc
+        if marked and self.exactly_once:
+            return await self._commit_marked(updates, fences, flush_id)
         with pymongo.timeout(self.commit_timeout):
             return await self._commit(updates, fences, flush_id, token)
+
+    async def _commit_marked(
+        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str
+    ) -> Committed:
+        """Intent, marked writes, finish: each step idempotent, each statement with its own deadline.
+
+        Run again after any failure (by the flusher's retry loop, or by the partition's next
+        owner from the recorded intent), it writes nothing twice: the intent is found as this
+        flush's, documents already holding a mark answer "duplicate key", a finished ledger
+        says the flush is done.
+        """
+        if any(u.compute is not None for u in updates):
+            raise ValueError(
+                "idempotent writes take no read-modify-write update (Stream.writes='transaction')"
+            )
+        seqs, done = await self._intent(fences, flush_id)
+        if fences and len(done) == len(fences):
+            return Committed(already=True)
+        size = await self._marked_writes(updates, seqs)
+        await self._finish([f for f in fences if (f.topic, f.partition) not in done], flush_id)
+        return Committed(False, size)
+
+    async def _intent(self, fences: Sequence[Fence], flush_id: str) -> tuple[dict[TP, int], set[TP]]:
+        """Record the flush on each partition's ledger; its sequence per partition, and those already done."""
+        offsets = self.db[OFFSETS_COLLECTION]
+        now = time.time()
+        seqs: dict[TP, int] = {}
+        done: set[TP] = set()
+        for f in fences:
+            tp = (f.topic, f.partition)
+            flt, upd = intent_update(self.group, f, flush_id, now, self.worker)
+            doc: dict[str, Any] | None = None
+            with pymongo.timeout(self.commit_timeout), contextlib.suppress(DuplicateKeyError):
+                # Created when no ledger exists yet; an existing one that differs is no match.
+                doc = await offsets.find_one_and_update(
+                    flt, upd, upsert=f.expected is None, return_document=ReturnDocument.AFTER
+                )
+            if doc is not None:
+                seqs[tp] = int(doc["seq"])
+                continue
+            with pymongo.timeout(self.commit_timeout):
+                current = await offsets.find_one({"_id": flt["_id"]})
+            found = pending_of(current)
+            if found is not None and found.flush == flush_id:  # this flush's intent: a retry or a redo
+                seqs[tp] = found.seq
+            elif current is not None and found is None and current.get("flush") == flush_id:
+                seqs[tp] = int(current.get("seq", 0))  # finished before its answer was lost
+                done.add(tp)
+            else:
+                raise FenceConflict([(f, (current or {}).get("next"))])
+        return seqs, done
+
+    async def _marked_writes(self, updates: Sequence[DocUpdate], seqs: dict[TP, int]) -> int:
+        """Unordered bulk writes of the marked upserts; "duplicate key" means already applied."""
+        by_collection: dict[str, list[UpdateOne]] = defaultdict(list)
+        size = 0
+        for u in updates:
+            flt, update = marked(u, update_document(u), seqs)
+            size += len(bson.encode({"q": flt, "u": update})) + 16
+            by_collection[u.collection].append(UpdateOne(flt, update, upsert=True))
+        chunks = [
+            (name, ops[i : i + self.statement_ops])
+            for name, ops in by_collection.items()
+            for i in range(0, len(ops), self.statement_ops)
+        ]
+        for n, (name, chunk) in enumerate(chunks):
+            with pymongo.timeout(self.commit_timeout):
+                try:
+                    await self.db[name].bulk_write(chunk, ordered=False)
+                except BulkWriteError as exc:
+                    errors = exc.details.get("writeErrors", [])
+                    if not errors or any(e.get("code") != DUPLICATE_KEY for e in errors):
+                        raise
+                    self.already_applied += len(errors)
+            if n == 0:
+                self._fault("mid-commit")
+        return size
+
+    async def _finish(self, fences: Sequence[Fence], flush_id: str) -> None:
+        """Move each ledger past the range, clear its intent; one no longer this flush's: a conflict."""
+        if not fences:
+            return
+        now = time.time()
+        ops = [UpdateOne(*finish_update(self.group, f, flush_id, now, self.worker)) for f in fences]
+        with pymongo.timeout(self.commit_timeout):
+            result = await self.db[OFFSETS_COLLECTION].bulk_write(ops, ordered=False)
+        if result.matched_count == len(fences):
+            return
+        ids = [offset_id(self.group, f.topic, f.partition) for f in fences]
+        with pymongo.timeout(self.commit_timeout):
+            stored = {
+                d["_id"]: d async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk)
+            }
+        lost = [
+            (f, stored.get(i, {}).get("next"))
+            for f, i in zip(fences, ids, strict=True)
+            if stored.get(i, {}).get("flush") != flush_id or "pending" in stored.get(i, {})
+        ]
+        if lost:
+            raise FenceConflict(lost)
 
     async def _commit(
         self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None

@@ -14,6 +14,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.core.marks import MARKS
 from pipeline.kinds.hits.aggregate import Key, plan_hits
 from pipeline.kinds.hits.layout import HitsFields, hits_fields
 from pipeline.settings import Settings
@@ -43,7 +44,7 @@ async def audit_hits(
         async for doc in db[f.collection].find():
             key = (f.collection, doc["_id"])
             seen.add(key)
-            stored = dict(counters(doc, ("_id", f.metadata)))
+            stored = dict(counters(doc, ("_id", f.metadata, MARKS)))
             want = expected.get(key)
             if want is None:
                 problems.append(f"{key}: unexpected document {stored}")

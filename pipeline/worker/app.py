@@ -50,6 +50,9 @@ from pipeline.worker.shutdown import BoundedWorker
 
 log = logging.getLogger("preagg.worker")
 
+#: A bound that never seals a batch (idempotent writes: see build_app).
+UNBOUNDED = 1 << 62
+
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
     """Faust configuration tuned for this pipeline and for the embedded broker."""
@@ -133,6 +136,11 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
 
     guard = LedgerGuard(app, sink, PartitionProbe(KafkaConnection.of(settings)), settings.worker_id)
 
+    ranges = PartitionProbe(KafkaConnection.of(settings))
+
+    async def read_range(tp: tuple[str, int], start: int | None, end: int) -> list[Any]:
+        return await ranges.read_range(tp[0], tp[1], start, end)
+
     kinds = load_kinds(settings.kinds)
     ctx = StreamContext(settings, check_mode(settings.schema), db)
     streams = [(kind, kind.stream(ctx, settings.of(kind))) for kind in kinds]
@@ -140,6 +148,16 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     #: Set when a batch is sealed at its commit bound: the flush loop commits it at once.
     sealed = asyncio.Event()
     for kind, stream in streams:
+        marked = stream.writes == "idempotent"
+        # Idempotent writes have no transaction to keep small: a batch is sealed by the
+        # memory bound (max_pending_keys) and the flush interval only.
+        bound = (
+            CommitBound(UNBOUNDED, UNBOUNDED, float("inf"))
+            if marked
+            else CommitBound(
+                settings.commit_max_docs, settings.commit_max_bytes, settings.commit_target_seconds
+            )
+        )
         flusher: Flusher[Any] = Flusher(
             kind.name,
             stream.factory,
@@ -154,10 +172,10 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             on_diverged=guard.on_diverged,
             before_plan=stream.before_plan,
             before_plan_label=stream.before_plan_label,
-            bound=CommitBound(
-                settings.commit_max_docs, settings.commit_max_bytes, settings.commit_target_seconds
-            ),
+            bound=bound,
             on_sealed=sealed.set,
+            marked=marked,
+            read_range=read_range,
         )
         flushers.append(flusher)
         _subscribe(app, settings.of(kind).topic, settings.partitions, flusher)

@@ -41,7 +41,13 @@ class Received:
 
 @dataclass
 class PendingBatch(Generic[A]):
-    """Everything ingested since the previous batch was sealed."""
+    """Everything ingested since the previous batch was sealed.
+
+    With idempotent writes each source partition has an aggregate of its own
+    (:attr:`by_tp`): every planned document then knows the partitions it carries, whose
+    marks it checks and sets (:mod:`pipeline.core.marks`), and a partition's range can be
+    written again alone by its next owner.
+    """
 
     aggregate: A
     dead: list[DeadLetter] = field(default_factory=list)
@@ -56,6 +62,22 @@ class PendingBatch(Generic[A]):
     dead_sent: bool = False
     #: Per partition, the last message's timestamp and lines (its fingerprint is made once, at commit).
     last: dict[TP, tuple[int, list[bytes]]] = field(default_factory=dict)
+    #: One aggregate per source partition (idempotent writes), made by :attr:`factory`.
+    by_tp: dict[TP, A] | None = None
+    factory: Callable[[], A] | None = None
+
+    def aggregates(self) -> list[A]:
+        """Every aggregate of the batch: one, or one per source partition."""
+        return list(self.by_tp.values()) if self.by_tp is not None else [self.aggregate]
+
+    def _aggregate_of(self, tp: TP) -> A:
+        if self.by_tp is None:
+            return self.aggregate
+        agg = self.by_tp.get(tp)
+        if agg is None:
+            assert self.factory is not None
+            agg = self.by_tp[tp] = self.factory()
+        return agg
 
     def ingest_message(
         self, tp: TP, offset: int, lines: list[bytes], ack: object, start: int | None = None, ts: int = 0
@@ -67,7 +89,7 @@ class PendingBatch(Generic[A]):
         """
         if tp not in self.start:
             self.start[tp] = start
-        ingest, part = self.aggregate.ingest, tp[1]
+        ingest, part = self._aggregate_of(tp).ingest, tp[1]
         for i, raw in enumerate(lines):
             try:
                 rejection = ingest(raw, part)
@@ -97,7 +119,7 @@ class PendingBatch(Generic[A]):
             r = rejected.setdefault((d.topic, d.partition), {})
             r[d.rejection.reason] = r.get(d.rejection.reason, 0) + 1
         out = []
-        for i, ((t, p), (_, last)) in enumerate(self.offsets.items()):
+        for i, ((t, p), (begin, last)) in enumerate(self.offsets.items()):
             first = i == 0
             out.append(
                 Fence(
@@ -105,6 +127,7 @@ class PendingBatch(Generic[A]):
                     p,
                     self.start.get((t, p)),
                     last + 1,
+                    begin=begin,
                     events=self.events_by_tp.get((t, p), 0),
                     rejected=rejected.get((t, p), {}),
                     docs=docs if first else 0,
@@ -126,11 +149,15 @@ class PendingBatch(Generic[A]):
 
     def pending_keys(self) -> int:
         """Items held in memory: distinct aggregate keys plus dead letters."""
-        return len(self.aggregate) + len(self.dead)
+        if self.by_tp is None:
+            return len(self.aggregate) + len(self.dead)
+        return sum(len(a) for a in self.by_tp.values()) + len(self.dead)
 
     def documents(self) -> int:
         """Documents this batch's commit writes, at most."""
-        return self.aggregate.documents()
+        if self.by_tp is None:
+            return self.aggregate.documents()
+        return sum(a.documents() for a in self.by_tp.values())
 
     def splittable(self) -> bool:
         """True when the batch holds at least two counted messages (it can be halved)."""
@@ -147,7 +174,8 @@ class PendingBatch(Generic[A]):
         if len(counted) < 2:
             raise ValueError("a batch of one message cannot be split")
         cut = counted[len(counted) // 2]
-        first, second = new_batch(factory), new_batch(factory)
+        per_tp = self.by_tp is not None
+        first, second = new_batch(factory, per_tp), new_batch(factory, per_tp)
         for half, part in ((first, self.messages[:cut]), (second, self.messages[cut:])):
             half.dead_sent = self.dead_sent
             for m in part:
@@ -166,6 +194,8 @@ class PendingBatch(Generic[A]):
         return out
 
 
-def new_batch(factory: Callable[[], A]) -> PendingBatch[A]:
-    """An empty batch around a fresh aggregate."""
+def new_batch(factory: Callable[[], A], per_partition: bool = False) -> PendingBatch[A]:
+    """An empty batch around a fresh aggregate (or, ``per_partition``, one per source partition)."""
+    if per_partition:
+        return PendingBatch(aggregate=factory(), by_tp={}, factory=factory)
     return PendingBatch(aggregate=factory())

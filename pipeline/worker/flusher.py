@@ -32,14 +32,14 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol
 
 from pipeline.core.envelope import unpack
 from pipeline.core.incarnation import Verdict
-from pipeline.core.updates import DocUpdate, split_wide
+from pipeline.core.updates import DocUpdate, merge_sources, split_wide
 from pipeline.store.errors import CommitTooLarge, outcome_unknown, shrinks
-from pipeline.store.offsets import TP, Committed, Fence, FenceConflict
+from pipeline.store.offsets import TP, Committed, Fence, FenceConflict, Pending
 from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.cursors import Positions
@@ -68,6 +68,9 @@ Ack = Callable[[Sequence[object]], Awaitable[object]]
 #: One Kafka message as a flusher takes it: offset, value, ack handle, timestamp (ms, 0 if none).
 Incoming = tuple[int, bytes | None, object, int]
 Fault = Callable[[str], None]
+#: Reads a partition's records ``[start, end)`` outside the group (``start`` ``None``: from the
+#: log's beginning): ``(offset, value, timestamp ms)`` each. The worker's is a group-less consumer.
+ReadRange = Callable[[TP, int | None, int], Awaitable[list[tuple[int, bytes | None, int]]]]
 
 
 class Sink(Protocol):
@@ -78,8 +81,17 @@ class Sink(Protocol):
 
     async def load_positions(self, tps: Sequence[TP]) -> dict[TP, int | None]: ...
 
+    async def pending(self, tps: Sequence[TP]) -> dict[TP, Pending]:
+        """Partitions whose ledger records a flush cut short (idempotent writes)."""
+        ...
+
     async def commit(
-        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None = None
+        self,
+        updates: Sequence[DocUpdate],
+        fences: Sequence[Fence],
+        flush_id: str,
+        token: str | None = None,
+        marked: bool = False,
     ) -> Committed: ...
 
     async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
@@ -148,6 +160,8 @@ class FlushStats:
     held_back: int = 0
     #: Commit attempts that took the stream's commit token (after write conflicts).
     token_commits: int = 0
+    #: Cut-short flushes whose range this worker wrote again (idempotent writes).
+    redone: int = 0
 
     def observe(self, seconds: float) -> None:
         """Record one flush's latency in the histogram."""
@@ -178,8 +192,14 @@ class Flusher(Generic[A]):
         on_sealed: Callable[[], None] | None = None,
         check_incarnation: CheckIncarnation | None = None,
         on_diverged: OnDiverged | None = None,
+        marked: bool = False,
+        read_range: ReadRange | None = None,
     ) -> None:
         self.stream = stream
+        #: Idempotent writes (exactly-once without a transaction; docs/exactly-once.md): one
+        #: aggregate per source partition, marked upserts, a cut-short flush written again.
+        self.marked = marked and sink.exactly_once
+        self._read_range = read_range
         self._factory = factory
         self.sink = sink
         #: The sink's mode, read once: it is consulted for every message.
@@ -204,7 +224,7 @@ class Flusher(Generic[A]):
         #: Partitions whose log is not the one their ledger describes: nothing of them is counted
         #: until an operator resets the ledger (``preagg positions reset``); reason per partition.
         self.diverged: dict[TP, str] = {}
-        self.batch: PendingBatch[A] = new_batch(factory)
+        self.batch: PendingBatch[A] = new_batch(factory, self.marked)
         #: Batches sealed and not yet committed, oldest first (contiguous per partition).
         self.sealed: collections.deque[PendingBatch[A]] = collections.deque()
         #: The batch being committed (taken off ``sealed``), for the memory bound and the stop report.
@@ -312,11 +332,54 @@ class Flusher(Generic[A]):
             stored.update(await self.sink.load_positions(tps))
 
         await self._retry("offsets read", load, 0)
+        if self.marked:
+            cut: dict[TP, Pending] = {}
+
+            async def unfinished() -> None:
+                cut.update(await self.sink.pending(tps))
+
+            await self._retry("offsets read", unfinished, 0)
+            for tp, found in cut.items():
+                await self._redo(tp, found)
+                stored[tp] = found.end
         self.positions.load(stored)
         self._fresh.update(stored)
         log.info(
             "%s positions from MongoDB: %s", self.stream, {f"{t}[{p}]": n for (t, p), n in stored.items()}
         )
+
+    async def _redo(self, tp: TP, cut: Pending) -> None:
+        """Write again, alone and with its sequence, a partition's range whose flush was cut short.
+
+        The flush recorded its intent (``[start, end)``, sequence, flush id) and died, or
+        lost its partitions, before moving the ledger: some of its documents may hold its
+        marks, others not. The range is read again outside the group, aggregated alone and
+        written under the same flush id: documents that have it answer "duplicate key",
+        the others get it, and the ledger moves to ``end`` (docs/exactly-once.md).
+        """
+        if self._read_range is None:
+            raise RuntimeError(f"{tp[0]}[{tp[1]}]: a flush was cut short and this flusher cannot read ranges")
+        reader = self._read_range
+        records: list[tuple[int, bytes | None, int]] = []
+
+        async def read() -> None:
+            records[:] = await reader(tp, cut.start, cut.end)
+
+        await self._retry(f"re-read of {tp[0]}[{tp[1]}] {cut.start}..{cut.end}", read, 0)
+        batch = new_batch(self._factory, True)
+        for offset, value, ts in records:
+            batch.ingest_message(tp, offset, self._lines(value), None, cut.start, ts)
+        log.warning(
+            "%s[%d]: flush %s was cut short; writing its range %s..%s again (%d events, sequence %d)",
+            *tp,
+            cut.flush,
+            cut.start,
+            cut.end,
+            batch.events,
+            cut.seq,
+        )
+        self.stats.redone += 1
+        await self._flush(batch, redo=(tp, cut))
 
     async def _same_log(self, tp: TP) -> bool:
         """Check ``tp`` against its ledger; a diverged partition is held back and reported."""
@@ -356,13 +419,16 @@ class Flusher(Generic[A]):
                 return
         else:
             start = None
+        self.batch.ingest_message(tp, offset, self._lines(value), ack, start, ts)
+
+    @staticmethod
+    def _lines(value: bytes | None) -> list[bytes]:
+        """The events of one message: one, or many packed (pipeline.core.envelope)."""
         if not value:
-            lines = []
-        elif b"\n" in value:
-            lines = list(unpack(value))
-        else:  # one event, the common case of plain clients and log shippers
-            lines = [value] if value.strip() else []
-        self.batch.ingest_message(tp, offset, lines, ack, start, ts)
+            return []
+        if b"\n" in value:
+            return list(unpack(value))
+        return [value] if value.strip() else []  # one event: plain clients and log shippers
 
     def pending_keys(self) -> int:
         """Items in memory: the batch being filled, the sealed ones and the one being written."""
@@ -384,7 +450,7 @@ class Flusher(Generic[A]):
         """Close the batch being filled: it commits on its own, after the sealed ones before it."""
         if not self.batch.empty():
             self.sealed.append(self.batch)
-            self.batch = new_batch(self._factory)
+            self.batch = new_batch(self._factory, self.marked)
 
     def forget_positions(self, tps: Sequence[TP]) -> None:
         """After a rebalance: drop cached positions of partitions with nothing pending."""
@@ -456,7 +522,7 @@ class Flusher(Generic[A]):
                 await task
         self.sealed.clear()
         self.in_flight = None
-        self.batch = new_batch(self._factory)
+        self.batch = new_batch(self._factory, self.marked)
         self.positions.forget(self.positions.assigned())
         self._fresh.clear()
         self.consumed.clear()
@@ -505,16 +571,30 @@ class Flusher(Generic[A]):
                 self.sealed.extendleft(reversed(halves))
                 todo += 1
 
-    async def _flush(self, batch: PendingBatch[A]) -> tuple[PendingBatch[A], PendingBatch[A]] | None:
-        """Commit one batch and ack it; or return its two halves when it must be split."""
+    async def _flush(
+        self, batch: PendingBatch[A], redo: tuple[TP, Pending] | None = None
+    ) -> tuple[PendingBatch[A], PendingBatch[A]] | None:
+        """Commit one batch and ack it; or return its two halves when it must be split.
+
+        ``redo``: the batch is a cut-short flush's range read again (its flush id, its end).
+        """
         started = time.monotonic()
         rejected = batch.rejected_by_reason()
         if self._before_plan is not None:
-            step, aggregate = self._before_plan, batch.aggregate
-            await self._retry(self._before_plan_label, lambda: step(aggregate), batch.events)
-        plan = batch.aggregate.plan()
+            step = self._before_plan
+            for aggregate in batch.aggregates():
+
+                async def before(a: A = aggregate) -> None:
+                    await step(a)
+
+                await self._retry(self._before_plan_label, before, batch.events)
+        plan = self._plan(batch)
         docs = len(plan)
         fences = batch.fences(docs)
+        if redo is not None:  # the intent's range exactly, even if records of it are gone
+            rtp, cut = redo
+            base = next((f for f in fences if (f.topic, f.partition) == rtp), Fence(*rtp, cut.start, cut.end))
+            fences = [replace(base, expected=cut.start, next=cut.end)]
         plan = split_wide(plan, self.max_fields_per_update)
         if batch.dead and not batch.dead_sent:
             await self._retry("dead-letter send", lambda: self._send_dead(batch.dead), batch.events)
@@ -523,7 +603,7 @@ class Flusher(Generic[A]):
         result = Committed()
         commit_seconds = 0.0
         if fences:
-            flush_id = uuid.uuid4().hex
+            flush_id = redo[1].flush if redo is not None else uuid.uuid4().hex
 
             async def commit() -> None:
                 nonlocal result, commit_seconds
@@ -533,7 +613,7 @@ class Flusher(Generic[A]):
                     await asyncio.sleep(random.uniform(TOKEN_HANDOFF / 2, TOKEN_HANDOFF))
                 self.stats.token_commits += token is not None
                 began = time.monotonic()
-                result = await self.sink.commit(plan, fences, flush_id, token)
+                result = await self.sink.commit(plan, fences, flush_id, token, marked=self.marked)
                 commit_seconds = time.monotonic() - began
                 if token is not None:
                     self._token_released = time.monotonic()
@@ -556,7 +636,8 @@ class Flusher(Generic[A]):
                 )
             self._fault("after-commit")
             self.bound.committed(docs, result.bytes, commit_seconds)
-        await self._ack(batch.acks)
+        if redo is None:  # a range read again has no Kafka messages to ack
+            await self._ack(batch.acks)
         self._account(batch, rejected, docs, result.bytes, commit_seconds, time.monotonic() - started)
         return None
 
@@ -594,11 +675,22 @@ class Flusher(Generic[A]):
         """True while commits take the commit token (a write conflict in the last CONTENDED_SECONDS)."""
         return time.monotonic() < self._contended_until
 
+    def _plan(self, batch: PendingBatch[A]) -> list[DocUpdate]:
+        """The batch's document updates; with idempotent writes, each knows its source partitions."""
+        if batch.by_tp is None:
+            return batch.aggregate.plan()
+        plan: list[DocUpdate] = []
+        for tp, aggregate in batch.by_tp.items():
+            for u in aggregate.plan():
+                u.sources = (tp,)
+                plan.append(u)
+        return merge_sources(plan, self.max_fields_per_update)
+
     def _give_up(self, exc: Exception, batch: PendingBatch[A], docs: int) -> bool:
         """After a failed commit: ``True`` to split the batch, ``False`` to retry it as it is."""
         self.stats.failed_commits += 1
-        if not shrinks(exc):
-            return False
+        if self.marked or not shrinks(exc):
+            return False  # idempotent writes: no transaction to shrink, the same flush is retried
         self.bound.failed(docs, exc.size if isinstance(exc, CommitTooLarge) else 0)
         if batch.splittable():
             return True

@@ -88,6 +88,18 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
     ),
     (
         "counter",
+        "preagg_flushes_redone",
+        "Flushes cut short (a crash, a lost partition) whose range this worker wrote again",
+        lambda f: f.stats.redone,
+    ),
+    (
+        "gauge",
+        "preagg_idempotent_writes",
+        "1 when the stream's flushes are marked bulk writes, 0 when transactions",
+        lambda f: float(f.marked),
+    ),
+    (
+        "counter",
         "preagg_held_back_messages",
         "Messages of diverged partitions, not counted",
         lambda f: f.stats.held_back,

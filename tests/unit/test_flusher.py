@@ -51,8 +51,16 @@ class ModelStore:
     async def load_positions(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         return {tp: self.offsets.get(tp, {}).get("next") for tp in tps}
 
+    async def pending(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Any]:
+        return {}
+
     async def commit(
-        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None = None
+        self,
+        updates: Sequence[DocUpdate],
+        fences: Sequence[Fence],
+        flush_id: str,
+        token: str | None = None,
+        marked: bool = False,
     ) -> Committed:
         docs = len({u.id for u in updates})
         self.tokens.append(token)
@@ -515,7 +523,11 @@ def test_write_conflicts_are_counted_and_retried() -> None:
     original = store.commit
 
     async def commit(
-        updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str, token: str | None = None
+        updates: Sequence[DocUpdate],
+        fences: Sequence[Fence],
+        flush_id: str,
+        token: str | None = None,
+        marked: bool = False,
     ) -> Committed:
         if next(conflicts, False):
             store.tokens.append(token)
@@ -624,7 +636,7 @@ def test_abandon_drops_uncommitted_batches_unacked_and_cancels_the_commit_in_fli
             self.entered = asyncio.Event()
 
         async def commit(
-            self, updates: Any, fences: Any, flush_id: str, token: str | None = None
+            self, updates: Any, fences: Any, flush_id: str, token: str | None = None, marked: bool = False
         ) -> Committed:
             if self.hang:
                 self.entered.set()

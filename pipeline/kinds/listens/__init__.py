@@ -39,7 +39,8 @@ class Listens(Kind[ListensSettings]):
 
         decoder = self.decoder(ctx.settings, s)
         heard = BloomSpec.for_capacity(s.heard_capacity, s.heard_fpr)
-        return Stream(lambda: ListenSketches(decoder, s.hll_precision, heard, ctx.mode))
+        # Sketches are merged read-modify-write: one transaction per batch (Stream.writes).
+        return Stream(lambda: ListenSketches(decoder, s.hll_precision, heard, ctx.mode), writes="transaction")
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
