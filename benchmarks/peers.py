@@ -1,0 +1,387 @@
+"""``make bench-peers``: preagg and Quix Streams side by side on the same broker, store and bytes.
+
+Per shape (hot keys; 10,000 live Zipf pages; 100,000 live Zipf pages) one topic of
+single keyed events and one of the same events packed by 100 (preagg's producer),
+4 partitions, filled once. Then, alternating, each system in a fresh process with its
+own consumer group and database: preagg single-event and packed (defaults), Quix
+Streams at-least-once and exactly-once (its idiomatic job: :mod:`benchmarks.quix_job`,
+run in a virtual environment of its own, ``--quix-venv``, created on first use).
+Clock from process start until the store's totals add up; CPU seconds of the process
+and of the broker + store; document upserts; every (site, page, minute) cell audited.
+Then one ``kill -9`` run of each: killed once half the events are stored, restarted,
+audited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from pymongo import MongoClient
+
+from benchmarks.common import cpu_seconds, embedded, header, write_results
+from pipeline.kafka.admin import partition_for
+from pipeline.kafka.options import kafka_client_kwargs
+from pipeline.kafka.producer import send_lines
+from pipeline.kinds.hits import KIND as HITS
+from pipeline.kinds.hits.files import hit_key
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.layout import indexes as hits_indexes
+from pipeline.services.embedded import EmbeddedServices
+from pipeline.settings import Settings
+from pipeline.store.offsets import OFFSETS_COLLECTION
+from pipeline.worker.process import WorkerProcess
+
+REPO = Path(__file__).resolve().parents[1]
+PARTITIONS = 4
+#: Quix closes a window when a later timestamp reaches the partition: one tick per
+#: partition after the last event (preagg counts them as hits of this site).
+TICK_SITE = "__tick__"
+
+Cell = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Sites × pages per site (Zipf-ranked within a site), over ``minutes`` of event time."""
+
+    sites: int
+    pages: int
+    minutes: int
+
+
+SHAPES = {
+    "hot": Shape(3, 200, 10),
+    "zipf10k": Shape(50, 200, 50),
+    "zipf100k": Shape(500, 200, 50),
+}
+
+
+def generate(
+    shape: Shape, n: int, end: float, seed: int = 7
+) -> tuple[list[tuple[bytes, bytes]], Counter[Cell]]:
+    """``n`` keyed hit events and the truth per (site, page, minute)."""
+    rng = random.Random(seed)
+    weights = [1 / (k + 1) for k in range(shape.pages)]
+    sites = [f"site{i}.example" for i in range(shape.sites)]
+    start = end - shape.minutes * 60
+    pages = rng.choices(range(shape.pages), weights=weights, k=n)
+    # In time order, as a log is: Quix drops events older than a closed window (grace 0).
+    times = sorted(round(rng.uniform(start, end), 3) for _ in range(n))
+    lines: list[tuple[bytes, bytes]] = []
+    truth: Counter[Cell] = Counter()
+    for p, ts in zip(pages, times, strict=True):
+        site = rng.choice(sites)
+        page = f"/p{p}"
+        lines.append((json.dumps({"site": site, "page": page, "ts": ts}).encode(), hit_key(site, page)))
+        truth[(site, page, int(ts // 60))] += 1
+    return lines, truth
+
+
+def ticks(end: float) -> list[tuple[bytes, bytes]]:
+    """One event per partition, an hour after the last: it closes Quix's last windows."""
+    out: dict[int, tuple[bytes, bytes]] = {}
+    i = 0
+    while len(out) < PARTITIONS:
+        key = hit_key(TICK_SITE, f"/{i}")
+        p = partition_for(key, PARTITIONS)
+        if p not in out:
+            out[p] = (json.dumps({"site": TICK_SITE, "page": f"/{i}", "ts": end + 3600}).encode(), key)
+        i += 1
+    return list(out.values())
+
+
+async def create_topic(settings: Settings, topic: str) -> None:
+    """The input topic with an explicit ``retention.ms``: Quix reads it, and the embedded broker's
+    DescribeConfigs reports only the configs a topic was created with."""
+    admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings))
+    await admin.start()
+    try:
+        if topic not in await admin.list_topics():
+            await admin.create_topics(
+                [NewTopic(topic, PARTITIONS, 1, topic_configs={"retention.ms": str(7 * 86_400_000)})]
+            )
+    finally:
+        await admin.close()
+
+
+def stored_total(db: Any) -> int:
+    f = hits_fields("compact").monthly
+    got = list(db[f.collection].aggregate([{"$group": {"_id": None, "n": {"$sum": f"${f.total}"}}}]))
+    return int(got[0]["n"]) if got else 0
+
+
+def mismatched_cells(db: Any, truth: Counter[Cell]) -> dict[str, int]:
+    """Cells whose stored minute count differs from the truth (extra cells included)."""
+    f = hits_fields("compact").daily
+    stored: Counter[Cell] = Counter()
+    for doc in db[f.collection].find({}, {f.metadata: 1, f.minute: 1}):
+        meta = doc[f.metadata]
+        site, page = meta[f.site], meta[f.page]
+        if site == TICK_SITE:
+            continue
+        midnight = int(meta[f.date].timestamp()) // 60
+        for h, mins in (doc.get(f.minute) or {}).items():
+            for m, n in mins.items():
+                stored[(site, page, midnight + 60 * int(h) + int(m))] += int(n)
+    cells = set(truth) | set(stored)
+    return {
+        "cells": len(truth),
+        "mismatched_cells": sum(1 for c in cells if stored.get(c, 0) != truth.get(c, 0)),
+        "stored_events": sum(stored.values()),
+    }
+
+
+def quix_python(venv: Path) -> Path:
+    """The Quix Streams virtual environment's interpreter (created and filled on first use)."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"creating {venv} with Quix Streams 3.28 (not a preagg dependency) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "quixstreams==3.28.*", "pymongo"], check=True
+        )
+    return python
+
+
+class Run:
+    """One system's process on one topic, with its own group and database."""
+
+    def __init__(
+        self, system: str, settings: Settings, topic: str, tag: str, svc: EmbeddedServices, quix: Path | None
+    ) -> None:
+        self.system = system
+        self.settings = settings.with_(db=f"peers_{tag}", group_id=f"peers-{tag}", kinds=("hits",))
+        self.settings = self.settings.with_stream(HITS, topic=topic)
+        self.topic = topic
+        self.tag = tag
+        self.svc = svc
+        self.quix = quix
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.worker: WorkerProcess | None = None
+        self.log = self.settings.home / "logs" / f"peers-{tag}.log"
+
+    def start(self) -> None:
+        if self.system.startswith("quix"):
+            assert self.quix is not None
+            # The same indexes preagg's setup creates: both systems maintain them per insert.
+            client: MongoClient[dict[str, Any]] = MongoClient(self.settings.mongo_url)
+            for ix in hits_indexes("compact"):
+                client[self.settings.db][ix.collection].create_index(list(ix.keys), name=ix.name)
+            client.close()
+            guarantee = "exactly-once" if self.system.endswith("eos") else "at-least-once"
+            fields = hits_fields("compact")
+            names = {
+                side: {
+                    k: getattr(getattr(fields, side), k) for k in getattr(fields, side).__dataclass_fields__
+                }
+                for side in ("daily", "monthly")
+            }
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            out = self.log.open("ab")
+            self.proc = subprocess.Popen(
+                [
+                    str(self.quix),
+                    # As a module from the top level: run as a script, benchmarks/calendar.py
+                    # would shadow the standard library's calendar.
+                    "-m",
+                    "benchmarks.quix_job",
+                    "--broker",
+                    self.settings.kafka_bootstrap,
+                    "--mongo",
+                    self.settings.mongo_url or "",
+                    "--db",
+                    self.settings.db,
+                    "--topic",
+                    self.topic,
+                    "--group",
+                    self.settings.group_id,
+                    "--guarantee",
+                    guarantee,
+                    "--fields",
+                    json.dumps(names),
+                    "--state-dir",
+                    str(self.settings.home / "quix-state" / self.tag),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=REPO,
+            )
+        else:
+            self.worker = WorkerProcess(self.settings, f"peers-{self.tag}").start()
+
+    @property
+    def pid(self) -> int:
+        if self.proc is not None:
+            return self.proc.pid
+        assert self.worker is not None
+        return self.worker.pid
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return self.worker is not None and self.worker.alive()
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+        elif self.worker is not None:
+            self.worker.terminate()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self.worker is not None:
+            self.worker.terminate()
+
+    def upserts(self, db: Any) -> int:
+        if self.system.startswith("quix"):
+            doc = db["peer_stats"].find_one({"_id": "quix"}) or {}
+            return int(doc.get("upserts", 0))
+        return sum(
+            int(d.get("docs", 0)) for d in db[OFFSETS_COLLECTION].find({"group": self.settings.group_id})
+        )
+
+
+def services_cpu(svc: EmbeddedServices) -> dict[str, float]:
+    """CPU seconds of the broker and of the store, by name."""
+    return {name: cpu_seconds(p.pid) for name, p in svc._procs.items() if p.poll() is None}
+
+
+def measure(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[str, Any]:
+    """Start ``run``, wait until the store holds ``want`` events, then stop and audit."""
+    client: MongoClient[dict[str, Any]] = MongoClient(run.settings.mongo_url)
+    db = client[run.settings.db]
+    s0 = services_cpu(run.svc)
+    began = time.perf_counter()
+    run.start()
+    cpu = 0.0
+    try:
+        deadline = began + timeout
+        total = 0
+        while time.perf_counter() < deadline and run.alive():
+            cpu = cpu_seconds(run.pid)
+            total = stored_total(db)
+            if total >= want:
+                break
+            time.sleep(0.25)
+        took = time.perf_counter() - began
+        s1 = services_cpu(run.svc)
+        services = {name: round(s1[name] - s0.get(name, 0.0), 1) for name in s1}
+    finally:
+        run.stop()
+    audit = mismatched_cells(db, truth)
+    out = {
+        "system": run.system,
+        "seconds": round(took, 2),
+        "events_per_s": round(sum(truth.values()) / took) if total >= want else None,
+        "done": total >= want,
+        "cpu_s_process": round(cpu, 1),
+        **{f"cpu_s_{name}": v for name, v in services.items()},
+        "upserts": run.upserts(db),
+        **audit,
+    }
+    client.close()
+    return out
+
+
+def killed(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[str, Any]:
+    """Kill -9 once half is stored, restart, wait until the store stops changing, audit."""
+    client: MongoClient[dict[str, Any]] = MongoClient(run.settings.mongo_url)
+    db = client[run.settings.db]
+    run.start()
+    try:
+        deadline = time.perf_counter() + timeout
+        while stored_total(db) < want // 2 and time.perf_counter() < deadline and run.alive():
+            time.sleep(0.1)
+        run.kill()
+        run.start()
+        last, still = -1, time.perf_counter()
+        while time.perf_counter() < deadline:
+            total = stored_total(db)
+            if total != last:
+                last, still = total, time.perf_counter()
+            elif total >= want and time.perf_counter() - still > 15:
+                break
+            time.sleep(0.5)
+    finally:
+        run.stop()
+    out = {"system": run.system, **mismatched_cells(db, truth), "expected_events": sum(truth.values())}
+    client.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--systems", nargs="*", default=["preagg", "preagg-packed", "quix-alo", "quix-eos"])
+    ap.add_argument("--reps", type=int, default=2, help="alternating repetitions of each system")
+    ap.add_argument("--kill", action="store_true", help="also one kill -9 run of each system per shape")
+    ap.add_argument("--quix-venv", type=Path, default=REPO / ".venv-quix")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--out", default="bench-results/peers.json")
+    args = ap.parse_args()
+    quix = quix_python(args.quix_venv) if any(s.startswith("quix") for s in args.systems) else None
+    results: dict[str, Any] = header(" ".join(sys.argv))
+    results["events"] = args.events
+    end = time.time() - 3 * 3600  # in the past: the ticks an hour later stay behind the clock
+    with embedded("preagg-peers-", partitions=PARTITIONS) as (base, svc):
+        for name in args.shapes:
+            shape = SHAPES[name]
+            lines, truth = generate(shape, args.events, end)
+            tick = ticks(end)
+            single, packed = f"peers-{name}-single", f"peers-{name}-packed"
+            for topic, pack in ((single, 1), (packed, 100)):
+                asyncio.run(create_topic(base, topic))
+                asyncio.run(send_lines(base, topic, lines, pack))
+                asyncio.run(send_lines(base, topic, tick, 1))
+            with_ticks = truth + Counter(
+                {(TICK_SITE, json.loads(v)["page"], int((end + 3600) // 60)): 1 for v, _ in tick}
+            )
+            rows: list[dict[str, Any]] = []
+            for rep in range(args.reps):
+                for system in args.systems:
+                    topic = packed if system == "preagg-packed" else single
+                    run = Run(system, base, topic, f"{name}-{system}-{rep}".replace("-", "_"), svc, quix)
+                    want = sum(truth.values()) + (len(tick) if system.startswith("preagg") else 0)
+                    row = measure(run, truth, want, args.timeout)
+                    row.update(shape=name, rep=rep, live_pages=len({(s, p) for s, p, _ in truth}))
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+            results[name] = {"shape": shape.__dict__, "runs": rows}
+            if args.kill:
+                kills = []
+                for system in args.systems:
+                    topic = packed if system == "preagg-packed" else single
+                    run = Run(system, base, topic, f"{name}-{system}-kill".replace("-", "_"), svc, quix)
+                    want = sum(truth.values()) + (len(tick) if system.startswith("preagg") else 0)
+                    row = killed(run, truth, want, args.timeout)
+                    print(json.dumps(row), flush=True)
+                    kills.append(row)
+                results[name]["kill"] = kills
+            del with_ticks
+    write_results(results, args.out)
+
+
+if __name__ == "__main__":
+    main()
