@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile chaos clean
+.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,9 @@ bench-api: $(STAMP) browser  ## query API p50/p99 per endpoint on 200 pages x 30
 
 bench-hostile: $(STAMP)  ## name-store bursts (100 new sites x 32 new properties): flush durations; 32 concurrent API clients under the concurrency bound
 	$(PY) -m benchmarks.hostile --out bench-results/hostile.json
+
+bench-peers: $(STAMP)  ## preagg against Quix Streams (own venv .venv-quix): hot keys, 10k and 100k live Zipf pages, kill -9
+	$(PY) -m benchmarks.peers --reps 2 --kill --out bench-results/peers.json
 
 chaos: $(STAMP)  ## kill -9 / injected crashes / scaling during ingest, 5 seeds; then the store down 90 s during a scale-up and one poison event per 1,000; mismatches must be 0
 	$(PY) -m benchmarks.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json

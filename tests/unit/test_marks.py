@@ -1,0 +1,232 @@
+"""Idempotent writes without servers: marks, merged plans, and a cut-short flush written again.
+
+The store is an in-memory model of MongoDB's side of the protocol with idempotent
+writes (intent, marked single-document upserts, finish: docs/exactly-once.md); the
+real store is exercised by the integration and chaos tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from pipeline.core.marks import MARKS, mark_key, marked
+from pipeline.core.updates import DocUpdate, merge_sources, split_wide
+from pipeline.kinds.hits.aggregate import HitCounts
+from pipeline.kinds.hits.decode import HitDecoder
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.store.offsets import Committed, Fence, FenceConflict, Pending
+from pipeline.worker.deadletter import DeadLetter
+from pipeline.worker.flusher import Flusher
+
+P0, P1 = ("hits", 0), ("hits", 1)
+
+
+class Died(BaseException):
+    """The worker dies mid-flush (not an error its retry loop would catch)."""
+
+
+class MarkStore:
+    """Documents with marks and ledgers with intents, each update atomic on one document."""
+
+    exactly_once = True
+
+    def __init__(self) -> None:
+        self.docs: dict[Any, dict[str, Any]] = {}
+        self.ledgers: dict[tuple[str, int], dict[str, Any]] = {}
+        #: Upserts applied before the worker dies (``None``: never).
+        self.die_after: int | None = None
+        #: Upserts applied before the store stops answering, once (``None``: never).
+        self.down_after: int | None = None
+        self.duplicates = 0
+
+    async def load_positions(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        return {tp: self.ledgers.get(tp, {}).get("next") for tp in tps}
+
+    async def pending(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Pending]:
+        out = {}
+        for tp in tps:
+            led = self.ledgers.get(tp, {})
+            if "pending" in led:
+                p = led["pending"]
+                start = led.get("next", p["begin"])
+                out[tp] = Pending(p["flush"], led["seq"], start, p["end"])
+        return out
+
+    async def commit(
+        self,
+        updates: Sequence[DocUpdate],
+        fences: Sequence[Fence],
+        flush_id: str,
+        token: str | None = None,
+        marked_writes: bool = False,
+        **kw: Any,
+    ) -> Committed:
+        assert kw.get("marked", marked_writes), "hits flushes are idempotent writes"
+        seqs = {}
+        for f in fences:
+            tp = (f.topic, f.partition)
+            led = self.ledgers.setdefault(tp, {"seq": 0})
+            if "pending" in led and led["pending"]["flush"] == flush_id:
+                seqs[tp] = led["seq"]
+            elif "pending" not in led and led.get("next") == f.expected:
+                led["seq"] += 1
+                led["pending"] = {"flush": flush_id, "end": f.next, "begin": f.begin}
+                seqs[tp] = led["seq"]
+            else:
+                raise FenceConflict([(f, led.get("next"))])
+        for n, u in enumerate(updates):
+            if self.die_after is not None and n >= self.die_after:
+                self.die_after = None
+                raise Died
+            if self.down_after is not None and n >= self.down_after:
+                self.down_after = None
+                raise ConnectionError("store down")
+            flt, update = marked(u, {"$inc": u.inc}, seqs)
+            doc = self.docs.setdefault(u.id, {MARKS: {}, "inc": Counter()})
+            applied = any(
+                doc[MARKS].get(path.split(".", 1)[1], 0) >= cond["$not"]["$gte"]
+                for path, cond in flt.items()
+                if path.startswith(MARKS + ".")
+            )
+            if applied:
+                self.duplicates += 1
+                continue
+            doc["inc"].update(update["$inc"])
+            for path, seq in update["$set"].items():
+                doc[MARKS][path.split(".", 1)[1]] = seq
+        for f in fences:
+            led = self.ledgers[(f.topic, f.partition)]
+            led.pop("pending")
+            led.update(next=f.next, flush=flush_id)
+        return Committed(False, 10 * len(updates))
+
+    async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
+        raise AssertionError("idempotent writes never ask for a commit's outcome")
+
+    def total(self) -> int:
+        return sum(d["inc"]["total"] for k, d in self.docs.items() if len(str(k).split("/")[0]) == 8)
+
+
+def hit(ts: int, page: str = "/") -> bytes:
+    return b'{"site":"s","page":"%s","ts":%d}' % (page.encode(), ts)
+
+
+def flusher(
+    store: MarkStore, log: list[Any], records: dict[tuple[str, int], list[Any]]
+) -> Flusher[HitCounts]:
+    async def send_dead(letters: Sequence[DeadLetter]) -> None:
+        log.append(("dead", len(letters)))
+
+    async def ack(handles: Sequence[object]) -> None:
+        log.extend(("ack", h) for h in handles)
+
+    async def read_range(tp: tuple[str, int], start: int | None, end: int) -> list[Any]:
+        log.append(("read", tp, start, end))
+        return [(o, v, 0) for o, v in records[tp] if (start is None or o >= start) and o < end]
+
+    dec = HitDecoder(1000, 300, clock=lambda: 2e9)
+    return Flusher(
+        "hits",
+        lambda: HitCounts(dec, hits_fields("readable")),
+        store,  # type: ignore[arg-type]
+        send_dead,
+        ack,
+        max_pending_keys=10_000,
+        max_backoff=0.01,
+        marked=True,
+        read_range=read_range,
+    )
+
+
+def test_a_document_of_two_partitions_is_one_update_with_both_marks() -> None:
+    a = DocUpdate("c", "d", {"m": 1}, {"t": 2}, sources=(P0,))
+    b = DocUpdate("c", "d", {"m": 1}, {"t": 3, "h.1": 3}, sources=(P1,))
+    other = DocUpdate("c", "e", {}, {"t": 1}, sources=(P1,))
+    merged = merge_sources([a, b, other])
+    assert [(u.id, u.inc, u.sources) for u in merged] == [
+        ("d", {"t": 5, "h.1": 3}, (P0, P1)),
+        ("e", {"t": 1}, (P1,)),
+    ]
+    flt, update = marked(merged[0], {"$inc": merged[0].inc}, {P0: 7, P1: 3})
+    assert flt == {
+        "_id": "d",
+        f"{MARKS}.hits|0": {"$not": {"$gte": 7}},
+        f"{MARKS}.hits|1": {"$not": {"$gte": 3}},
+    }
+    assert update["$set"] == {f"{MARKS}.hits|0": 7, f"{MARKS}.hits|1": 3}
+
+
+def test_wide_merged_documents_stay_apart_and_split_parts_have_marks_of_their_own() -> None:
+    a = DocUpdate("c", "d", {}, {f"n.{i}": 1 for i in range(3)}, sources=(P0,))
+    b = DocUpdate("c", "d", {}, {f"n.{i}": 1 for i in range(3, 6)}, sources=(P1,))
+    kept = merge_sources([a, b], max_fields=4)  # merged it would be 6 fields: split differently
+    assert [u.sources for u in kept] == [(P0,), (P1,)]
+    parts = split_wide([DocUpdate("c", "d", {}, {f"n.{i}": 1 for i in range(5)}, sources=(P0,))], 2)
+    assert [u.part for u in parts] == [0, 1, 2]
+    keys = {next(k for k in marked(u, {}, {P0: 1})[0] if k.startswith(MARKS)) for u in parts}
+    assert keys == {f"{MARKS}.hits|0", f"{MARKS}.hits|0~1", f"{MARKS}.hits|0~2"}
+
+
+def test_mark_keys_escape_dots_of_topic_names() -> None:
+    assert mark_key("web.hits", 3) == "web%2Ehits|3"
+    assert mark_key("hits", 0, part=2) == "hits|0~2"
+
+
+def test_a_flush_cut_short_is_written_again_by_the_next_owner_exactly_once() -> None:
+    """Keyless: one page's hits on two partitions. The worker dies after one upsert of its
+    flush; the next owner finds the intents, reads both ranges again and counts each hit once."""
+    records = {
+        P0: [(o, hit(60 * o, f"/p{o % 3}")) for o in range(6)],
+        P1: [(o, hit(60 * o + 1, f"/p{o % 3}")) for o in range(5)],
+    }
+    store, log = MarkStore(), []
+
+    async def first() -> None:
+        f = flusher(store, log, records)
+        for tp, recs in records.items():
+            await f.receive_many(tp, [(o, v, f"{tp[1]}:{o}", 0) for o, v in recs])
+        store.die_after = 1
+        with pytest.raises(Died):
+            await f.flush()
+
+    asyncio.run(first())
+    assert all("pending" in store.ledgers[tp] for tp in records), "the intents stay"
+    assert 0 < store.total() < 11, "part of the flush was written"
+    assert not [e for e in log if e[0] == "ack"], "nothing acked"
+
+    async def successor() -> None:
+        f = flusher(store, log, records)
+        await f.load_positions([P0, P1])
+        # Redelivered messages below the ledgers' new positions are skipped, not counted.
+        for tp, recs in records.items():
+            await f.receive_many(tp, [(o, v, f"again-{tp[1]}:{o}", 0) for o, v in recs])
+        await f.flush()
+        assert f.stats.redone == 2
+
+    asyncio.run(successor())
+    assert store.total() == 11
+    assert store.duplicates > 0, "documents written before the death answered 'already applied'"
+    assert {tp: led["next"] for tp, led in store.ledgers.items()} == {P0: 6, P1: 5}
+    assert not any("pending" in led for led in store.ledgers.values())
+    assert ("read", P0, 0, 6) in log and ("read", P1, 0, 5) in log  # from each intent's first offset
+
+
+def test_a_retried_flush_writes_nothing_twice() -> None:
+    """A failed flush retried as it was (same id, same sequence): applied documents are skipped."""
+    records = {P0: [(o, hit(60 * o, f"/p{o}")) for o in range(4)]}
+    store, log = MarkStore(), []
+
+    store.down_after = 3  # three upserts, then the store stops answering; the flusher retries
+
+    async def go() -> None:
+        f = flusher(store, log, records)
+        await f.receive_many(P0, [(o, v, o, 0) for o, v in records[P0]])
+        await f.flush()
+
+    asyncio.run(go())
+    assert store.total() == 4 and store.duplicates == 3
