@@ -57,6 +57,7 @@ async def group_status(
                 "lag": max(0, p.end - position),
                 "events": doc.get("events", 0),
                 "worker": doc.get("worker"),
+                "worker_rss_mb": round(doc["rss"] / 1e6) if doc.get("rss") else None,
                 "last_flush": doc.get("at"),
                 "diverged": (doc.get("diverged") or {}).get("reason"),
             }
@@ -101,7 +102,10 @@ def status_text(st: dict[str, Any], now: float | None = None) -> str:
         out.append(
             f"  {p['topic']}[{p['partition']}] end={p['end']} mongo={p['mongo_position']} "
             f"kafka={p['kafka_committed']} lag={p['lag']} events={p['events']} "
-            f"last writer={p['worker']} ({flushed})" + (" DIVERGED" if p.get("diverged") else "")
+            f"last writer={p['worker']} ({flushed}"
+            + (f", {p['worker_rss_mb']} MB resident" if p.get("worker_rss_mb") else "")
+            + ")"
+            + (" DIVERGED" if p.get("diverged") else "")
         )
     dl = st["deadletters"]
     out.append(f"dead letters: {sum(dl.values())} counted, {st['deadletter_topic_messages']} on the topic")

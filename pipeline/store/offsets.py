@@ -65,6 +65,8 @@ class Fence:
     #: The batch's first offset on this partition (an intent records it: with no
     #: ledger yet, ``expected`` is ``None`` and the range to write again starts here).
     begin: int | None = None
+    #: The writing worker's resident memory, bytes (stored as the ledger's ``rss``).
+    rss: int | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,7 @@ def offset_doc_update(
                 "at": now,
                 "worker": worker,
                 **({"last": dict(fence.last)} if fence.last is not None else {}),
+                **({"rss": fence.rss} if fence.rss is not None else {}),
             },
             "$inc": inc,
         },

@@ -45,6 +45,7 @@ from pipeline.worker.bounds import CommitBound
 from pipeline.worker.cursors import Positions
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.exits import EXIT_FENCED, exit_now
+from pipeline.worker.memory import rss_bytes
 
 log = logging.getLogger("preagg.flush")
 
@@ -595,6 +596,8 @@ class Flusher(Generic[A]):
             rtp, cut = redo
             base = next((f for f in fences if (f.topic, f.partition) == rtp), Fence(*rtp, cut.start, cut.end))
             fences = [replace(base, expected=cut.start, next=cut.end)]
+        rss = rss_bytes()
+        fences = [replace(f, rss=rss) for f in fences]
         plan = split_wide(plan, self.max_fields_per_update)
         if batch.dead and not batch.dead_sent:
             await self._retry("dead-letter send", lambda: self._send_dead(batch.dead), batch.events)

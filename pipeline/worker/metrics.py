@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from pipeline.worker.flusher import LATENCY_BUCKETS, Flusher
+from pipeline.worker.memory import rss_bytes
 
 #: ``(topic, partition) -> messages behind the partition's end`` for assigned partitions.
 LagSource = Callable[[], dict[tuple[str, int], int]]
@@ -198,7 +199,12 @@ class WorkerCollector(Collector):
         for (topic, partition), n in sorted(self.lag().items()):
             lag.add_metric([topic, str(partition)], n)
         yield from (events, skipped, rejected, flushes, retries, docs, latency, pending, bound, paused)
-        yield from (paused_s, since, lag)
+        rss = GaugeMetricFamily(
+            "preagg_worker_rss_bytes",
+            "Resident memory of the worker (its batches are bounded by PREAGG_MAX_PENDING_KEYS)",
+        )
+        rss.add_metric([], rss_bytes())
+        yield from (paused_s, since, lag, rss)
         yield from (family for family, _ in commit_series)
         for more in self.extra:
             yield from more()
