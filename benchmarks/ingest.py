@@ -40,6 +40,8 @@ from pymongo import MongoClient
 from benchmarks.common import add_data_option, cpu_seconds, embedded, header, use_data, write_results
 from benchmarks.common import step as run_step
 from benchmarks.hits import access_log, realtime_events
+from benchmarks.peers import SHAPES
+from benchmarks.peers import generate as peer_events
 from benchmarks.steady import FLUSHED, metric
 from pipeline.core.shippers import SHIPPERS, envelope
 from pipeline.files import lines, shipped
@@ -107,6 +109,7 @@ def worker_run(
             time.sleep(0.02)
         else:
             raise RuntimeError(f"{name}: {counted} of {total} events counted after 900 s")
+        upserts = sum(int(d.get("docs", 0)) for d in ledger.find({"group": settings.group_id}))
         bodies = []
         for port in ports:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
@@ -132,6 +135,7 @@ def worker_run(
         "failed_commits": int(sum(metric(b, "preagg_commit_failures_total", "hits") or 0 for b in bodies)),
         "flushes": len(flushes),
         "slowest_flush_s": max(flushes, default=0.0),
+        "upserts": upserts,
     }
 
 
@@ -318,6 +322,16 @@ def main() -> None:
             "filebeat_clf",
             "worker, Filebeat envelopes around access-log lines, keyless",
             lambda: worker_run(base, "filebeat", beats, 1, format="filebeat", site_field="host"),
+        )
+        # Many live documents: 10,000 Zipf pages (50 sites x 200) over 50 minutes. A shape
+        # where few documents are live hid that batches sealed at 2,000 documents rewrote
+        # each document every couple of events (issue 28): upserts are reported.
+        zipf, _ = peer_events(SHAPES["zipf10k"], args.single, time.time() - 3 * 3600)
+        step(
+            results,
+            "single_keyed_10k_pages",
+            "worker, one event per message, keyed, 10,000 live Zipf pages",
+            lambda: worker_run(base, "zipf10k", zipf, 1),
         )
         packed = realtime_events(args.packed, seed=2)
         step(
