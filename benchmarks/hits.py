@@ -133,8 +133,17 @@ def pipeline_run(
     }
 
 
-async def _freshness(settings: Settings, rate: float, seconds: float, probes_per_s: float) -> list[float]:
-    """Send background traffic at ``rate`` events/s plus probe events on unique pages; time their arrival."""
+async def freshness_probes(
+    settings: Settings,
+    rate: float,
+    seconds: float,
+    probes_per_s: float,
+    background: list[tuple[bytes, bytes]] | None = None,
+) -> list[float]:
+    """Send background traffic at ``rate`` events/s plus probe events on unique pages; time their arrival.
+
+    ``background``: the events to offer (default: 3 sites x 200 pages over the last minute).
+    """
     sent: dict[str, float] = {}
     seen: dict[str, float] = {}
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
@@ -147,7 +156,7 @@ async def _freshness(settings: Settings, rate: float, seconds: float, probes_per
             seen.setdefault(page, time.time())
 
     async with EventProducer(settings, settings.topic("hits"), pack_size=100) as p:
-        bg = realtime_events(int(rate * seconds), seed=5, span=60)
+        bg = background if background is not None else realtime_events(int(rate * seconds), seed=5, span=60)
         step = 1 / rate
         t0 = time.time()
         i = 0
@@ -183,7 +192,7 @@ def freshness_run(base: Settings, rate: float = 5000, seconds: float = 20) -> di
     worker = WorkerProcess(settings, "bench-fresh").start()
     try:
         asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120, poll=0.2))
-        lat = asyncio.run(_freshness(settings, rate, seconds, probes_per_s=5))
+        lat = asyncio.run(freshness_probes(settings, rate, seconds, probes_per_s=5))
     finally:
         worker.terminate()
     lat.sort()

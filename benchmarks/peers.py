@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pymongo import MongoClient
 
 from benchmarks.common import cpu_seconds, embedded, header, write_results
+from benchmarks.hits import freshness_probes
+from benchmarks.steady import flush_figures
 from pipeline.kafka.admin import partition_for
 from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kafka.producer import send_lines
@@ -39,7 +42,8 @@ from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.layout import indexes as hits_indexes
-from pipeline.services.embedded import EmbeddedServices
+from pipeline.ops.lag import wait_caught_up
+from pipeline.services.embedded import EmbeddedServices, free_port
 from pipeline.settings import Settings
 from pipeline.store.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
@@ -330,6 +334,45 @@ def killed(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[st
     return out
 
 
+def live(base: Settings, shape: str, rate: int, seconds: float) -> dict[str, Any]:
+    """A live stream over ``shape``'s pages at ``rate`` events/s: freshness, flushes, upserts/s, memory."""
+    settings = base.with_(db=f"peers_live_{shape}", group_id=f"peers-live-{shape}", kinds=("hits",))
+    settings = settings.with_stream(HITS, topic=f"peers-live-{shape}")
+    web = free_port()
+    n = int(rate * seconds)
+    background, truth = generate(SHAPES[shape], n, time.time() - 60, seed=11)
+    asyncio.run(send_lines(settings, settings.topic("hits"), background[:1], 1))
+    worker = WorkerProcess(settings.with_(web_port=web), f"peers-live-{shape}").start()
+    client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
+    ledger = client[settings.db][OFFSETS_COLLECTION]
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120, poll=0.2))
+        docs0 = sum(int(d.get("docs", 0)) for d in ledger.find({"group": settings.group_id}))
+        began = time.perf_counter()
+        lat = asyncio.run(freshness_probes(settings, rate, seconds, 2, background))
+        took = time.perf_counter() - began
+        docs1 = sum(int(d.get("docs", 0)) for d in ledger.find({"group": settings.group_id}))
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10) as r:
+            body = r.read().decode()
+    finally:
+        worker.terminate()
+        client.close()
+    lat.sort()
+    rss = next(float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith("preagg_worker_rss_bytes"))
+    return {
+        "shape": shape,
+        "live_pages": len({(s, p) for s, p, _ in truth}),
+        "rate": rate,
+        "seconds": round(took),
+        "freshness_p50_s": round(lat[len(lat) // 2], 2) if lat else None,
+        "freshness_p99_s": round(lat[max(0, int(len(lat) * 0.99) - 1)], 2) if lat else None,
+        "probes": len(lat),
+        "upserts_per_s": round((docs1 - docs0) / took),
+        "worker_rss_mb": round(rss / 1e6),
+        **flush_figures(worker.log_path.read_text(), "hits"),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=300_000)
@@ -339,6 +382,11 @@ def main() -> None:
     ap.add_argument("--kill", action="store_true", help="also one kill -9 run of each system per shape")
     ap.add_argument("--quix-venv", type=Path, default=REPO / ".venv-quix")
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument(
+        "--live", nargs="*", default=[], choices=list(SHAPES), help="live streams over these shapes"
+    )
+    ap.add_argument("--live-rate", type=int, default=5000, help="events/s of the live streams")
+    ap.add_argument("--live-seconds", type=float, default=300.0)
     ap.add_argument("--out", default="bench-results/peers.json")
     args = ap.parse_args()
     quix = quix_python(args.quix_venv) if any(s.startswith("quix") for s in args.systems) else None
@@ -380,6 +428,10 @@ def main() -> None:
                     kills.append(row)
                 results[name]["kill"] = kills
             del with_ticks
+        for name in args.live:
+            row = live(base, name, args.live_rate, args.live_seconds)
+            print(json.dumps(row), flush=True)
+            results.setdefault("live", []).append(row)
     write_results(results, args.out)
 
 
