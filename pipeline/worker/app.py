@@ -52,6 +52,9 @@ log = logging.getLogger("preagg.worker")
 
 #: A bound that never seals a batch (idempotent writes: see build_app).
 UNBOUNDED = 1 << 62
+#: Messages behind the partitions' ends past which a worker is catching up a backlog
+#: (Settings.backlog_flush_interval).
+BACKLOG_MESSAGES = 1000
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
@@ -219,6 +222,19 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             settings.web_port or "off",
         )
 
+    def catching_up(f: Flusher[Any]) -> bool:
+        """Far behind the partitions' ends with a young batch: not worth a flush yet."""
+        if settings.backlog_flush_interval <= 0 or f.batch_age() >= settings.backlog_flush_interval:
+            return False
+        consumer = app.consumer
+        behind = 0
+        for tp in consumer.assignment():
+            hw = consumer.highwater(tp)
+            got = f.consumed.get((tp.topic, tp.partition))
+            if hw is not None and got is not None:
+                behind += max(0, hw - got)
+        return behind > BACKLOG_MESSAGES
+
     async def flush_forever() -> None:
         # Flushes start every flush_interval, counted from start to start: waiting a
         # full interval after a slow flush ended would add the flush's duration to
@@ -236,7 +252,10 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
                     await f.run_flush(sealed_only=True)
                 continue
             for f in flushers:
-                await f.run_flush()
+                if catching_up(f):
+                    await f.run_flush(sealed_only=True)  # let the batch grow: one write per document
+                else:
+                    await f.run_flush()
             next_at = max(next_at + settings.flush_interval, loop.time())
 
     # Not a Faust timer: Faust cancels its timers when it stops, before it waits for

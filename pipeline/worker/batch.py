@@ -12,6 +12,7 @@ first half ends where the second starts, so both fences stay exact.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -62,6 +63,8 @@ class PendingBatch(Generic[A]):
     dead_sent: bool = False
     #: Per partition, the last message's timestamp and lines (its fingerprint is made once, at commit).
     last: dict[TP, tuple[int, list[bytes]]] = field(default_factory=dict)
+    #: When the first message was taken (monotonic seconds; 0: empty).
+    opened: float = 0.0
     #: One aggregate per source partition (idempotent writes), made by :attr:`factory`.
     by_tp: dict[TP, A] | None = None
     factory: Callable[[], A] | None = None
@@ -89,6 +92,8 @@ class PendingBatch(Generic[A]):
         """
         if tp not in self.start:
             self.start[tp] = start
+        if not self.opened:
+            self.opened = time.monotonic()
         ingest, part = self._aggregate_of(tp).ingest, tp[1]
         for i, raw in enumerate(lines):
             try:

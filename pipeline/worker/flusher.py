@@ -431,6 +431,10 @@ class Flusher(Generic[A]):
             return list(unpack(value))
         return [value] if value.strip() else []  # one event: plain clients and log shippers
 
+    def batch_age(self) -> float:
+        """Seconds since the batch being filled took its first message (0: empty)."""
+        return time.monotonic() - self.batch.opened if self.batch.opened else 0.0
+
     def pending_keys(self) -> int:
         """Items in memory: the batch being filled, the sealed ones and the one being written."""
         return sum(b.pending_keys() for b in self._uncommitted())
