@@ -232,8 +232,11 @@ class Settings:
     #: (each flush writes every touched document once). Longer: fewer, larger writes.
     flush_interval: float = 1.0
     #: A flush also starts once this many distinct (site, page, minute) keys are
-    #: pending; bounds worker memory when traffic is wide.
-    max_pending_keys: int = 100_000
+    #: pending; bounds worker memory when traffic is wide (about 370 bytes per hits key,
+    #: measured: 400,000 keys ~150 MB). With idempotent writes it is the size bound of a
+    #: batch: a backlog whose keys fit in it is written once per document; twice the keys,
+    #: about twice the writes (docs/benchmarks.md). Lower for small containers.
+    max_pending_keys: int = 400_000
     #: While a worker is behind its partitions' ends by more than 1,000 messages (catching
     #: up a backlog: a restart, a new group, a replay), a batch is flushed when it reaches
     #: ``max_pending_keys`` or is this many seconds old, not every ``flush_interval``: each
