@@ -252,7 +252,8 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
                     await f.run_flush(sealed_only=True)
                 continue
             for f in flushers:
-                if catching_up(f):
+                f.deferring = catching_up(f)
+                if f.deferring:
                     await f.run_flush(sealed_only=True)  # let the batch grow: one write per document
                 else:
                     await f.run_flush()
@@ -305,7 +306,9 @@ def _add_web_pages(
         return self.bytes(exposition(collector), content_type=CONTENT_TYPE)
 
     async def ready(view: faust.web.View) -> faust.web.Response:
-        verdict = health(flushers, settings.health_max_flush_age, started)
+        verdict = health(
+            flushers, settings.health_max_flush_age, started, backlog_interval=settings.backlog_flush_interval
+        )
         verdict["worker"] = settings.worker_id
         verdict["assigned"] = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
         return view.json(verdict, status=200 if verdict["ok"] else 503)

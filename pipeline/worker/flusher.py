@@ -201,6 +201,8 @@ class Flusher(Generic[A]):
         #: aggregate per source partition, marked upserts, a cut-short flush written again.
         self.marked = marked and sink.exactly_once
         self._read_range = read_range
+        #: Set by the flush loop while it lets the batch grow through a backlog (for /health).
+        self.deferring = False
         self._factory = factory
         self.sink = sink
         #: The sink's mode, read once: it is consulted for every message.

@@ -219,10 +219,18 @@ def exposition(collector: WorkerCollector) -> bytes:
 
 
 def health(
-    flushers: Iterable[Flusher[Any]], max_flush_age: float, started: float, now: float | None = None
+    flushers: Iterable[Flusher[Any]],
+    max_flush_age: float,
+    started: float,
+    now: float | None = None,
+    backlog_interval: float = 0.0,
 ) -> dict[str, Any]:
     """``{"ok": bool, ...}``: unhealthy when data waits and no flush succeeded for ``max_flush_age`` s,
-    or when the flush running now has run longer than that."""
+    or when the flush running now has run longer than that.
+
+    A stream catching up a backlog defers its flushes on purpose (``backlog_interval``,
+    ``PREAGG_BACKLOG_FLUSH_INTERVAL``): its data may wait that much longer.
+    """
     now = time.time() if now is None else now
     streams = {}
     ok = True
@@ -232,13 +240,15 @@ def health(
         running = now - s.flush_started_at if s.flush_started_at is not None else 0.0
         # A flush running longer than the bound is stale too: the name store or the store
         # holding one flush for a minute must not read "ok" until it ends.
-        stale = (f.pending_keys() > 0 and age > max_flush_age) or running > max_flush_age
+        allowed = max_flush_age + (backlog_interval if f.deferring else 0.0)
+        stale = (f.pending_keys() > 0 and age > allowed) or running > max_flush_age
         ok = ok and not stale and not f.diverged
         streams[f.stream] = {
             "pending": f.pending_keys(),
             "seconds_since_flush": round(age, 3),
             "flush_running_seconds": round(running, 3),
             "paused": s.paused_since is not None,
+            "catching_up": f.deferring,
             "stale": stale,
             "sealed_batches": len(f.sealed),
             "commit_docs_limit": f.bound.docs_limit,

@@ -685,3 +685,16 @@ def test_health_reports_a_flush_running_longer_than_its_bound() -> None:
     f.stats.flush_started_at = now - 31  # the one running now began 31 s ago
     verdict = health([f], 30.0, now - 100, now=now)
     assert not verdict["ok"] and verdict["streams"]["hits"]["flush_running_seconds"] == 31.0
+
+
+def test_health_allows_a_backlog_its_deferred_flushes() -> None:
+    """Catching up, a stream flushes every PREAGG_BACKLOG_FLUSH_INTERVAL: not stale for that."""
+    from pipeline.worker.metrics import health
+
+    f, _, _ = make()
+    asyncio.run(feed(f, range(3)))
+    now = 1_000_000.0
+    f.stats.last_flush_at = now - 40
+    assert not health([f], 30.0, now - 100, now=now, backlog_interval=20.0)["ok"]
+    f.deferring = True
+    assert health([f], 30.0, now - 100, now=now, backlog_interval=20.0)["ok"]
