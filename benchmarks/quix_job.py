@@ -30,6 +30,15 @@ def escape_part(text: str) -> str:
     return text.replace("%", "%25").replace("/", "%2F")
 
 
+Docs = dict[str, tuple[dict[str, Any], dict[str, int]]]
+
+
+def counters(docs: Docs, f: dict[str, str], doc_id: str, site: str, page: str) -> dict[str, int]:
+    """The ``$inc`` counters of one document of the batch (its site and page as the filter's equalities)."""
+    meta = {f"{f['metadata']}.{f['site']}": site, f"{f['metadata']}.{f['page']}": page}
+    return docs.setdefault(doc_id, (meta, defaultdict(int)))[1]
+
+
 class MongoIncSink(BatchingSink):  # type: ignore[misc]
     """``$inc`` upserts of the daily and monthly documents of a batch of final windows."""
 
@@ -41,8 +50,8 @@ class MongoIncSink(BatchingSink):  # type: ignore[misc]
 
     def write(self, batch: SinkBatch) -> None:
         fd, fm = self.f["daily"], self.f["monthly"]
-        daily: dict[str, tuple[dict[str, Any], dict[str, int]]] = {}
-        monthly: dict[str, tuple[dict[str, Any], dict[str, int]]] = {}
+        daily: Docs = {}
+        monthly: Docs = {}
         for item in batch:
             site, _, page = item.key.decode().partition("\x00")
             if site == TICK_SITE:
@@ -50,21 +59,11 @@ class MongoIncSink(BatchingSink):  # type: ignore[misc]
             start = datetime.fromtimestamp(item.value["start"] / 1000, UTC)
             n = int(item.value["value"])
             day = start.date()
-            did = f"{day:%Y%m%d}/{escape_part(site)}/{page}"
-            meta = {
-                f"{fd['metadata']}.{fd['site']}": site,
-                f"{fd['metadata']}.{fd['page']}": page,
-            }
-            _, inc = daily.setdefault(did, (meta, defaultdict(int)))
+            inc = counters(daily, fd, f"{day:%Y%m%d}/{escape_part(site)}/{page}", site, page)
             inc[fd["total"]] += n
             inc[f"{fd['hourly']}.{start.hour}"] += n
             inc[f"{fd['minute']}.{start.hour}.{start.minute}"] += n
-            mid = f"{day:%Y%m}/{escape_part(site)}/{page}"
-            mmeta = {
-                f"{fm['metadata']}.{fm['site']}": site,
-                f"{fm['metadata']}.{fm['page']}": page,
-            }
-            _, minc = monthly.setdefault(mid, (mmeta, defaultdict(int)))
+            minc = counters(monthly, fm, f"{day:%Y%m}/{escape_part(site)}/{page}", site, page)
             minc[fm["total"]] += n
             minc[f"{fm['daily']}.{day.day}"] += n
         written = 0
