@@ -148,3 +148,7 @@ class Kind(Generic[S]):
     def api_routes(self, settings: Settings) -> list[Route]:
         """The kind's read-only endpoints of ``preagg serve``: its queries over HTTP (default: none)."""
         return []
+
+    async def status_notes(self, db: AsyncDatabase[dict[str, Any]], settings: Settings) -> list[str]:
+        """Lines ``preagg status`` adds for this kind (hits: days with pages past the cap)."""
+        return []

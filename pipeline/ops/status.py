@@ -14,7 +14,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.kinds import stream_topics
+from pipeline.kinds import kind_named, stream_topics
 from pipeline.ops.lag import group_lag
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
@@ -65,6 +65,7 @@ async def group_status(
     workers: dict[str, list[int]] = {}
     for d in ledger:
         workers.setdefault(d.get("worker", "?"), []).append(d["partition"])
+    notes = [line for k in settings.kinds for line in await kind_named(k).status_notes(db, settings)]
     if problems:
         problems.append(
             "decide with: preagg positions reset --topic T [--partition P] --to earliest|latest|OFFSET"
@@ -81,6 +82,7 @@ async def group_status(
         "last_writers": {w: sorted(ps) for w, ps in sorted(workers.items())},
         "deadletters": dict(sorted(totals.rejected.items())),
         "deadletter_topic_messages": dead_end,
+        "notes": notes,
     }
 
 
@@ -111,4 +113,5 @@ def status_text(st: dict[str, Any], now: float | None = None) -> str:
     out.append(f"dead letters: {sum(dl.values())} counted, {st['deadletter_topic_messages']} on the topic")
     for reason, n in dl.items():
         out.append(f"  {reason}: {n}")
+    out += st.get("notes", [])
     return "\n".join(out)

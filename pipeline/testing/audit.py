@@ -1,7 +1,8 @@
 """Audit stored hits documents against the exact truth of what was produced.
 
 Used by the chaos runs, the slow-store drill and the tests: every counter of every
-daily and monthly document must equal the truth, and no other document may exist.
+daily and monthly document, pages' and sites' rollups, must equal the truth, and no
+other document may exist.
 The expected documents come from :func:`pipeline.kinds.hits.aggregate.plan_hits` applied
 to the whole truth at once (the planner is unit-tested on its own), so any event
 lost or counted twice anywhere shows up as a named mismatch.
@@ -40,7 +41,8 @@ async def audit_hits(
     expected = {(u.collection, u.id): u.inc for u in plan_hits(truth, fields)}
     problems: list[str] = []
     seen: set[tuple[str, str]] = set()
-    for f in (fields.daily, fields.monthly):
+    r = fields.rollups
+    for f in (fields.daily, fields.monthly, r.daily, r.monthly):
         async for doc in db[f.collection].find():
             key = (f.collection, doc["_id"])
             seen.add(key)
@@ -63,3 +65,43 @@ async def audit_database(settings: Settings, truth: Mapping[Key, int], timeout: 
         return await audit_hits(client[settings.db], truth, hits_fields(settings.schema))
     finally:
         await client.close()
+
+
+async def audit_rollups(db: AsyncDatabase[dict[str, Any]], fields: HitsFields, limit: int = 20) -> list[str]:
+    """Mismatches between each site rollup and the sum of its site's page documents (any zones).
+
+    Every counter but the top pages (``pages``, capped) and the capped hits must equal
+    the sum over the page documents of the same site and local day (month); with no
+    page past the day's cap the totals agree too.
+    """
+    r = fields.rollups
+    problems: list[str] = []
+    for pages_f, site_f in ((fields.daily, r.daily), (fields.monthly, r.monthly)):
+        want: dict[tuple[str, Any], dict[str, int]] = {}
+        async for doc in db[pages_f.collection].find():
+            m = doc[pages_f.metadata]
+            acc = want.setdefault((m[pages_f.site], m[pages_f.date]), {})
+            for path, n in counters(doc, ("_id", pages_f.metadata, MARKS)):
+                acc[path] = acc.get(path, 0) + n
+        seen = set()
+        async for doc in db[site_f.collection].find():
+            m = doc[site_f.metadata]
+            key = (m[site_f.site], m[site_f.date])
+            seen.add(key)
+            capped = int(doc.get(getattr(site_f, "capped", "-"), 0) or 0)
+            skip = ("_id", site_f.metadata, MARKS, site_f.pages, getattr(site_f, "capped", "-"))
+            stored = dict(counters(doc, skip))
+            top = sum(int(n) for n in (doc.get(site_f.pages) or {}).values())
+            if top != stored.get(site_f.total, 0):
+                problems.append(
+                    f"{site_f.collection} {key}: top pages sum {top}, total {stored.get(site_f.total)}"
+                )
+            if capped:
+                continue  # hits of pages without documents: only the rollup has them
+            pages = want.get(key, {})
+            for path in sorted(set(stored) | set(pages)):
+                if stored.get(path, 0) != pages.get(path, 0):
+                    got, sum_ = stored.get(path, 0), pages.get(path, 0)
+                    problems.append(f"{site_f.collection} {key} {path}: rollup {got}, pages {sum_}")
+        problems.extend(f"{site_f.collection} {key}: missing" for key in sorted(set(want) - seen, key=str))
+    return problems[:limit] + ([f"... and {len(problems) - limit} more"] if len(problems) > limit else [])

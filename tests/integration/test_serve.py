@@ -31,6 +31,7 @@ from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named, stream_topics
 from pipeline.kinds.hits.grafana import epoch_ms
 from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.pages import PageRules
 from pipeline.kinds.hits.query import hits_series, known_sites, top_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
 from pipeline.kinds.hits.render import series_rows
@@ -83,7 +84,8 @@ def pages_truth(site: str, first: date, last: date) -> list[dict[str, Any]]:
     for line, _ in HITS:
         e = orjson.loads(line)
         if e["site"] == site and first <= datetime.fromtimestamp(e["ts"], UTC).date() <= last:
-            counts[e["page"]] = counts.get(e["page"], 0) + 1
+            page = PageRules()(e["page"])  # "/c?x=1" counts as "/c": query strings dropped by default
+            counts[page] = counts.get(page, 0) + 1
     return [{"page": p, "hits": n} for p, n in sorted(counts.items(), key=lambda r: (-r[1], r[0]))]
 
 

@@ -109,7 +109,12 @@ class MarkStore:
         raise AssertionError("idempotent writes never ask for a commit's outcome")
 
     def total(self) -> int:
-        return sum(d["inc"]["total"] for k, d in self.docs.items() if len(str(k).split("/")[0]) == 8)
+        # pages' daily documents (YYYYMMDD/site/page), not the sites' rollups (YYYYMMDD/site)
+        return sum(
+            d["inc"]["total"]
+            for k, d in self.docs.items()
+            if len(str(k).split("/")[0]) == 8 and str(k).count("/") >= 2
+        )
 
 
 def hit(ts: int, page: str = "/") -> bytes:

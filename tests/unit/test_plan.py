@@ -36,10 +36,27 @@ def test_one_upsert_per_document_with_combined_increments() -> None:
     assert by_id["202001/s//a"].inc == {"total": 3, "daily.31": 3}
     assert by_id["202002/s//a"].inc == {"total": 4, "daily.1": 4}
     assert by_id["202002/s//a"].set_on_insert["metadata.date"] == datetime(2020, 2, 1)
-    # daily: 31 Jan /a, 1 Feb /a, 31 Jan /b; monthly: Jan /a, Feb /a, Jan /b
+    # daily: 31 Jan /a, 1 Feb /a, 31 Jan /b; monthly: Jan /a, Feb /a, Jan /b; the site's rollups
     assert sorted(u.id for u in plan) == sorted(
-        ["20200131/s//a", "20200201/s//a", "20200131/s//b", "202001/s//a", "202002/s//a", "202001/s//b"]
+        [
+            *["20200131/s//a", "20200201/s//a", "20200131/s//b", "202001/s//a", "202002/s//a", "202001/s//b"],
+            *["20200131/s", "20200201/s", "202001/s", "202002/s"],
+        ]
     )
+    jan31_site = by_id["20200131/s"]
+    assert jan31_site.collection == "hits_site_daily"
+    assert jan31_site.inc == {
+        "total": 4,
+        "hourly.23": 3,
+        "hourly.1": 1,
+        "minute.23.59": 2,
+        "minute.23.58": 1,
+        "minute.1.0": 1,
+        "pages./a": 3,
+        "pages./b": 1,
+    }
+    assert jan31_site.key == {"metadata.site": "s"}
+    assert by_id["202001/s"].inc == {"total": 4, "daily.31": 4, "pages./a": 3, "pages./b": 1}
 
 
 def test_ids_are_unambiguous_with_slashes_in_site() -> None:

@@ -14,11 +14,13 @@ from typing import Any
 
 from pipeline.core.fields import FieldMode, Index, ShardKey, hashed_id
 from pipeline.core.routes import Route
+from pipeline.core.text import printable
 from pipeline.files import Record
 from pipeline.kinds.hits import cli, layout
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
 from pipeline.kinds.hits.layout import SITES_COLLECTION
+from pipeline.kinds.hits.pages import PageRules, QueryPolicyError
 from pipeline.kinds.hits.settings import KEY, HitsSettings
 from pipeline.kinds.hits.site_map import SiteMap, SiteMapError
 from pipeline.kinds.kind import Kind, Stream, StreamContext
@@ -40,6 +42,10 @@ class Hits(Kind[HitsSettings]):
             sites = SiteMap(s.site, s.site_field, s.site_map)
         except SiteMapError as exc:
             raise SettingsError(str(exc)) from None
+        try:
+            pages = PageRules.parse(s.query_string, s.lowercase_paths)
+        except QueryPolicyError as exc:
+            raise SettingsError(str(exc)) from None
         d = HitDecoder(
             settings.max_event_bytes,
             settings.future_skew,
@@ -48,6 +54,7 @@ class Hits(Kind[HitsSettings]):
             fmt=self.input_format(s),
             sites=sites,
             clf_props=s.clf_props,
+            pages=pages,
         )
         d.lateness = s.lateness
         return d
@@ -97,6 +104,15 @@ class Hits(Kind[HitsSettings]):
         from pipeline.kinds.hits.sites import commands
 
         commands.add_commands(sub)
+
+    async def status_notes(self, db: Any, settings: Settings) -> list[str]:
+        from pipeline.kinds.hits.sites.caps_read import capped_days
+
+        days = await capped_days(db, layout.hits_fields(settings.schema))
+        if not days:
+            return []
+        head = "pages past PREAGG_HITS_MAX_PAGES_PER_DAY (counted in site rollups, no page documents):"
+        return [head, *(f"  {printable(d['site'])} {d['day']}: {d['hits']} hits" for d in days)]
 
     def api_routes(self, settings: Settings) -> list[Route]:
         from pipeline.kinds.hits import api

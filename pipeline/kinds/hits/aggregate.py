@@ -23,7 +23,15 @@ from pipeline.core.rejection import Rejection
 from pipeline.core.times import minute_of
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.decode import HitDecoder
-from pipeline.kinds.hits.layout import HitsFields, daily_id, monthly_id
+from pipeline.kinds.hits.layout import (
+    DailyFields,
+    HitsFields,
+    daily_id,
+    monthly_id,
+    site_daily_id,
+    site_monthly_id,
+)
+from pipeline.kinds.hits.sites.caps import PageCaps, unlimited
 from pipeline.kinds.hits.sites.tiers import NOTHING_PRUNED, Pruned
 
 Key = tuple[str, str, int]
@@ -76,6 +84,7 @@ class HitCounts:
 
     __slots__ = (
         "calendars",
+        "caps",
         "counts",
         "days",
         "decoder",
@@ -83,6 +92,7 @@ class HitCounts:
         "prop_keys",
         "props",
         "props_pending",
+        "site_days",
     )
 
     def __init__(
@@ -91,8 +101,11 @@ class HitCounts:
         fields: HitsFields,
         prop_keys: PropKeySource | None = None,
         calendars: Calendars = UTC_SITES,
+        caps: PageCaps | None = None,
     ) -> None:
         self.decoder = decoder
+        #: Pages per day and top pages (:mod:`pipeline.kinds.hits.sites.caps`), shared by a worker's windows.
+        self.caps = caps if caps is not None else unlimited()
         self.fields = fields
         self.prop_keys = prop_keys
         self.calendars = calendars
@@ -103,6 +116,8 @@ class HitCounts:
         #: Local days by the zones known at ingest; the plan uses those of its flush,
         #: which differ only for a zone change announced an hour ahead (an estimate).
         self.days: set[DayKey] = set()
+        #: (site, local day) of every site rollup touched.
+        self.site_days: set[tuple[str, int]] = set()
 
     def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
         """Count one encoded hit; a rejection is returned, not raised."""
@@ -116,7 +131,9 @@ class HitCounts:
         n = counts.get(key)
         if n is None:
             counts[key] = 1
-            self.days.add((site, page, self.calendars.calendar(site).day_of(minute)[0]))
+            ordinal = self.calendars.calendar(site).day_of(minute)[0]
+            self.days.add((site, page, ordinal))
+            self.site_days.add((site, ordinal))
         else:
             counts[key] = n + 1
         if props:
@@ -137,8 +154,14 @@ class HitCounts:
         return len(self.counts) + self.props_pending
 
     def documents(self) -> int:
-        """Daily documents touched, twice: each has at most one monthly document."""
-        return 2 * len(self.days)
+        """Daily documents touched, twice (each has at most one monthly document), pages' and sites'."""
+        return 2 * (len(self.days) + len(self.site_days))
+
+    def periods(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+        """(site, local day ordinal) and (site, month's first day ordinal) this window touches."""
+        days = set(self.site_days)
+        months = {(site, ordinal - date.fromordinal(ordinal).day + 1) for site, ordinal in days}
+        return days, months
 
     def prop_pairs(self) -> dict[str, set[tuple[str, str]]]:
         """Per site, the (name, value) pairs this window counts: what the name store must resolve."""
@@ -151,7 +174,7 @@ class HitCounts:
         """The upserts that add this window's counts to MongoDB."""
         if self.props and self.prop_keys is None:
             raise RuntimeError("hits with properties need a name store (prop_keys)")
-        return plan_hits(self.counts, self.fields, self.props, self.prop_keys, self.calendars)
+        return plan_hits(self.counts, self.fields, self.props, self.prop_keys, self.calendars, self.caps)
 
 
 def plan_hits(
@@ -160,51 +183,102 @@ def plan_hits(
     props: Mapping[SlotKey, Mapping[tuple[str, str], int]] | None = None,
     prop_keys: PropKeySource | None = None,
     calendars: Calendars = UTC_SITES,
+    caps: PageCaps | None = None,
 ) -> list[DocUpdate]:
-    """Group minute counts into one upsert per daily and per monthly document.
+    """Group minute counts into one upsert per daily and monthly document, pages' and sites'.
 
     Each site's minutes go to its local days (``calendars``); a day a retention run has
-    pruned (or is about to) gets no counters of that tier. Property
-    counts go to the daily documents (which every counted hit touches).
+    pruned (or is about to) gets no counters of that tier. Property counts go to the
+    daily documents (which every counted hit touches). Every count also goes to its
+    site's rollups (``hits_site_daily``, ``hits_site_monthly``); a page past the day's
+    cap (``caps``) goes only there, under ``(other)`` in the top pages.
     """
     fd, fm = fields.daily, fields.monthly
+    rd, rm = fields.rollups.daily, fields.rollups.monthly
+    caps = caps if caps is not None else unlimited()
     retention = calendars.retention()
     daily: dict[tuple[str, str, int], DocUpdate] = {}
     monthly: dict[tuple[str, str, int, int], DocUpdate] = {}
+    site_daily: dict[tuple[str, int], DocUpdate] = {}
+    site_monthly: dict[tuple[str, int, int], DocUpdate] = {}
     keeps: dict[tuple[str, int], tuple[bool, bool]] = {}
+    admitted: dict[tuple[str, str, int], bool] = {}
+
+    def day_meta(f: DailyFields, cal: Calendar, ordinal: int, start: int) -> dict[str, object]:
+        day = date.fromordinal(ordinal)
+        # site (and page) are the shard key: equalities of the filter (an upsert inserts them);
+        # the date is set on insert by its dotted path, so the two never conflict.
+        meta: dict[str, object] = {f"{f.metadata}.{f.date}": datetime(day.year, day.month, day.day)}
+        if not cal.utc:  # a local day: when it starts (UTC) and in which zone
+            meta[f"{f.metadata}.{f.start}"] = minute_dt(start).replace(tzinfo=None)
+            meta[f"{f.metadata}.{f.zone}"] = cal.zone_of_day(ordinal)
+        return meta
 
     def daily_doc(site: str, page: str, cal: Calendar, ordinal: int, start: int) -> DocUpdate:
         upd = daily.get((site, page, ordinal))
         if upd is None:
-            day = date.fromordinal(ordinal)
-            # site and page are the shard key: equalities of the filter (an upsert inserts them);
-            # the date is set on insert by its dotted path, so the two never conflict.
-            meta: dict[str, object] = {f"{fd.metadata}.{fd.date}": datetime(day.year, day.month, day.day)}
-            if not cal.utc:  # a local day: when it starts (UTC) and in which zone
-                meta[f"{fd.metadata}.{fd.start}"] = minute_dt(start).replace(tzinfo=None)
-                meta[f"{fd.metadata}.{fd.zone}"] = cal.zone_of_day(ordinal)
             upd = daily[site, page, ordinal] = DocUpdate(
                 fd.collection,
-                daily_id(day, site, page),
-                meta,
+                daily_id(date.fromordinal(ordinal), site, page),
+                day_meta(fd, cal, ordinal, start),
                 key={f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.page}": page},
             )
         return upd
+
+    def site_daily_doc(site: str, cal: Calendar, ordinal: int, start: int) -> DocUpdate:
+        upd = site_daily.get((site, ordinal))
+        if upd is None:
+            upd = site_daily[site, ordinal] = DocUpdate(
+                rd.collection,
+                site_daily_id(date.fromordinal(ordinal), site),
+                day_meta(rd, cal, ordinal, start),
+                key={f"{rd.metadata}.{rd.site}": site},
+            )
+        return upd
+
+    def admits(site: str, page: str, ordinal: int) -> bool:
+        ok = admitted.get((site, page, ordinal))
+        if ok is None:
+            ok = admitted[site, page, ordinal] = caps.admits(site, ordinal, page)
+        return ok
 
     for (site, page, minute), n in counts.items():
         cal = calendars.calendar(site)
         ordinal, start = cal.day_of(minute)
         hour, minute_of_hour = divmod(minute - start, 60)
-        upd = daily_doc(site, page, cal, ordinal, start)
-        upd.add(fd.total, n)
         keep = keeps.get((site, ordinal))
         if keep is None:
             keep = keeps[site, ordinal] = retention.keeps(site, ordinal)
-        if keep[1]:
-            upd.add(f"{fd.hourly}.{hour}", n)
-        if keep[0]:
-            upd.add(f"{fd.minute}.{hour}.{minute_of_hour}", n)
         day = date.fromordinal(ordinal)
+        month_ordinal = ordinal - day.day + 1
+        own = admits(site, page, ordinal)
+        targets = [site_daily_doc(site, cal, ordinal, start)]
+        if own:
+            targets.append(daily_doc(site, page, cal, ordinal, start))
+        else:
+            caps.count_capped(n)
+            targets[0].add(rd.capped, n)
+        for upd in targets:
+            upd.add(fd.total, n)
+            if keep[1]:
+                upd.add(f"{fd.hourly}.{hour}", n)
+            if keep[0]:
+                upd.add(f"{fd.minute}.{hour}.{minute_of_hour}", n)
+        shown = page if own else None
+        targets[0].add(f"{rd.pages}.{caps.top_key((site, 'd', ordinal), shown)}", n)
+        mupd = site_monthly.get((site, day.year, day.month))
+        if mupd is None:
+            mupd = site_monthly[site, day.year, day.month] = DocUpdate(
+                rm.collection,
+                site_monthly_id(day, site),
+                {f"{rm.metadata}.{rm.date}": datetime(day.year, day.month, 1)},
+                key={f"{rm.metadata}.{rm.site}": site},
+            )
+        mupd.add(rm.total, n)
+        mupd.add(f"{rm.daily}.{day.day}", n)
+        mupd.add(f"{rm.pages}.{caps.top_key((site, 'm', month_ordinal), shown)}", n)
+        if not own:
+            continue
         mk = (site, page, day.year, day.month)
         mupd = monthly.get(mk)
         if mupd is None:
@@ -219,8 +293,12 @@ def plan_hits(
     if props and prop_keys is not None:
         for (site, page, slot), pairs in props.items():
             cal = calendars.calendar(site)
-            upd = daily_doc(site, page, cal, *cal.day_of(slot * SLOT))
+            ordinal, start = cal.day_of(slot * SLOT)
+            targets = [site_daily_doc(site, cal, ordinal, start)]
+            if admits(site, page, ordinal):
+                targets.append(daily_doc(site, page, cal, ordinal, start))
             for (name, value), n in pairs.items():
                 nk, vk = prop_keys.keys(site, name, value)
-                upd.add(f"{fd.props}.{nk}.{vk}", n)
-    return [*daily.values(), *monthly.values()]
+                for upd in targets:
+                    upd.add(f"{fd.props}.{nk}.{vk}", n)
+    return [*daily.values(), *monthly.values(), *site_daily.values(), *site_monthly.values()]

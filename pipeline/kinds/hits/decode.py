@@ -14,6 +14,7 @@ from pipeline.core.rejection import Rejection
 from pipeline.core.shippers import Shipped
 from pipeline.kinds.hits.clf import ClfError, clf_event, parse_line
 from pipeline.kinds.hits.layout import FOLDER
+from pipeline.kinds.hits.pages import PageRules
 from pipeline.kinds.hits.site_map import SiteMap
 
 Props = tuple[tuple[str, str], ...]
@@ -52,12 +53,15 @@ class HitDecoder(TimedDecoder):
         fmt: str = "event",
         sites: SiteMap | None = None,
         clf_props: bool = False,
+        pages: PageRules | None = None,
     ) -> None:
         super().__init__("hit", event_schema(FOLDER), ("site", "page"), max_bytes, future_skew, clock, fmt)
         self.max_props = max_props
         self.max_prop_bytes = max_prop_bytes
         self.sites = sites or SiteMap()
         self.clf_props = clf_props
+        #: Page normalisation (query strings, trailing slashes, escapes).
+        self.pages = pages or PageRules()
 
     def event_of_line(self, shipped: Shipped, raw: bytes) -> dict[str, Any] | Rejection:
         """A JSON event (its site from the map when it has none) or an access-log line as an event."""
@@ -85,8 +89,9 @@ class HitDecoder(TimedDecoder):
             return got
         obj, ts = got
         given = obj.get("props")
+        page = self.pages(obj["page"])
         if not given:
-            return obj["site"], obj["page"], ts, ()
+            return obj["site"], page, ts, ()
         if len(given) > self.max_props:
             return Rejection("props", f"{len(given)} properties > limit {self.max_props}", raw)
         limit = self.max_prop_bytes
@@ -97,4 +102,4 @@ class HitDecoder(TimedDecoder):
             if (len(name) > quarter or len(text) > quarter) and (over := _oversize(name, text, limit)):
                 return Rejection("props", f"{over} over {limit} bytes", raw)
             props.append((name, text))
-        return obj["site"], obj["page"], ts, tuple(props)
+        return obj["site"], page, ts, tuple(props)

@@ -3,6 +3,11 @@
 Documents follow the seed "Pre-Aggregated Reports": one per site/page/UTC day
 (``hits_daily``) and one per site/page/UTC month (``hits_monthly``); both carry their
 metadata (date, site, page) under one field and have one compound index on it.
+
+Site rollups (``hits_site_daily``, ``hits_site_monthly``) have the same shape without
+a page, plus ``pages`` (top pages): the sum of a site's page documents, written by the
+same flush, so that a site chart reads one document per day (month) whatever the
+number of pages (docs/rollups.md).
 """
 
 from __future__ import annotations
@@ -30,6 +35,16 @@ def daily_id(day: date, site: str, page: str) -> str:
 def monthly_id(day: date, site: str, page: str) -> str:
     """``_id`` of a monthly document: ``YYYYMM/<site>/<page>`` (site escaped)."""
     return f"{day:%Y%m}/{escape_part(site)}/{page}"
+
+
+def site_daily_id(day: date, site: str) -> str:
+    """``_id`` of a site's daily rollup: ``YYYYMMDD/<site>`` (site escaped)."""
+    return f"{day:%Y%m%d}/{escape_part(site)}"
+
+
+def site_monthly_id(day: date, site: str) -> str:
+    """``_id`` of a site's monthly rollup: ``YYYYMM/<site>`` (site escaped)."""
+    return f"{day:%Y%m}/{escape_part(site)}"
 
 
 @dataclass(frozen=True)
@@ -63,12 +78,51 @@ class MonthlyFields(DocFields):
 
 
 @dataclass(frozen=True)
+class SiteDailyFields(DailyFields):
+    """Stored names of a site's daily rollup: a daily document's, its top pages and capped hits."""
+
+    pages: str
+    capped: str
+
+
+@dataclass(frozen=True)
+class SiteMonthlyFields(MonthlyFields):
+    """Stored names of a site's monthly rollup: a monthly document's, and its top pages."""
+
+    pages: str
+
+
+@dataclass(frozen=True)
+class RollupFields:
+    """Both site rollups' names: the series code reads them as it reads page documents."""
+
+    daily: SiteDailyFields
+    monthly: SiteMonthlyFields
+    mode: FieldMode = "compact"
+
+
+@dataclass(frozen=True)
 class HitsFields:
-    """Both hits documents' names, and the mode they come from, as one value to pass around."""
+    """Every hits document's names, and the mode they come from, as one value to pass around."""
 
     daily: DailyFields
     monthly: MonthlyFields
     mode: FieldMode = "compact"
+    sites: RollupFields | None = None
+
+    @property
+    def rollups(self) -> RollupFields:
+        """The site rollups' names (always set by :func:`hits_fields`)."""
+        if self.sites is None:
+            raise ValueError("HitsFields without site rollups")
+        return self.sites
+
+
+def read_fields(fields: HitsFields, page: str | None) -> HitsFields:
+    """What a chart reads: a page's documents, or for a whole site (``None``) its rollups."""
+    if page is not None:
+        return fields
+    return HitsFields(fields.rollups.daily, fields.rollups.monthly, fields.mode, fields.sites)
 
 
 @cache
@@ -78,6 +132,11 @@ def hits_fields(mode: FieldMode = "compact") -> HitsFields:
         daily=DailyFields(**field_names(FOLDER, "hits_daily", mode)),
         monthly=MonthlyFields(**field_names(FOLDER, "hits_monthly", mode)),
         mode=check_mode(mode),
+        sites=RollupFields(
+            daily=SiteDailyFields(**field_names(FOLDER, "hits_site_daily", mode)),
+            monthly=SiteMonthlyFields(**field_names(FOLDER, "hits_site_monthly", mode)),
+            mode=check_mode(mode),
+        ),
     )
 
 
@@ -113,6 +172,12 @@ def indexes(mode: FieldMode) -> list[Index]:
             Index(f.collection, (site, page, day), "site_page_date"),
             Index(f.collection, (site, day), "site_date"),
         ]
+    for r in (fields.rollups.daily, fields.rollups.monthly):
+        keys = ((f"{r.metadata}.{r.site}", 1), (f"{r.metadata}.{r.date}", 1))
+        out.append(Index(r.collection, keys, "site_date"))
+    # the days with pages past the cap, newest first (preagg status)
+    rd = fields.rollups.daily
+    out.append(Index(rd.collection, ((rd.capped, 1), (f"{rd.metadata}.{rd.date}", -1)), "capped_date"))
     return out
 
 
@@ -124,6 +189,13 @@ def shard_keys(mode: FieldMode) -> list[ShardKey]:
     """
     fields = hits_fields(mode)
     return [
-        ShardKey(f.collection, ((f"{f.metadata}.{f.site}", 1), (f"{f.metadata}.{f.page}", 1)))
-        for f in (fields.daily, fields.monthly)
+        *(
+            ShardKey(f.collection, ((f"{f.metadata}.{f.site}", 1), (f"{f.metadata}.{f.page}", 1)))
+            for f in (fields.daily, fields.monthly)
+        ),
+        # A site's rollups on one shard: a site chart is one targeted read of a few documents.
+        *(
+            ShardKey(r.collection, ((f"{r.metadata}.{r.site}", 1),))
+            for r in (fields.rollups.daily, fields.rollups.monthly)
+        ),
     ]

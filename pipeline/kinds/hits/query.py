@@ -2,7 +2,9 @@
 
 Each query is one indexed read: a range on (site, page, date) over the daily
 collection (minute and hour series) or the monthly one (day and month series),
-projecting only the counters it needs.
+projecting only the counters it needs. A whole site's chart reads its rollups
+(``hits_site_daily``, ``hits_site_monthly``): one document per day or month, whatever
+the number of pages.
 """
 
 from __future__ import annotations
@@ -14,8 +16,13 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import EPOCH_ORDINAL, Calendar, dt_minute, zone_info
 from pipeline.core.series import Granularity, add_into, next_bucket
-from pipeline.kinds.hits.layout import HitsFields, hits_fields, site_filter
+from pipeline.kinds.hits.layout import HitsFields, hits_fields, read_fields, site_filter
+from pipeline.kinds.hits.sites.caps import OTHER_PAGE
 from pipeline.kinds.hits.sites.store import SiteConfig, load, site_config
+from pipeline.store.names.layout import unescape_key
+
+#: How the top pages past a rollup's budget (or a day's page cap) are listed.
+OTHER_LABEL = "(other)"
 
 Series = list[tuple[datetime, int]]
 """(bucket start as an aware local time with its offset, hits)."""
@@ -129,7 +136,7 @@ async def hits_series(
     instant. Each bucket is labelled with its local start: an aware time with the
     site's offset, or a naive UTC time for a site in UTC (as before zones existed).
     """
-    fields = fields or hits_fields()
+    fields = read_fields(fields or hits_fields(), page)
     cal = calendar or (await site_config(db, site)).calendar
     lo, hi, d0, d1 = local_days(start, end, cal)
     coll, flt, proj = series_query(site, page, d0, d1, by, fields)
@@ -156,38 +163,48 @@ async def top_pages(
 ) -> list[tuple[str, int]]:
     """The pages of ``site`` with the most hits from ``first`` to ``last`` (its local days, inclusive).
 
-    One indexed read of the site's monthly documents (the (site, page, date) index,
-    its site prefix): a page costs one document per month of the range, of at most 31
-    counters, whatever its traffic. A month inside the range counts by its total; the
-    range's first and last months sum their days. Most hits first, then by page.
+    Reads the site's rollups, never a page document: the monthly rollup of each month
+    inside the range, the daily rollups of the range's partial first and last months
+    (a month is one document, a 30-day range at most 31 + 1). Each rollup counts its
+    top pages exactly up to ``PREAGG_HITS_TOP_PAGES_BYTES`` and the rest as
+    ``(other)``, which is listed as a row of its own. Most hits first, then by page.
     """
-    fields = fields or hits_fields()
-    f = fields.monthly
-    lo, hi = datetime(first.year, first.month, 1), datetime(last.year, last.month, 1)
-    flt = {f"{f.metadata}.{f.site}": site, f"{f.metadata}.{f.date}": {"$gte": lo, "$lte": hi}}
-    proj = {f"{f.metadata}.{f.page}": 1, f"{f.metadata}.{f.date}": 1, f.daily: 1, f.total: 1, "_id": 0}
-    sums: dict[str, int] = {}
-    async for doc in db[f.collection].find(flt, proj):
-        month: datetime = doc[f.metadata][f.date]
-        page: str = doc[f.metadata][f.page]
-        end = next_bucket(month, "month") - timedelta(days=1)
-        if first <= month.date() and end.date() <= last:
-            n = int(doc.get(f.total, 0))
+    r = (fields or hits_fields()).rollups
+    rd, rm = r.daily, r.monthly
+    whole: list[datetime] = []
+    partial: list[tuple[date, date]] = []
+    m = first.replace(day=1)
+    while m <= last:
+        end = (next_bucket(datetime(m.year, m.month, 1), "month") - timedelta(days=1)).date()
+        if first <= m and end <= last:
+            whole.append(datetime(m.year, m.month, 1))
         else:
-            n = sum(
-                int(v)
-                for d, v in (doc.get(f.daily) or {}).items()
-                if first <= month.date().replace(day=int(d)) <= last
-            )
-        if n:
-            sums[page] = sums.get(page, 0) + n
-    ranked = sorted(sums.items(), key=lambda r: (-r[1], r[0]))
+            partial.append((max(m, first), min(end, last)))
+        m = end + timedelta(days=1)
+    sums: dict[str, int] = {}
+
+    def add(pages: dict[str, Any] | None) -> None:
+        for key, n in (pages or {}).items():
+            sums[key] = sums.get(key, 0) + int(n)
+
+    if whole:
+        flt = {f"{rm.metadata}.{rm.site}": site, f"{rm.metadata}.{rm.date}": {"$in": whole}}
+        async for doc in db[rm.collection].find(flt, {rm.pages: 1, "_id": 0}):
+            add(doc.get(rm.pages))
+    for lo, hi in partial:
+        flt = site_filter(rd, site, None, datetime(*lo.timetuple()[:3]), datetime(*hi.timetuple()[:3]))
+        async for doc in db[rd.collection].find(flt, {rd.pages: 1, "_id": 0}):
+            add(doc.get(rd.pages))
+    ranked = sorted(
+        ((OTHER_LABEL if k == OTHER_PAGE else unescape_key(k), n) for k, n in sums.items() if n),
+        key=lambda row: (-row[1], row[0]),
+    )
     return ranked[:limit] if limit else ranked
 
 
 async def known_sites(db: AsyncDatabase[dict[str, Any]], fields: HitsFields | None = None) -> list[str]:
-    """Every site with hits, sorted: ``distinct`` on the monthly index's first field."""
-    f = (fields or hits_fields()).monthly
+    """Every site with hits, sorted: ``distinct`` on the monthly rollups' index's first field."""
+    f = (fields or hits_fields()).rollups.monthly
     return sorted(await db[f.collection].distinct(f"{f.metadata}.{f.site}"))
 
 

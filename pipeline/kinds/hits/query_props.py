@@ -13,7 +13,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.kinds.hits.layout import HitsFields, hits_fields, site_filter
+from pipeline.kinds.hits.layout import HitsFields, hits_fields, read_fields, site_filter
 from pipeline.store.names.layout import (
     OTHER,
     READABLE_OTHER,
@@ -57,7 +57,7 @@ async def prop_counts(
     ``name`` keeps one property. Sorted by name, then count (most first).
     """
     fields = fields or hits_fields()
-    f = fields.daily
+    f = read_fields(fields, page).daily  # a whole site: its daily rollups, one document a day
     compact = fields.mode == "compact"
     store = NameStore(db, fields.mode)
     name_key: str | None = None

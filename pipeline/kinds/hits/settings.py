@@ -27,6 +27,25 @@ class HitsSettings(StreamSettings):
     #: Without entries the field's value is the site itself (a file path: its name without
     #: extension); with entries, an unmatched value falls back to ``site``.
     site_map: tuple[str, ...] = ()
+    #: Query strings of pages: ``drop`` (``/search?q=x`` counts as ``/search``, as web
+    #: analytics tools do), ``keep`` (every query a page of its own: a crawler walking
+    #: queries creates a document per URL), or ``allow:<name>,<name>`` (keep only those
+    #: parameters, e.g. ``allow:id,lang``). See pipeline/kinds/hits/pages.py.
+    query_string: str = "drop"
+    #: Lower-case page paths (``/About`` and ``/about`` one page). Off: paths are
+    #: case-sensitive on most servers, and two pages would be merged.
+    lowercase_paths: bool = False
+    #: Most pages per site and local day with documents of their own; past it a new
+    #: page of the day is counted only in the site's rollups, under ``(other)`` in its
+    #: top pages (``preagg_pages_capped_total``, ``preagg status``). It bounds the page
+    #: documents a crawler can create; site charts stay exact. Each worker holds the
+    #: names of the days it writes (about 60 bytes a page). 0: no limit.
+    max_pages_per_day: int = 50_000
+    #: Bytes of a site rollup's top pages (``pages``: escaped page → count, about 10 bytes
+    #: a page more than its name). Pages arrive in the order of the day's traffic; past
+    #: the budget a new page counts under ``(other)``. Higher: longer exact top-page
+    #: lists, bigger rollups and slower top-page reads (30 days read 30 of them).
+    top_pages_bytes: int = 32_768
     #: Access-log lines count their status, method, referrer host and user-agent family
     #: as custom properties (as ``preagg produce --props``): richer charts, bigger documents.
     clf_props: bool = False

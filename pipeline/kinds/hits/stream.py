@@ -11,6 +11,8 @@ from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
 from pipeline.kinds.hits.settings import HitsSettings
 from pipeline.kinds.hits.sites.cache import SiteConfigs
+from pipeline.kinds.hits.sites.caps import PageCaps
+from pipeline.kinds.hits.sites.caps_read import caps_metrics, seed_caps
 from pipeline.kinds.hits.sites.schedule import RetentionSchedule, retention_metrics
 from pipeline.kinds.hits.sites.tiers import Tiers
 from pipeline.kinds.kind import Stream, StreamContext
@@ -49,6 +51,7 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
     fields = layout.hits_fields(ctx.mode)
 
     sites = SiteConfigs(ctx.db)
+    caps = PageCaps(s.max_pages_per_day, s.top_pages_bytes)
     schedule = RetentionSchedule(
         ctx.db,
         fields,
@@ -59,13 +62,14 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
 
     async def before_plan(agg: HitCounts) -> None:
         await sites.refresh()  # the zones and tiers this flush plans with
+        await seed_caps(ctx.db, fields, caps, *agg.periods())  # pages per day, top pages
         if agg.props:
             await prop_keys.resolve(agg.prop_pairs())
 
     return Stream(
-        lambda: HitCounts(decoder, fields, prop_keys, sites),
+        lambda: HitCounts(decoder, fields, prop_keys, sites, caps),
         before_plan=before_plan,
-        before_plan_label="sites' zones and name store",
-        metrics=lambda: [*name_store_metrics(names), *retention_metrics(schedule)],
+        before_plan_label="sites' zones, page caps and name store",
+        metrics=lambda: [*name_store_metrics(names), *retention_metrics(schedule), *caps_metrics(caps)],
         background=schedule.forever if s.retention_every > 0 else None,
     )

@@ -1,4 +1,4 @@
-"""``preagg sites`` (zones, retention overrides) and ``preagg retention run``."""
+"""``preagg sites`` (zones, retention overrides), ``preagg retention run``, ``preagg rollups rebuild``."""
 
 from __future__ import annotations
 
@@ -144,6 +144,30 @@ def cmd_retention(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rollups_rebuild(args: argparse.Namespace) -> int:
+    """Rebuild a site's rollups from its page documents (idempotent, resumable)."""
+    from pipeline.kinds.hits.sites.rebuild import RebuildResult, rebuild_rollups
+
+    s = command_settings()
+
+    async def run(db: Db) -> RebuildResult:
+        return await rebuild_rollups(
+            db, hits_fields(s.schema), args.site, args.since, s.of(KEY).top_pages_bytes, print
+        )
+
+    t0 = time.monotonic()
+    r = on_db(s, run, primary_reads=True)
+    if not r.days:
+        since = f" since {args.since}" if args.since else ""
+        print(f"{printable(args.site)}: no page documents to rebuild from{since}")
+        return 0
+    print(
+        f"{printable(args.site)}: rebuilt {r.days} daily and {r.months} monthly rollups "
+        f"({r.first} to {r.last}) from {r.page_documents} page documents in {time.monotonic() - t0:.1f} s"
+    )
+    return 0
+
+
 def periodic_text(every_hours: float, schedule: dict[str, Any]) -> str:
     """One line on the workers' periodic runs: their interval, the group's last run, one under way."""
     if every_hours <= 0:
@@ -200,3 +224,18 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         f"(default {SETTLE_SECONDS:g})",
     )
     run.set_defaults(func=cmd_retention)
+    ro = sub.add_parser("rollups", help="site rollups: rebuild them from page documents")
+    rosub = ro.add_subparsers(dest="action", required=True)
+    rb = rosub.add_parser(
+        "rebuild",
+        help="a site's daily and monthly rollups from its page documents (for data written before "
+        "rollups; idempotent, resumes where a run stopped)",
+    )
+    rb.add_argument("--site", required=True)
+    rb.add_argument(
+        "--from",
+        dest="since",
+        type=date.fromisoformat,
+        help="first local day, YYYY-MM-DD (default: where the last run stopped, else the first day)",
+    )
+    rb.set_defaults(func=cmd_rollups_rebuild)

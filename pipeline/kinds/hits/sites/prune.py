@@ -53,17 +53,20 @@ async def run_retention(
     ends with a timeout error, its documents so far pruned, the rest left to the next run.
     """
     retention = retention_of(default, (await load(db)).values())
-    coll = db[fields.daily.collection]
     statements = prunes(fields.daily, retention, today)
     if statements and not dry_run:
         await save_pruned(db, cutoffs(retention, today))
         await asyncio.sleep(settle)
     out = []
-    for p in statements:
-        with pymongo.timeout(statement_timeout):
-            if dry_run:
-                n = await coll.count_documents(p.filter)
-            else:
-                n = (await coll.update_many(p.filter, {"$unset": {p.field: ""}})).modified_count
-        out.append(PruneResult(p.what, n))
+    # Pages' daily documents, then the sites' daily rollups: the same names, the same tiers.
+    for name in (fields.daily.collection, fields.rollups.daily.collection):
+        coll = db[name]
+        for p in statements:
+            with pymongo.timeout(statement_timeout):
+                if dry_run:
+                    n = await coll.count_documents(p.filter)
+                else:
+                    n = (await coll.update_many(p.filter, {"$unset": {p.field: ""}})).modified_count
+            what = p.what if name == fields.daily.collection else f"{p.what} (site rollups)"
+            out.append(PruneResult(what, n))
     return out

@@ -1,0 +1,154 @@
+"""``preagg rollups rebuild``: a site's rollups computed from its page documents.
+
+For data written before site rollups existed (or a rollup an operator mistrusts):
+each local day's page documents are summed into the site's daily rollup, each month's
+into its monthly rollup, and the rollup is *replaced* with the sums. Running it again
+gives the same documents (idempotent); progress is recorded per site in
+``preagg_meta`` (``rollups/<site>``), so a run cut short resumes where it stopped.
+
+Top pages are exact here (the day's pages sorted by hits, filled to the budget), the
+rest ``(other)``. A rollup workers have written keeps its idempotency marks, so a
+flush under way is still recognised; rebuild a day while workers write it and the
+increments between the read and the replacement are lost: rebuild days workers no
+longer write (docs/rollups.md).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from pipeline.core.marks import MARKS
+from pipeline.kinds.hits.layout import HitsFields, site_daily_id, site_monthly_id
+from pipeline.kinds.hits.sites.caps import OTHER_PAGE, entry_bytes
+from pipeline.store.meta import META_COLLECTION
+from pipeline.store.names.layout import escape_key
+
+
+@dataclass(frozen=True)
+class RebuildResult:
+    """What one run wrote."""
+
+    days: int
+    months: int
+    page_documents: int
+    first: date | None
+    last: date | None
+
+
+def progress_id(site: str) -> str:
+    """``preagg_meta`` ``_id`` of a site's rebuild progress."""
+    return f"rollups/{site}"
+
+
+def _add(into: dict[str, Any], doc: Mapping[str, Any]) -> None:
+    """Add every integer counter of ``doc`` into ``into`` (nested maps as nested maps)."""
+    for k, v in doc.items():
+        if isinstance(v, Mapping):
+            _add(into.setdefault(k, {}), v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            into[k] = into.get(k, 0) + v
+
+
+def top_pages(totals: Counter[str], budget: int) -> dict[str, int]:
+    """The busiest pages, by escaped name, while they fit ``budget`` bytes; the rest as ``(other)``."""
+    out: dict[str, int] = {}
+    used = 0
+    other = 0
+    for page, n in sorted(totals.items(), key=lambda r: (-r[1], r[0])):
+        key = escape_key(page)
+        size = entry_bytes(key)
+        if used + size <= budget:
+            out[key] = n
+            used += size
+        else:
+            other += n
+    if other:
+        out[OTHER_PAGE] = other
+    return out
+
+
+def _dt(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day)
+
+
+async def rebuild_rollups(
+    db: AsyncDatabase[dict[str, Any]],
+    fields: HitsFields,
+    site: str,
+    first: date | None,
+    top_bytes: int,
+    report: Callable[[str], None] = lambda _: None,
+) -> RebuildResult:
+    """Rebuild ``site``'s rollups from ``first`` on (``None``: where the last run stopped, or the start)."""
+    fd, fm = fields.daily, fields.monthly
+    rd, rm = fields.rollups.daily, fields.rollups.monthly
+    meta = db[META_COLLECTION]
+    if first is None:
+        done = await meta.find_one({"_id": progress_id(site)})
+        first = done["through"].date() if done else date.min
+    since = _dt(max(first, date(1, 1, 2)))
+    flt = {f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.date}": {"$gte": since}}
+    days = sorted(d.date() for d in await db[fd.collection].distinct(f"{fd.metadata}.{fd.date}", flt))
+    pages = 0
+    months: list[date] = []
+    for day in days:
+        sums: dict[str, Any] = {}
+        totals: Counter[str] = Counter()
+        meta_fields: dict[str, Any] = {fd.date: _dt(day), fd.site: site}
+        day_flt = {f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.date}": _dt(day)}
+        async for doc in db[fd.collection].find(day_flt, {"_id": 0, MARKS: 0}):
+            m = doc.pop(fd.metadata)
+            for k in (fd.start, fd.zone):
+                if k in m:
+                    meta_fields[k] = m[k]
+            totals[m[fd.page]] += int(doc.get(fd.total, 0))
+            _add(sums, doc)
+            pages += 1
+        sums[rd.pages] = top_pages(totals, top_bytes)
+        doc = {rd.metadata: meta_fields, **sums}
+        await _replace(db, rd.collection, site_daily_id(day, site), f"{rd.metadata}.{rd.site}", site, doc)
+        month = day.replace(day=1)
+        if not months or months[-1] != month:
+            months.append(month)
+        await meta.update_one({"_id": progress_id(site)}, {"$set": {"through": _dt(day)}}, upsert=True)
+        report(f"{day.isoformat()}: {sum(totals.values())} hits of {len(totals)} pages")
+    for month in months:
+        sums = {}
+        totals = Counter()
+        m_flt = {f"{fm.metadata}.{fm.site}": site, f"{fm.metadata}.{fm.date}": _dt(month)}
+        async for doc in db[fm.collection].find(m_flt, {"_id": 0, MARKS: 0}):
+            m = doc.pop(fm.metadata)
+            totals[m[fm.page]] += int(doc.get(fm.total, 0))
+            _add(sums, doc)
+        sums[rm.pages] = top_pages(totals, top_bytes)
+        doc = {rm.metadata: {fm.date: _dt(month), fm.site: site}, **sums}
+        await _replace(db, rm.collection, site_monthly_id(month, site), f"{rm.metadata}.{rm.site}", site, doc)
+        report(f"{month:%Y-%m}: {sum(totals.values())} hits of {len(totals)} pages")
+    return RebuildResult(len(days), len(months), pages, days[0] if days else None, days[-1] if days else None)
+
+
+async def _replace(
+    db: AsyncDatabase[dict[str, Any]],
+    collection: str,
+    doc_id: str,
+    shard_key: str,
+    site: str,
+    doc: dict[str, Any],
+) -> None:
+    """Replace one rollup with ``doc``, keeping the idempotency marks workers left on it.
+
+    The filter carries the shard key (``shard_key``: the site), as an upsert on a
+    sharded collection must.
+    """
+    coll = db[collection]
+    old = await coll.find_one({"_id": doc_id, shard_key: site}, {MARKS: 1})
+    doc = {"_id": doc_id, **doc}
+    if old and MARKS in old:
+        doc[MARKS] = old[MARKS]
+    await coll.replace_one({"_id": doc_id, shard_key: site}, doc, upsert=True)
