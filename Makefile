@@ -40,7 +40,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline benchmarks tests
 	$(VENV)/bin/mypy
 
-bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
+bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-rollups chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
 
 bench-hits: $(STAMP)  ## naive vs packed vs single, freshness, access-log replay
 	$(PY) -m benchmarks.hits --out bench-results/hits.json
@@ -74,6 +74,10 @@ bench-hostile: $(STAMP)  ## name-store bursts (100 new sites x 32 new properties
 
 bench-peers: $(STAMP)  ## preagg against Quix Streams (own venv .venv-quix): hot keys, 10k and 100k live Zipf pages, kill -9
 	$(PY) -m benchmarks.peers --reps 2 --kill --out bench-results/peers.json
+
+bench-rollups: $(STAMP)  ## site charts before/after site rollups at 100..100k pages; ingest with and without rollups; a 1M-URL crawl
+	git worktree add -f .bench-before 4a8ca27 >/dev/null 2>&1 || true
+	$(PY) -m benchmarks.rollups --compare-tree .bench-before --out bench-results/rollups.json
 
 chaos: $(STAMP)  ## kill -9 / injected crashes / scaling during ingest, 5 seeds; then the store down 90 s during a scale-up and one poison event per 1,000; mismatches must be 0
 	$(PY) -m benchmarks.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json

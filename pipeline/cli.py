@@ -345,11 +345,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+class _Version(argparse.Action):
+    """``preagg --version``: the installed distribution's version, read only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"preagg {version('preagg')}")
+        except PackageNotFoundError:
+            print("preagg (not installed: a source checkout)")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``preagg``: the kinds of ``PREAGG_KINDS`` add their own subcommands."""
     from pipeline.kinds import load_kinds
 
     p = argparse.ArgumentParser(prog="preagg", description=__doc__)
+    p.add_argument("--version", action=_Version, nargs=0, help="print the installed version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     sp = sub.add_parser("services", help="start/inspect/stop the embedded Kafka and MongoDB")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 #: Control characters (C0, DEL, C1) and bidirectional overrides, shown escaped.
@@ -26,10 +29,24 @@ def printable(value: object) -> str:
     return str(value).translate(_UNPRINTABLE)
 
 
-def print_rows(rows: list[tuple[Any, Any]], as_json: bool, header: tuple[str, str]) -> None:
-    """Two-column rows as JSON objects or an aligned table (text escaped: :func:`printable`)."""
+def csv_text(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
+    """Rows as CSV with a header line (RFC 4180 quoting; text as it is, for a file or a spreadsheet)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    return out.getvalue()
+
+
+def print_rows(
+    rows: list[tuple[Any, Any]], as_json: bool, header: tuple[str, str], as_csv: bool = False
+) -> None:
+    """Two-column rows as JSON objects, CSV or an aligned table (text escaped: :func:`printable`)."""
     if as_json:
         print(json.dumps(json_rows(rows, header)))
+        return
+    if as_csv:
+        print(csv_text(rows, header), end="")
         return
     print(f"{header[0]:>20}  {header[1]}")
     for a, b in rows:

@@ -41,6 +41,11 @@ log = logging.getLogger("preagg.producer")
 _IDEMPOTENCE: dict[str, bool] = {}
 
 
+def _probe_refusal(record: logging.LogRecord) -> bool:
+    """Drop aiokafka's ERROR for a broker refusing InitProducerId while idempotence is probed."""
+    return not str(record.msg).startswith("Unexpected error during InitProducerIdRequest")
+
+
 class EventProducer:
     """Buffers encoded events per partition and sends them packed."""
 
@@ -96,6 +101,8 @@ class EventProducer:
             await self._producer.start()
             return
         self._producer = self._new_producer(idempotent=True)
+        sender_log = logging.getLogger("aiokafka.producer.sender")
+        sender_log.addFilter(_probe_refusal)  # the refusal is an answer here, not an error
         try:
             async with asyncio.timeout(IDEMPOTENCE_PROBE_SECONDS):
                 await self._producer.start()
@@ -107,11 +114,15 @@ class EventProducer:
             if mode == "on":
                 raise RuntimeError(f"the broker refused an idempotent producer: {exc!r}") from exc
             _IDEMPOTENCE[self.settings.kafka_bootstrap] = False
-            log.warning(
+            # Expected of the embedded broker (INFO); a real cluster without it is worth a WARNING.
+            log.log(
+                logging.INFO if self.settings.embedded_kafka else logging.WARNING,
                 "the broker does not support idempotent producers (%r): a broker failover may write "
                 "a message twice; exactly-once then holds relative to the log (docs/deployment.md)",
                 exc,
             )
+        finally:
+            sender_log.removeFilter(_probe_refusal)
         self._producer = self._new_producer(idempotent=False)
         await self._producer.start()
 

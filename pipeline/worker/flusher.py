@@ -49,6 +49,9 @@ from pipeline.worker.memory import rss_bytes
 
 log = logging.getLogger("preagg.flush")
 
+#: Seconds between two notes of routine backpressure pauses; a pause this long is a WARNING.
+BACKPRESSURE_NOTE_SECONDS = 60.0
+
 #: Exit status of a worker that must restart to resume from MongoDB's positions:
 #: its flush failed its offset fence (another worker counted the range), or Kafka's
 #: committed offset was ahead of MongoDB's. A supervisor restarts it.
@@ -210,6 +213,10 @@ class Flusher(Generic[A]):
         self._send_dead = send_dead
         self._ack = ack
         self.max_pending_keys = max_pending_keys
+        #: When a pause was last logged, and the pauses since (routine in a backlog: one
+        #: INFO line a minute, not one a second; a long pause is a WARNING).
+        self._pause_noted = -BACKPRESSURE_NOTE_SECONDS
+        self._pauses_unnoted = 0
         self.max_fields_per_update = max_fields_per_update
         self.max_backoff = max_backoff
         self._fault = fault or (lambda point: None)
@@ -473,22 +480,30 @@ class Flusher(Generic[A]):
         began = time.monotonic()
         s.backpressure_pauses += 1
         s.paused_since = time.time()
-        log.warning(
-            "backpressure: %d %s items pending (bound %d), %d batches sealed (bound %d); "
-            "consumption paused until a flush succeeds",
-            self.pending_keys(),
-            self.stream,
-            self.max_pending_keys,
-            len(self.sealed),
-            MAX_SEALED,
-        )
+        if began - self._pause_noted >= BACKPRESSURE_NOTE_SECONDS:
+            log.info(
+                "backpressure: %d %s items pending (bound %d), %d batches sealed (bound %d); "
+                "consumption paused until a flush succeeds (%d more pauses since the last note; "
+                "routine while catching up a backlog)",
+                self.pending_keys(),
+                self.stream,
+                self.max_pending_keys,
+                len(self.sealed),
+                MAX_SEALED,
+                self._pauses_unnoted,
+            )
+            self._pause_noted = began
+            self._pauses_unnoted = 0
+        else:
+            self._pauses_unnoted += 1
         try:
             await self.run_flush()
         finally:
             took = time.monotonic() - began
             s.backpressure_seconds += took
             s.paused_since = None
-            log.warning("backpressure: %s consumption resumed after %.1fs", self.stream, took)
+            if took >= BACKPRESSURE_NOTE_SECONDS:  # a flush that long: the store is struggling
+                log.warning("backpressure: %s consumption resumed after %.1fs", self.stream, took)
 
     # -- flushing ---------------------------------------------------------------
 

@@ -238,3 +238,19 @@ def test_produce_fails_past_the_rejected_share_and_suggests_the_format(
     named = produce("--format", "clf")
     assert named.returncode == 0 and "no --site: the site is the file name (access)" in named.stderr
     assert "no --site" not in produce("--format", "clf", "--site", "example.com").stderr
+
+
+def test_producing_on_the_embedded_broker_is_quiet(settings: Settings, tmp_path: Path) -> None:
+    """Issue 25, item 8: the broker's refusal of an idempotent producer is expected there, not an error."""
+    events = tmp_path / "one.jsonl"
+    events.write_text('{"site": "quiet.test", "page": "/", "ts": "2020-02-01T00:00:30Z"}\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", "produce", "hits", str(events)],
+        env={**os.environ, **settings.to_env()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "sent 1 events" in r.stdout
+    assert "InitProducerIdRequest" not in r.stderr and "WARNING" not in r.stderr, r.stderr

@@ -11,8 +11,13 @@
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
+import re
+import shlex
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +37,7 @@ from .test_serve import call, q
 
 pytestmark = pytest.mark.integration
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "rollups.md"
 END = datetime(2026, 3, 30, 6, tzinfo=UTC)  # the last Sunday of March: Berlin's DST starts
 
 
@@ -195,6 +201,36 @@ def test_rebuild_from_page_documents_twice_gives_the_same_rollups(settings: Sett
     assert set(written) == set(once)
     for key, doc in written.items():
         assert doc == once[key], key
+
+    # docs/rollups.md's commands, as written, on this data
+    block = re.findall(r"```sh\n(.*?)```", DOC.read_text(), re.S)[0]
+    outputs = [cli(settings, *shlex.split(line)[1:]) for line in block.strip().splitlines()]
+    assert "blog.example: rebuilt" in outputs[0]
+    top = [line.split() for line in outputs[1].strip().splitlines()[1:]]
+    assert len(top) == 3 and all(int(row[-1]) > 0 for row in top), outputs[1]
+    csv_rows = list(csv.reader(io.StringIO(cli(settings, *shlex.split(block.splitlines()[1])[1:], "--csv"))))
+    assert csv_rows[0] == ["page", "hits"] and [r[0] for r in csv_rows[1:]] == [r[0] for r in top]
+    props = list(
+        csv.DictReader(
+            io.StringIO(
+                cli(
+                    settings,
+                    "query",
+                    "props",
+                    "--site",
+                    "blog.example",
+                    "--from",
+                    "2026-03-27",
+                    "--to",
+                    "2026-03-30",
+                    "--csv",
+                )
+            )
+        )
+    )
+    assert props and {"name", "value", "count"} == set(props[0]) and all(int(r["count"]) > 0 for r in props)
+    days = [line.split() for line in outputs[2].strip().splitlines()[1:] if line.strip()]
+    assert sum(int(row[-1]) for row in days if row[-1].isdigit()) > 0, outputs[2]
 
 
 def test_page_cap_and_query_policy_bound_the_page_documents(settings: Settings) -> None:

@@ -55,3 +55,13 @@ def test_help_loads_no_client_library(argv: list[str]) -> None:
 
 def test_import_pipeline_loads_no_client_library() -> None:
     assert loaded("import pipeline, pipeline.kinds, pipeline.settings") == set()
+
+
+def test_version_prints_the_installed_version() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.startswith("preagg "), done

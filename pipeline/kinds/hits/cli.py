@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.core.parse import UsageError, parse_time
-from pipeline.core.text import print_rows, printable
+from pipeline.core.text import csv_text, print_rows, printable
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.services.urls import command_settings
 from pipeline.store.command import on_db
@@ -83,6 +83,9 @@ def cmd_query_props(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(prop_rows(rows)))
         return 0
+    if args.csv:
+        print(csv_text([(r.name, r.value, r.count) for r in rows], ("name", "value", "count")), end="")
+        return 0
     width = max([len(printable(r.name)) for r in rows] + [4])
     print(f"{'name':<{width}}  {'count':>9}  value")
     for r in rows:
@@ -100,7 +103,7 @@ def cmd_query_pages(args: argparse.Namespace) -> int:
     async def run(db: Db) -> list[tuple[str, int]]:
         return await top_pages(db, args.site, args.start, end, args.limit, hits_fields(s.schema))
 
-    print_rows(on_db(s, run), args.json, ("page", "hits"))
+    print_rows(on_db(s, run), args.json, ("page", "hits"), args.csv)
     return 0
 
 
@@ -141,11 +144,15 @@ def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     qp.add_argument("--page", help="one page (default: all pages of the site)")
     _day_range(qp)
     qp.add_argument("--name", help="one property (default: all)")
-    qp.add_argument("--json", action="store_true")
+    fmt = qp.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--csv", action="store_true")
     qp.set_defaults(func=cmd_query_props)
     qt = qsub.add_parser("pages", help="the pages of a site with the most hits over a range of days")
     qt.add_argument("--site", required=True)
     _day_range(qt)
     qt.add_argument("--limit", type=int, default=10, help="at most this many pages (0: all)")
-    qt.add_argument("--json", action="store_true")
+    fmt = qt.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--csv", action="store_true")
     qt.set_defaults(func=cmd_query_pages)
