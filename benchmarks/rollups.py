@@ -46,6 +46,7 @@ from pipeline.kinds.hits.aggregate import plan_hits
 from pipeline.kinds.hits.layout import HitsFields, hits_fields, site_filter
 from pipeline.kinds.hits.query import _buckets, _items, hits_series, series_query, top_pages
 from pipeline.kinds.hits.query_props import prop_counts
+from pipeline.kinds.hits.settings import HitsSettings
 from pipeline.kinds.hits.sites.caps import PageCaps
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
@@ -54,6 +55,7 @@ from pipeline.store.sink import update_document
 
 F = hits_fields("compact")
 COUNTRIES = ("US", "DE", "FR", "GB", "JP", "BR", "IN")
+SLUGS = ("release-notes", "how-to-scale", "pricing-faq", "getting-started", "kafka-tips", "mongo-indexes")
 
 
 class Keys:
@@ -73,7 +75,8 @@ def site_counts(
     props: dict[tuple[str, str, int], Counter[tuple[str, str]]] = {}
     span = 30 * 1440
     for i in range(hits):
-        page = f"/p/{bisect.bisect(cum, rng.random() * cum[-1])}"
+        rank = bisect.bisect(cum, rng.random() * cum[-1])
+        page = f"/blog/2026/{rank:06d}-{SLUGS[rank % len(SLUGS)]}"  # about 33 bytes, as real paths
         minute = end_minute - (rng.randrange(60) if i % 50 == 0 else rng.randrange(span))
         counts[site, page, minute] += 1
         if i % 2:
@@ -83,7 +86,7 @@ def site_counts(
 
 def write_site(db: Any, counts: Any, props: Any) -> dict[str, int]:
     """Plan as a worker does (one flush) and write every upsert; documents per collection."""
-    plan = plan_hits(counts, F, props, Keys(), caps=PageCaps(0, 32_768))
+    plan = plan_hits(counts, F, props, Keys(), caps=PageCaps(0, HitsSettings().top_pages_bytes))
     by: dict[str, list[UpdateOne]] = {}
     for u in plan:
         by.setdefault(u.collection, []).append(UpdateOne(u.filter(), update_document(u), upsert=True))

@@ -42,7 +42,7 @@ async def audit_hits(
     problems: list[str] = []
     seen: set[tuple[str, str]] = set()
     r = fields.rollups
-    for f in (fields.daily, fields.monthly, r.daily, r.monthly):
+    for f in (fields.daily, fields.monthly, r.daily, r.monthly, r.top_daily, r.top_monthly):
         async for doc in db[f.collection].find():
             key = (f.collection, doc["_id"])
             seen.add(key)
@@ -70,31 +70,37 @@ async def audit_database(settings: Settings, truth: Mapping[Key, int], timeout: 
 async def audit_rollups(db: AsyncDatabase[dict[str, Any]], fields: HitsFields, limit: int = 20) -> list[str]:
     """Mismatches between each site rollup and the sum of its site's page documents (any zones).
 
-    Every counter but the top pages (``pages``, capped) and the capped hits must equal
-    the sum over the page documents of the same site and local day (month); with no
-    page past the day's cap the totals agree too.
+    Every counter but the capped hits must equal the sum over the page documents of
+    the same site and local day (month), unless pages of that day were capped (then
+    only the rollup has their hits); each top-pages document must add up to its
+    rollup's total.
     """
     r = fields.rollups
     problems: list[str] = []
-    for pages_f, site_f in ((fields.daily, r.daily), (fields.monthly, r.monthly)):
+    for pages_f, site_f, top_f in (
+        (fields.daily, r.daily, r.top_daily),
+        (fields.monthly, r.monthly, r.top_monthly),
+    ):
         want: dict[tuple[str, Any], dict[str, int]] = {}
         async for doc in db[pages_f.collection].find():
             m = doc[pages_f.metadata]
             acc = want.setdefault((m[pages_f.site], m[pages_f.date]), {})
             for path, n in counters(doc, ("_id", pages_f.metadata, MARKS)):
                 acc[path] = acc.get(path, 0) + n
+        tops: dict[str, int] = {}
+        async for doc in db[top_f.collection].find():
+            tops[doc["_id"]] = sum(int(n) for n in (doc.get(top_f.pages) or {}).values())
         seen = set()
         async for doc in db[site_f.collection].find():
             m = doc[site_f.metadata]
             key = (m[site_f.site], m[site_f.date])
             seen.add(key)
-            capped = int(doc.get(getattr(site_f, "capped", "-"), 0) or 0)
-            skip = ("_id", site_f.metadata, MARKS, site_f.pages, getattr(site_f, "capped", "-"))
-            stored = dict(counters(doc, skip))
-            top = sum(int(n) for n in (doc.get(site_f.pages) or {}).values())
-            if top != stored.get(site_f.total, 0):
+            capped_field = getattr(site_f, "capped", "-")
+            capped = int(doc.get(capped_field, 0) or 0)
+            stored = dict(counters(doc, ("_id", site_f.metadata, MARKS, capped_field)))
+            if tops.get(doc["_id"], 0) != stored.get(site_f.total, 0):
                 problems.append(
-                    f"{site_f.collection} {key}: top pages sum {top}, total {stored.get(site_f.total)}"
+                    f"{top_f.collection} {key}: {tops.get(doc['_id'])}, total {stored.get(site_f.total)}"
                 )
             if capped:
                 continue  # hits of pages without documents: only the rollup has them

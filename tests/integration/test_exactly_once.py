@@ -154,7 +154,10 @@ def test_store_restored_from_backup_resumes_from_its_positions(settings: Setting
     half, third = len(traffic.lines) // 2, len(traffic.lines) - 600
     asyncio.run(produce(settings, traffic.lines[:half], pack=20))
     run_worker_to_end(settings, "first")
-    collections = ["hits_daily", "hits_monthly", "hits_site_daily", "hits_site_monthly", "preagg_offsets"]
+    collections = [
+        *("hits_daily", "hits_monthly", "hits_site_daily", "hits_site_monthly"),
+        *("hits_site_pages_daily", "hits_site_pages_monthly", "preagg_offsets"),
+    ]
 
     async def backup(db):  # type: ignore[no-untyped-def]
         return {c: [d async for d in db[c].find()] for c in collections}

@@ -174,7 +174,7 @@ def test_rebuild_from_page_documents_twice_gives_the_same_rollups(settings: Sett
 
     async def snapshot(db: Any) -> dict[str, dict[str, Any]]:
         out = {}
-        for c in (r.daily.collection, r.monthly.collection):
+        for c in (r.daily.collection, r.monthly.collection, r.top_daily.collection, r.top_monthly.collection):
             async for doc in db[c].find({}, {MARKS: 0}):
                 out[f"{c}/{doc['_id']}"] = doc
         return out
@@ -182,7 +182,7 @@ def test_rebuild_from_page_documents_twice_gives_the_same_rollups(settings: Sett
     written = with_db(settings, snapshot)
 
     async def drop(db: Any) -> None:
-        for c in (r.daily.collection, r.monthly.collection):
+        for c in (r.daily.collection, r.monthly.collection, r.top_daily.collection, r.top_monthly.collection):
             await db[c].delete_many({})
 
     with_db(settings, drop)  # as before rollups existed
@@ -244,21 +244,22 @@ def test_page_cap_and_query_policy_bound_the_page_documents(settings: Settings) 
     asyncio.run(produce(settings, lines, pack=20))
     run_worker_to_end(settings)
 
-    async def look(db: Any) -> tuple[list[str], dict[str, Any]]:
+    async def look(db: Any) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
         pages = await db[f.daily.collection].distinct(
             f"{f.daily.metadata}.{f.daily.page}", {f"{f.daily.metadata}.{f.daily.site}": "crawl.test"}
         )
         rollup = await db[f.rollups.daily.collection].find_one(
             {f"{f.rollups.daily.metadata}.{f.rollups.daily.site}": "crawl.test"}
         )
-        return sorted(pages), rollup or {}
+        top = await db[f.rollups.top_daily.collection].find_one({"_id": (rollup or {}).get("_id")})
+        return sorted(pages), rollup or {}, top or {}
 
-    pages, rollup = with_db(settings, look)
+    pages, rollup, top = with_db(settings, look)
     assert len(pages) == 5 and all(
         p.startswith("/item/") and "?id=" in p and "session" not in p for p in pages
     )
     assert rollup[f.rollups.daily.total] == 300  # the site's counts stay exact
     assert rollup[f.rollups.daily.capped] == 300 - 5 * 6  # 45 pages without documents, 6 hits each
-    assert rollup[f.rollups.daily.pages]["%other"] == 270
+    assert top[f.rollups.top_daily.pages]["%other"] == 270
     status = cli(settings, "status")
     assert "crawl.test" in status and "270 hits" in status, status

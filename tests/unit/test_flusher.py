@@ -155,7 +155,7 @@ def test_order_is_deadletters_commit_then_ack() -> None:
         await f.flush()  # nothing pending: nothing written
 
     asyncio.run(go())
-    assert log == ["dead:1", "commit:4", "ack:m10", "ack:m11"]
+    assert log == ["dead:1", "commit:6", "ack:m10", "ack:m11"]
     assert store.offsets[TP0]["next"] == 12
     assert f.stats.events == 3 and f.stats.rejected == {"invalid_json": 1}
 
@@ -168,7 +168,7 @@ def test_failed_commit_is_retried_and_nothing_acked_before_success() -> None:
         await f.flush()
 
     asyncio.run(go())
-    assert log == ["commit-failed", "commit-failed", "commit:4", "ack:m5"]
+    assert log == ["commit-failed", "commit-failed", "commit:6", "ack:m5"]
     assert f.stats.retries == 2
 
 
@@ -216,7 +216,7 @@ def test_lost_commit_acknowledgement_is_not_applied_twice() -> None:
         await f.flush()
 
     asyncio.run(go())
-    assert log[:2] == ["commit:4", "already"]
+    assert log[:2] == ["commit:6", "already"]
     assert store.total() == 3 and f.stats.replayed_commits == 1
 
 
@@ -343,7 +343,7 @@ def test_name_store_failures_are_retried_before_the_commit_and_nothing_is_lost()
         await f.flush()
 
     asyncio.run(go())
-    assert log == ["names-failed", "names-failed", "names:[('k', 'v')]", "commit:4", "ack:m0"]
+    assert log == ["names-failed", "names-failed", "names:[('k', 'v')]", "commit:6", "ack:m0"]
     assert f.stats.retries == 2
 
 

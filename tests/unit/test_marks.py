@@ -87,7 +87,7 @@ class MarkStore:
                 self.down_after = None
                 raise ConnectionError("store down")
             flt, update = marked(u, {"$inc": u.inc}, seqs)
-            doc = self.docs.setdefault(u.id, {MARKS: {}, "inc": Counter()})
+            doc = self.docs.setdefault((u.collection, u.id), {MARKS: {}, "inc": Counter()})
             applied = any(
                 doc[MARKS].get(path.split(".", 1)[1], 0) >= cond["$not"]["$gte"]
                 for path, cond in flt.items()
@@ -109,12 +109,8 @@ class MarkStore:
         raise AssertionError("idempotent writes never ask for a commit's outcome")
 
     def total(self) -> int:
-        # pages' daily documents (YYYYMMDD/site/page), not the sites' rollups (YYYYMMDD/site)
-        return sum(
-            d["inc"]["total"]
-            for k, d in self.docs.items()
-            if len(str(k).split("/")[0]) == 8 and str(k).count("/") >= 2
-        )
+        # pages' daily documents, not the sites' rollups
+        return sum(d["inc"]["total"] for (coll, _), d in self.docs.items() if coll == "hits_daily")
 
 
 def hit(ts: int, page: str = "/") -> bytes:

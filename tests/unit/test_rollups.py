@@ -54,7 +54,7 @@ def sums(plan: list[DocUpdate], collection: str, by_site: bool) -> dict[tuple[st
         day = u.set_on_insert[f"{F.daily.metadata}.{F.daily.date}"]
         c = out.setdefault((site, day), Counter())
         for path, n in u.inc.items():
-            if not path.startswith((R.daily.pages + ".", R.daily.capped)):
+            if path != R.daily.capped:
                 c[path] += n
     return out
 
@@ -108,10 +108,12 @@ def test_rollups_are_the_sum_of_their_page_documents(
         assert sum(c[F.daily.total] for c in site_daily.values()) == total
         assert sum(c[F.daily.total] for c in pages_daily.values()) == total - capped
     # top pages: every hit once, under its page or (other)
+    tops = {(u.collection, u.id): sum(u.inc.values()) for u in plan if "pages" in u.collection}
     for u in plan:
-        if u.collection in (R.daily.collection, R.monthly.collection):
-            top = sum(n for p, n in u.inc.items() if p.startswith(R.daily.pages + "."))
-            assert top == u.inc[F.daily.total]
+        if u.collection == R.daily.collection:
+            assert tops[R.top_daily.collection, u.id] == u.inc[F.daily.total]
+        if u.collection == R.monthly.collection:
+            assert tops[R.top_monthly.collection, u.id] == u.inc[F.monthly.total]
 
 
 def test_a_page_past_the_days_cap_is_counted_in_the_rollups_only() -> None:
@@ -122,7 +124,8 @@ def test_a_page_past_the_days_cap_is_counted_in_the_rollups_only() -> None:
     assert len(pages) == 2
     (site,) = [u for u in plan if u.collection == R.daily.collection]
     assert site.inc[F.daily.total] == 5 and site.inc[R.daily.capped] == 3
-    assert site.inc[f"{R.daily.pages}.{OTHER_PAGE}"] == 3
+    (top,) = [u for u in plan if u.collection == R.top_daily.collection]
+    assert top.inc[f"{R.top_daily.pages}.{OTHER_PAGE}"] == 3
     assert caps.capped_pages == 3 and caps.capped_hits == 3
     # the same day, a later flush: an admitted page stays admitted, new ones stay out
     again = plan_hits({("s", "/p0", LO + 9): 1, ("s", "/new", LO + 9): 1}, F, caps=caps)
@@ -135,14 +138,14 @@ def test_top_pages_are_exact_below_the_budget_and_the_tail_is_other() -> None:
     budget = sum(entry_bytes(n) for n in names[:10])
     caps = PageCaps(top_pages_bytes=budget)
     counts = {("s", n, LO + i): 100 - i for i, n in enumerate(names)}
-    (site,) = [u for u in plan_hits(counts, F, caps=caps) if u.collection == R.daily.collection]
-    top = {p.split(".", 1)[1]: n for p, n in site.inc.items() if p.startswith(R.daily.pages + ".")}
+    (site,) = [u for u in plan_hits(counts, F, caps=caps) if u.collection == R.top_daily.collection]
+    top = {p.split(".", 1)[1]: n for p, n in site.inc.items()}
     assert {k: v for k, v in top.items() if k != OTHER_PAGE} == {n: 100 - i for i, n in enumerate(names[:10])}
     assert top[OTHER_PAGE] == sum(100 - i for i in range(10, 50))
     # a budget over the pages: exact
     big = PageCaps(top_pages_bytes=10**6)
-    (site,) = [u for u in plan_hits(counts, F, caps=big) if u.collection == R.daily.collection]
-    assert f"{R.daily.pages}.{OTHER_PAGE}" not in site.inc
+    (site,) = [u for u in plan_hits(counts, F, caps=big) if u.collection == R.top_daily.collection]
+    assert f"{R.top_daily.pages}.{OTHER_PAGE}" not in site.inc
 
 
 def test_seeded_caps_count_what_the_store_already_has() -> None:
@@ -160,7 +163,7 @@ def test_the_aggregator_counts_rollup_documents_and_periods() -> None:
     ts = datetime(2026, 10, 24, 12, tzinfo=UTC).timestamp()
     for page in ("/a", "/b"):
         assert agg.ingest(orjson.dumps({"site": "s", "page": page, "ts": ts})) is None
-    assert agg.documents() == 2 * (2 + 1)
+    assert agg.documents() == 2 * 2 + 4 * 1
     days, months = agg.periods()
     assert days == {("s", date(2026, 10, 24).toordinal())}
     assert months == {("s", date(2026, 10, 1).toordinal())}

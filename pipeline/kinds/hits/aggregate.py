@@ -154,8 +154,11 @@ class HitCounts:
         return len(self.counts) + self.props_pending
 
     def documents(self) -> int:
-        """Daily documents touched, twice (each has at most one monthly document), pages' and sites'."""
-        return 2 * (len(self.days) + len(self.site_days))
+        """Daily documents touched, twice (each has at most one monthly document), pages' and sites'.
+
+        A site's day has two (its rollup and its top pages), and so has its month.
+        """
+        return 2 * len(self.days) + 4 * len(self.site_days)
 
     def periods(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
         """(site, local day ordinal) and (site, month's first day ordinal) this window touches."""
@@ -195,12 +198,14 @@ def plan_hits(
     """
     fd, fm = fields.daily, fields.monthly
     rd, rm = fields.rollups.daily, fields.rollups.monthly
+    td, tm = fields.rollups.top_daily, fields.rollups.top_monthly
     caps = caps if caps is not None else unlimited()
     retention = calendars.retention()
     daily: dict[tuple[str, str, int], DocUpdate] = {}
     monthly: dict[tuple[str, str, int, int], DocUpdate] = {}
     site_daily: dict[tuple[str, int], DocUpdate] = {}
     site_monthly: dict[tuple[str, int, int], DocUpdate] = {}
+    tops: dict[tuple[str, str, int], DocUpdate] = {}
     keeps: dict[tuple[str, int], tuple[bool, bool]] = {}
     admitted: dict[tuple[str, str, int], bool] = {}
 
@@ -236,6 +241,19 @@ def plan_hits(
             )
         return upd
 
+    def top_doc(site: str, period: str, day: date) -> DocUpdate:
+        key = (site, period, day.toordinal())
+        upd = tops.get(key)
+        if upd is None:
+            f, doc_id = (td, site_daily_id(day, site)) if period == "d" else (tm, site_monthly_id(day, site))
+            upd = tops[key] = DocUpdate(
+                f.collection,
+                doc_id,
+                {f"{f.metadata}.{f.date}": datetime(day.year, day.month, day.day)},
+                key={f"{f.metadata}.{f.site}": site},
+            )
+        return upd
+
     def admits(site: str, page: str, ordinal: int) -> bool:
         ok = admitted.get((site, page, ordinal))
         if ok is None:
@@ -265,7 +283,7 @@ def plan_hits(
             if keep[0]:
                 upd.add(f"{fd.minute}.{hour}.{minute_of_hour}", n)
         shown = page if own else None
-        targets[0].add(f"{rd.pages}.{caps.top_key((site, 'd', ordinal), shown)}", n)
+        top_doc(site, "d", day).add(f"{td.pages}.{caps.top_key((site, 'd', ordinal), shown)}", n)
         mupd = site_monthly.get((site, day.year, day.month))
         if mupd is None:
             mupd = site_monthly[site, day.year, day.month] = DocUpdate(
@@ -276,7 +294,9 @@ def plan_hits(
             )
         mupd.add(rm.total, n)
         mupd.add(f"{rm.daily}.{day.day}", n)
-        mupd.add(f"{rm.pages}.{caps.top_key((site, 'm', month_ordinal), shown)}", n)
+        top_doc(site, "m", day.replace(day=1)).add(
+            f"{tm.pages}.{caps.top_key((site, 'm', month_ordinal), shown)}", n
+        )
         if not own:
             continue
         mk = (site, page, day.year, day.month)
@@ -301,4 +321,4 @@ def plan_hits(
                 nk, vk = prop_keys.keys(site, name, value)
                 for upd in targets:
                     upd.add(f"{fd.props}.{nk}.{vk}", n)
-    return [*daily.values(), *monthly.values(), *site_daily.values(), *site_monthly.values()]
+    return [*daily.values(), *monthly.values(), *site_daily.values(), *site_monthly.values(), *tops.values()]

@@ -5,9 +5,10 @@ Documents follow the seed "Pre-Aggregated Reports": one per site/page/UTC day
 metadata (date, site, page) under one field and have one compound index on it.
 
 Site rollups (``hits_site_daily``, ``hits_site_monthly``) have the same shape without
-a page, plus ``pages`` (top pages): the sum of a site's page documents, written by the
-same flush, so that a site chart reads one document per day (month) whatever the
-number of pages (docs/rollups.md).
+a page: the sum of a site's page documents, written by the same flush, so that a site
+chart reads one document per day (month) whatever the number of pages; its top pages
+per day and month are documents of their own (``hits_site_pages_daily``,
+``hits_site_pages_monthly``, same ``_id``). See docs/rollups.md.
 """
 
 from __future__ import annotations
@@ -79,25 +80,34 @@ class MonthlyFields(DocFields):
 
 @dataclass(frozen=True)
 class SiteDailyFields(DailyFields):
-    """Stored names of a site's daily rollup: a daily document's, its top pages and capped hits."""
+    """Stored names of a site's daily rollup: a daily document's, and its capped hits."""
 
-    pages: str
     capped: str
 
 
 @dataclass(frozen=True)
-class SiteMonthlyFields(MonthlyFields):
-    """Stored names of a site's monthly rollup: a monthly document's, and its top pages."""
+class TopFields:
+    """Stored names of a site's top pages of one day or month."""
 
+    collection: str
+    metadata: str
+    date: str
+    site: str
     pages: str
 
 
 @dataclass(frozen=True)
 class RollupFields:
-    """Both site rollups' names: the series code reads them as it reads page documents."""
+    """The site rollups' names: the series code reads them as it reads page documents.
+
+    Top pages live in documents of their own (``top_daily``, ``top_monthly``): a series
+    never reads them, so its cost stays the same whatever the number of pages.
+    """
 
     daily: SiteDailyFields
-    monthly: SiteMonthlyFields
+    monthly: MonthlyFields
+    top_daily: TopFields
+    top_monthly: TopFields
     mode: FieldMode = "compact"
 
 
@@ -134,7 +144,9 @@ def hits_fields(mode: FieldMode = "compact") -> HitsFields:
         mode=check_mode(mode),
         sites=RollupFields(
             daily=SiteDailyFields(**field_names(FOLDER, "hits_site_daily", mode)),
-            monthly=SiteMonthlyFields(**field_names(FOLDER, "hits_site_monthly", mode)),
+            monthly=MonthlyFields(**field_names(FOLDER, "hits_site_monthly", mode)),
+            top_daily=TopFields(**field_names(FOLDER, "hits_site_pages_daily", mode)),
+            top_monthly=TopFields(**field_names(FOLDER, "hits_site_pages_monthly", mode)),
             mode=check_mode(mode),
         ),
     )
@@ -172,7 +184,8 @@ def indexes(mode: FieldMode) -> list[Index]:
             Index(f.collection, (site, page, day), "site_page_date"),
             Index(f.collection, (site, day), "site_date"),
         ]
-    for r in (fields.rollups.daily, fields.rollups.monthly):
+    rollups = fields.rollups
+    for r in (rollups.daily, rollups.monthly, rollups.top_daily, rollups.top_monthly):
         keys = ((f"{r.metadata}.{r.site}", 1), (f"{r.metadata}.{r.date}", 1))
         out.append(Index(r.collection, keys, "site_date"))
     # the days with pages past the cap, newest first (preagg status)
@@ -196,6 +209,11 @@ def shard_keys(mode: FieldMode) -> list[ShardKey]:
         # A site's rollups on one shard: a site chart is one targeted read of a few documents.
         *(
             ShardKey(r.collection, ((f"{r.metadata}.{r.site}", 1),))
-            for r in (fields.rollups.daily, fields.rollups.monthly)
+            for r in (
+                fields.rollups.daily,
+                fields.rollups.monthly,
+                fields.rollups.top_daily,
+                fields.rollups.top_monthly,
+            )
         ),
     ]

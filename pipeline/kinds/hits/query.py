@@ -170,7 +170,7 @@ async def top_pages(
     ``(other)``, which is listed as a row of its own. Most hits first, then by page.
     """
     r = (fields or hits_fields()).rollups
-    rd, rm = r.daily, r.monthly
+    rd, rm = r.top_daily, r.top_monthly
     whole: list[datetime] = []
     partial: list[tuple[date, date]] = []
     m = first.replace(day=1)
@@ -192,7 +192,13 @@ async def top_pages(
         async for doc in db[rm.collection].find(flt, {rm.pages: 1, "_id": 0}):
             add(doc.get(rm.pages))
     for lo, hi in partial:
-        flt = site_filter(rd, site, None, datetime(*lo.timetuple()[:3]), datetime(*hi.timetuple()[:3]))
+        flt = {
+            f"{rd.metadata}.{rd.site}": site,
+            f"{rd.metadata}.{rd.date}": {
+                "$gte": datetime(*lo.timetuple()[:3]),
+                "$lte": datetime(*hi.timetuple()[:3]),
+            },
+        }
         async for doc in db[rd.collection].find(flt, {rd.pages: 1, "_id": 0}):
             add(doc.get(rd.pages))
     ranked = sorted(

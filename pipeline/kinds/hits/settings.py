@@ -41,11 +41,12 @@ class HitsSettings(StreamSettings):
     #: documents a crawler can create; site charts stay exact. Each worker holds the
     #: names of the days it writes (about 60 bytes a page). 0: no limit.
     max_pages_per_day: int = 50_000
-    #: Bytes of a site rollup's top pages (``pages``: escaped page → count, about 10 bytes
-    #: a page more than its name). Pages arrive in the order of the day's traffic; past
-    #: the budget a new page counts under ``(other)``. Higher: longer exact top-page
-    #: lists, bigger rollups and slower top-page reads (30 days read 30 of them).
-    top_pages_bytes: int = 32_768
+    #: Bytes of a site's top pages of one day or month (escaped page → count, about 10
+    #: bytes a page more than its name: 16 KiB holds about 300 pages of 40-byte names).
+    #: Pages arrive in the order of the day's traffic; past the budget a new page counts
+    #: under ``(other)``. Higher: longer exact top-page lists, slower top-page reads (30
+    #: days read up to 31 of them).
+    top_pages_bytes: int = 16_384
     #: Access-log lines count their status, method, referrer host and user-agent family
     #: as custom properties (as ``preagg produce --props``): richer charts, bigger documents.
     clf_props: bool = False

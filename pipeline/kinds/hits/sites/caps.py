@@ -52,7 +52,7 @@ class _TopList:
 class PageCaps:
     """The two bounds for the periods a worker writes, most recent ones kept (LRU)."""
 
-    def __init__(self, max_pages_per_day: int = 0, top_pages_bytes: int = 32_768, periods: int = 256) -> None:
+    def __init__(self, max_pages_per_day: int = 0, top_pages_bytes: int = 16_384, periods: int = 256) -> None:
         self.max_pages = max_pages_per_day
         self.top_bytes = top_pages_bytes
         self.periods = periods

@@ -32,7 +32,7 @@ async def seed_caps(
 ) -> int:
     """Read what ``caps`` does not hold of these periods; the number of reads made."""
     fd = fields.daily
-    rd, rm = fields.rollups.daily, fields.rollups.monthly
+    rd, rm = fields.rollups.top_daily, fields.rollups.top_monthly
     reads = 0
     for site, ordinal in sorted(days):
         if not caps.knows_pages(site, ordinal):

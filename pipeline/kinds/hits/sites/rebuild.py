@@ -1,8 +1,8 @@
 """``preagg rollups rebuild``: a site's rollups computed from its page documents.
 
 For data written before site rollups existed (or a rollup an operator mistrusts):
-each local day's page documents are summed into the site's daily rollup, each month's
-into its monthly rollup, and the rollup is *replaced* with the sums. Running it again
+each local day's page documents are summed into the site's daily rollup and top
+pages, each month's into its monthly ones, and each is *replaced* with the sums. Running it again
 gives the same documents (idempotent); progress is recorded per site in
 ``preagg_meta`` (``rollups/<site>``), so a run cut short resumes where it stopped.
 
@@ -88,6 +88,7 @@ async def rebuild_rollups(
     """Rebuild ``site``'s rollups from ``first`` on (``None``: where the last run stopped, or the start)."""
     fd, fm = fields.daily, fields.monthly
     rd, rm = fields.rollups.daily, fields.rollups.monthly
+    td, tm = fields.rollups.top_daily, fields.rollups.top_monthly
     meta = db[META_COLLECTION]
     if first is None:
         done = await meta.find_one({"_id": progress_id(site)})
@@ -110,9 +111,11 @@ async def rebuild_rollups(
             totals[m[fd.page]] += int(doc.get(fd.total, 0))
             _add(sums, doc)
             pages += 1
-        sums[rd.pages] = top_pages(totals, top_bytes)
         doc = {rd.metadata: meta_fields, **sums}
-        await _replace(db, rd.collection, site_daily_id(day, site), f"{rd.metadata}.{rd.site}", site, doc)
+        doc_id = site_daily_id(day, site)
+        await _replace(db, rd.collection, doc_id, f"{rd.metadata}.{rd.site}", site, doc)
+        top = {td.metadata: {td.date: _dt(day), td.site: site}, td.pages: top_pages(totals, top_bytes)}
+        await _replace(db, td.collection, doc_id, f"{td.metadata}.{td.site}", site, top)
         month = day.replace(day=1)
         if not months or months[-1] != month:
             months.append(month)
@@ -126,9 +129,11 @@ async def rebuild_rollups(
             m = doc.pop(fm.metadata)
             totals[m[fm.page]] += int(doc.get(fm.total, 0))
             _add(sums, doc)
-        sums[rm.pages] = top_pages(totals, top_bytes)
         doc = {rm.metadata: {fm.date: _dt(month), fm.site: site}, **sums}
-        await _replace(db, rm.collection, site_monthly_id(month, site), f"{rm.metadata}.{rm.site}", site, doc)
+        doc_id = site_monthly_id(month, site)
+        await _replace(db, rm.collection, doc_id, f"{rm.metadata}.{rm.site}", site, doc)
+        top = {tm.metadata: {tm.date: _dt(month), tm.site: site}, tm.pages: top_pages(totals, top_bytes)}
+        await _replace(db, tm.collection, doc_id, f"{tm.metadata}.{tm.site}", site, top)
         report(f"{month:%Y-%m}: {sum(totals.values())} hits of {len(totals)} pages")
     return RebuildResult(len(days), len(months), pages, days[0] if days else None, days[-1] if days else None)
 
