@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import gc
 import itertools
 import random
 import sys
@@ -197,11 +198,14 @@ async def time_charts(url: str, dbname: str, site: str, now: datetime, requests:
     try:
         for name, (before, after) in charts.items():
             times: dict[str, list[float]] = {"before": [], "after": []}
-            for i in range(requests + 1):
-                for label, fn in (("before", before), ("after", after)):
+            # One side's requests in a block, then the other's: interleaved, each light read
+            # paid for the heavy one before it (the client's and the store's memory churn).
+            for label, fn in (("before", before), ("after", after)):
+                gc.collect()
+                for i in range(requests + 1):
                     t0 = time.perf_counter()
                     await fn()
-                    if i:  # the first of each is a warm-up
+                    if i:  # the first is a warm-up
                         times[label].append((time.perf_counter() - t0) * 1000)
             out[name] = {k: latency_ms(v) for k, v in times.items()}
             print(f"  {name}: before {out[name]['before']}  after {out[name]['after']}", flush=True)

@@ -30,6 +30,8 @@ class DocUpdate:
     sources: tuple[tuple[str, int], ...] = ()
     #: Which upsert of a document split by :func:`split_wide` this is (each is marked apart).
     part: int = 0
+    #: Dotted path → value to ``$max`` in (a "last written" stamp: mergeable, unlike ``$set``).
+    max: dict[str, Any] = field(default_factory=dict)
 
     def filter(self) -> dict[str, Any]:
         """The upsert's filter: ``_id`` and the shard key's equalities."""
@@ -69,6 +71,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                     u.key,
                     u.sources,
                     i // max_fields,
+                    u.max if first else {},
                 )
             )
     return out
@@ -101,7 +104,13 @@ def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpda
         m = seen.get(k)
         if m is None:
             m = seen[k] = DocUpdate(
-                u.collection, u.id, dict(u.set_on_insert), dict(u.inc), bit_or=dict(u.bit_or), key=u.key
+                u.collection,
+                u.id,
+                dict(u.set_on_insert),
+                dict(u.inc),
+                bit_or=dict(u.bit_or),
+                key=u.key,
+                max=dict(u.max),
             )
             m.sources = u.sources
             out.append(m)
@@ -112,6 +121,8 @@ def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpda
             m.bit_or[path] = m.bit_or.get(path, 0) | mask  # signed int64 OR signed int64: in range
         for path, v in u.set_on_insert.items():
             m.set_on_insert.setdefault(path, v)
+        for path, v in u.max.items():
+            m.max[path] = max(m.max[path], v) if path in m.max else v
         m.sources = tuple(dict.fromkeys((*m.sources, *u.sources)))
     if max_fields <= 0:
         return out

@@ -87,6 +87,8 @@ def update_document(u: DocUpdate) -> dict[str, Any]:
         update["$setOnInsert"] = u.set_on_insert
     if u.set:
         update["$set"] = u.set
+    if u.max:
+        update["$max"] = u.max
     return update
 
 

@@ -357,7 +357,12 @@ def test_copies_of_a_dead_letter_are_replayed_once_by_their_source_key(settings:
 
 
 def test_workers_prune_by_themselves_and_one_claim_wins_each_interval(settings: Settings) -> None:
-    """``PREAGG_HITS_RETENTION_EVERY``: a worker prunes on its own, one run per interval for the group."""
+    """``PREAGG_HITS_RETENTION_EVERY``: a worker prunes on its own, one run per interval for the group.
+
+    A backfill is spared (issue 25, item 1): the 45-day-old day written moments ago keeps
+    its minutes through the periodic runs; once its ``written`` stamp is as old as the
+    tier, the next run prunes it, and the answers flag its buckets as pruned.
+    """
 
     async def race(db: Any) -> list[bool]:
         await db["preagg_meta"].delete_one({"_id": SCHEDULE_ID})
@@ -383,25 +388,40 @@ def test_workers_prune_by_themselves_and_one_claim_wins_each_interval(settings: 
         )
     )
     worker = WorkerProcess(settings, "pruning-worker").start()
-    try:
-        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
 
-        async def last_run(db: Any) -> Any:
-            return await db["preagg_meta"].find_one({"_id": SCHEDULE_ID})
-
-        deadline = time.monotonic() + 150
-        while not (with_db(settings, last_run) or {}).get("last") and time.monotonic() < deadline:
-            time.sleep(2)
-        run = (with_db(settings, last_run) or {}).get("last")
-    finally:
-        assert worker.terminate() == 0, worker.log_path.read_text()[-3000:]
-    assert run and run["by"] and "minute counters older than 30 days" in run["pruned"], run
-    assert (
-        "periodic retention: minute counters older than 30 days: 1 documents" in worker.log_path.read_text()
-    )
+    async def last_run(db: Any) -> Any:
+        return (await db["preagg_meta"].find_one({"_id": SCHEDULE_ID}) or {}).get("last") or {}
 
     async def docs(db: Any) -> dict[date, Any]:
         return {d["m"]["d"].date(): d async for d in db[F.daily.collection].find({"m.s": "auto.test"})}
+
+    async def backdate(db: Any) -> None:  # as if the old day had been written 40 days ago
+        long_ago = datetime.combine(today - timedelta(days=40), datetime.min.time())
+        for coll in (F.daily.collection, F.rollups.daily.collection):
+            await db[coll].update_many(
+                {"m.s": "auto.test", "m.d": {"$lt": long_ago}}, {"$set": {"w": long_ago}}
+            )
+
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
+        deadline = time.monotonic() + 150
+        while not with_db(settings, last_run) and time.monotonic() < deadline:
+            time.sleep(2)
+        spared = with_db(settings, last_run)
+        assert spared and spared["by"], spared
+        got = with_db(settings, docs)
+        assert F.daily.minute in got[old], "a backfill written minutes ago was pruned"
+        with_db(settings, backdate)
+        deadline = time.monotonic() + 150
+        while F.daily.minute in with_db(settings, docs)[old] and time.monotonic() < deadline:
+            time.sleep(2)
+        run = with_db(settings, last_run)
+    finally:
+        assert worker.terminate() == 0, worker.log_path.read_text()[-3000:]
+    assert "minute counters older than 30 days" in run["pruned"], run
+    assert (
+        "periodic retention: minute counters older than 30 days: 1 documents" in worker.log_path.read_text()
+    )
 
     got = with_db(settings, docs)
     assert (
@@ -413,3 +433,13 @@ def test_workers_prune_by_themselves_and_one_claim_wins_each_interval(settings: 
     assert "workers' periodic retention: every 0.00416667 h; last run" in cli(
         settings, "retention", "run", "--dry-run"
     )
+    # a pruned bucket is not a zero: the CLI says so, JSON (and /api/hits) flag it
+    day = ["query", "hits", "--site", "auto.test", "--from", old.isoformat(), "--to", f"{old}T23:59"]
+    table = cli(settings, *day, "--by", "minute")
+    assert f"past the site's retention (minute counters pruned on {old})" in table, table
+    rows = orjson.loads(cli(settings, *day, "--by", "minute", "--json"))
+    assert len(rows) == 1440 and all(r.get("pruned") for r in rows)
+    hours = orjson.loads(cli(settings, *day, "--by", "hour", "--json"))
+    assert sum(r["hits"] for r in hours) == 30 and not any(r.get("pruned") for r in hours)
+    recent_day = ["--from", recent.isoformat(), "--to", f"{recent}T23:59", "--by", "minute", "--json"]
+    assert not any(r.get("pruned") for r in orjson.loads(cli(settings, *day[:4], *recent_day)))

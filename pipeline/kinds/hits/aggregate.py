@@ -15,7 +15,7 @@ its retention tier are not written (:mod:`pipeline.kinds.hits.sites.tiers`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Protocol
 
 from pipeline.core.calendar import SLOT, UTC_CALENDAR, Calendar, minute_dt
@@ -177,7 +177,11 @@ class HitCounts:
         """The upserts that add this window's counts to MongoDB."""
         if self.props and self.prop_keys is None:
             raise RuntimeError("hits with properties need a name store (prop_keys)")
-        return plan_hits(self.counts, self.fields, self.props, self.prop_keys, self.calendars, self.caps)
+        now = datetime.now(UTC)
+        today = datetime(now.year, now.month, now.day)
+        return plan_hits(
+            self.counts, self.fields, self.props, self.prop_keys, self.calendars, self.caps, today
+        )
 
 
 def plan_hits(
@@ -187,6 +191,7 @@ def plan_hits(
     prop_keys: PropKeySource | None = None,
     calendars: Calendars = UTC_SITES,
     caps: PageCaps | None = None,
+    written: datetime | None = None,
 ) -> list[DocUpdate]:
     """Group minute counts into one upsert per daily and monthly document, pages' and sites'.
 
@@ -194,7 +199,9 @@ def plan_hits(
     pruned (or is about to) gets no counters of that tier. Property counts go to the
     daily documents (which every counted hit touches). Every count also goes to its
     site's rollups (``hits_site_daily``, ``hits_site_monthly``); a page past the day's
-    cap (``caps``) goes only there, under ``(other)`` in the top pages.
+    cap (``caps``) goes only there, under ``(other)`` in the top pages. ``written``
+    (today's UTC midnight) is set on every daily document: the workers' periodic
+    retention runs do not prune what was written within its tier (a backfill).
     """
     fd, fm = fields.daily, fields.monthly
     rd, rm = fields.rollups.daily, fields.rollups.monthly
@@ -207,6 +214,7 @@ def plan_hits(
     site_monthly: dict[tuple[str, int, int], DocUpdate] = {}
     tops: dict[tuple[str, str, int], DocUpdate] = {}
     keeps: dict[tuple[str, int], tuple[bool, bool]] = {}
+    stamp: dict[str, object] = {fd.written: written} if written is not None else {}
     admitted: dict[tuple[str, str, int], bool] = {}
 
     def day_meta(f: DailyFields, cal: Calendar, ordinal: int, start: int) -> dict[str, object]:
@@ -227,6 +235,7 @@ def plan_hits(
                 daily_id(date.fromordinal(ordinal), site, page),
                 day_meta(fd, cal, ordinal, start),
                 key={f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.page}": page},
+                max=dict(stamp),
             )
         return upd
 
@@ -238,6 +247,7 @@ def plan_hits(
                 site_daily_id(date.fromordinal(ordinal), site),
                 day_meta(rd, cal, ordinal, start),
                 key={f"{rd.metadata}.{rd.site}": site},
+                max=dict(stamp),
             )
         return upd
 

@@ -38,6 +38,16 @@ def _check_days(longest: int) -> Callable[[Mapping[str, Any]], None]:
     return check
 
 
+def _with_pruned(schema: dict[str, Any]) -> dict[str, Any]:
+    """``/api/hits`` rows may carry ``pruned`` (a bucket past the site's retention)."""
+    schema["items"]["properties"]["pruned"] = {
+        "type": "boolean",
+        "description": "true: the minute (hourly) counters of this bucket's day were pruned "
+        "(past the site's retention); its count is not the day's traffic",
+    }
+    return schema
+
+
 def routes(settings: Settings) -> list[Route]:
     """The hits endpoints, reading documents in the deployment's schema."""
     fields = hits_fields(settings.schema)
@@ -92,7 +102,7 @@ def routes(settings: Settings) -> list[Route]:
                 Param("by", "bucket size", "choice", default="minute", choices=GRANULARITIES),
             ),
             series,
-            rows_of(("t", {"type": "string", "format": "date-time"}), ("hits", count)),
+            _with_pruned(rows_of(("t", {"type": "string", "format": "date-time"}), ("hits", count))),
             _check_series,
             "hits",
         ),

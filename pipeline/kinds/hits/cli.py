@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def cmd_query_hits(args: argparse.Namespace) -> int:
     """Zero-filled hit series of a site or page as a table, JSON, CSV and/or a PNG."""
     from pipeline.kinds.hits.query import hits_series, instant
-    from pipeline.kinds.hits.render import as_csv, as_json, as_table, plot_png, sparkline
+    from pipeline.kinds.hits.render import as_csv, as_json, as_table, plot_png, pruned_note, sparkline
     from pipeline.kinds.hits.sites.store import site_config
 
     s = command_settings()
@@ -46,6 +46,8 @@ def cmd_query_hits(args: argparse.Namespace) -> int:
     else:
         print(as_table(series))
         print(f"total {sum(n for _, n in series)}  " + sparkline([n for _, n in series]))
+        if note := pruned_note(series, args.by):
+            print(note)
     if args.plot:
         title = f"{args.site}{args.page or ' (all pages)'}: hits per {args.by} ({zone})"
         print(f"plot written to {plot_png(series, Path(args.plot), title, zone)}", file=sys.stderr)

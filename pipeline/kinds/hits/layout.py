@@ -69,6 +69,7 @@ class DailyFields(DocFields):
     hourly: str
     minute: str
     props: str
+    written: str
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,20 @@ from pipeline.store.names.layout import unescape_key
 #: How the top pages past a rollup's budget (or a day's page cap) are listed.
 OTHER_LABEL = "(other)"
 
-Series = list[tuple[datetime, int]]
-"""(bucket start as an aware local time with its offset, hits)."""
+
+class Series(list[tuple[datetime, int]]):
+    """(bucket start as an aware local time with its offset, hits), and which buckets are pruned.
+
+    ``pruned``: the buckets (indexes) of days whose minute (hourly) counters are past the
+    site's retention, wholly or in part: their zeros are not zeros (issue 25). Known
+    from the documents themselves: a day whose counters add up to less than its total.
+    """
+
+    pruned: frozenset[int] = frozenset()
+
+    def pruned_days(self) -> list[date]:
+        """The local days with pruned buckets, in order."""
+        return sorted({self[i][0].date() for i in self.pruned})
 
 
 def instant(t: datetime, cal: Calendar) -> int:
@@ -95,6 +107,7 @@ def series_query(
     proj = {f"{f.metadata}.{f.date}": 1, counter: 1, "_id": 0}
     if daily:
         proj[f"{f.metadata}.{fields.daily.start}"] = 1
+        proj[fields.daily.total] = 1  # a day whose counters add up to less was pruned
     return f.collection, flt, proj
 
 
@@ -141,16 +154,25 @@ async def hits_series(
     lo, hi, d0, d1 = local_days(start, end, cal)
     coll, flt, proj = series_query(site, page, d0, d1, by, fields)
     acc: dict[int, int] = {}
+    pruned: list[tuple[int, int]] = []  # UTC minute ranges [start, end) of days past retention
     async for doc in db[coll].find(flt, proj):
-        add_into(acc, _items(doc, by, fields))
+        items = _items(doc, by, fields)
+        add_into(acc, items)
+        if by in ("minute", "hour") and sum(n for _, n in items) < int(doc.get(fields.daily.total, 0)):
+            day_start = _doc_start(doc, fields)
+            pruned.append((day_start, cal.end(cal.day_of(day_start)[0])))
     keys = _buckets(by, lo, hi, d0, d1, cal)
     if by in ("minute", "hour"):
         out = [(cal.at(b), acc.get(b, 0)) for b in keys]
+        flagged = frozenset(i for i, b in enumerate(keys) if any(s <= b < e for s, e in pruned))
     else:
         out = [(cal.day_start(date.fromordinal(b)), acc.get(b, 0)) for b in keys]
+        flagged = frozenset()
     if cal.utc:  # a site in UTC answers naive UTC times, as it always has
-        return [(t.replace(tzinfo=None), n) for t, n in out]
-    return out
+        out = [(t.replace(tzinfo=None), n) for t, n in out]
+    series = Series(out)
+    series.pruned = flagged
+    return series
 
 
 async def top_pages(

@@ -19,8 +19,29 @@ def series_rows(series: Sequence[tuple[datetime, int]]) -> list[dict[str, Any]]:
     """``{"t": ISO time with its offset, "hits": n}`` per bucket: the CLI's JSON and ``/api/hits``.
 
     UTC (and a naive time, UTC here) ends in ``Z``; a site's local time carries its offset.
+    A bucket of a day past the site's retention (its counters pruned) has ``"pruned": true``:
+    its count is not the day's traffic.
     """
-    return [{"t": iso(t), "hits": n} for t, n in series]
+    pruned: frozenset[int] = getattr(series, "pruned", frozenset())
+    return [
+        {"t": iso(t), "hits": n, **({"pruned": True} if i in pruned else {})}
+        for i, (t, n) in enumerate(series)
+    ]
+
+
+def pruned_note(series: Sequence[tuple[datetime, int]], by: str) -> str | None:
+    """One line naming the days whose buckets are past retention, if any (the CLI's table)."""
+    pruned: frozenset[int] = getattr(series, "pruned", frozenset())
+    if not pruned:
+        return None
+    days = sorted({series[i][0].date().isoformat() for i in pruned})
+    shown = ", ".join(days[:5]) + (f" and {len(days) - 5} more" if len(days) > 5 else "")
+    tier = "minute" if by == "minute" else "hourly"
+    return (
+        f"note: {len(pruned)} of {len(series)} buckets are past the site's retention ({tier} counters "
+        f"pruned on {shown}): those zeros are not zeros; day and month series keep every hit "
+        "(docs/calendar.md)"
+    )
 
 
 def as_json(series: Sequence[tuple[datetime, int]]) -> str:

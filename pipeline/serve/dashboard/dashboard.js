@@ -80,6 +80,16 @@ function drawBars(svg, rows, label) {
   let total = 0;
   rows.forEach((r, i) => {
     total += r.hits;
+    if (r.pruned) {  // a bucket past the site's retention: shaded, its zero is not a zero
+      const shade = document.createElementNS(SVG, "rect");
+      shade.setAttribute("x", String(i * w)); shade.setAttribute("y", "0");
+      shade.setAttribute("width", String(w)); shade.setAttribute("height", String(H));
+      shade.setAttribute("class", "pruned");
+      const why = document.createElementNS(SVG, "title");
+      why.textContent = `${label(r.t)}: past the site's retention (pruned)`;
+      shade.append(why);
+      svg.append(shade);
+    }
     const h = (r.hits / max) * (H - top);
     const rect = document.createElementNS(SVG, "rect");
     rect.setAttribute("x", String(i * w + gap / 2));

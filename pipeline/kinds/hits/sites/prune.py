@@ -45,16 +45,22 @@ async def run_retention(
     dry_run: bool = False,
     settle: float = SETTLE_SECONDS,
     statement_timeout: float = STATEMENT_TIMEOUT,
+    spare_recent: bool = False,
 ) -> list[PruneResult]:
     """Prune (or with ``dry_run`` count) the daily documents' counters past their tiers.
 
     Each statement has its own deadline (``statement_timeout``, instead of the client's
     short one): a first run on a large collection is long, and one past its deadline
     ends with a timeout error, its documents so far pruned, the rest left to the next run.
+
+    ``spare_recent`` (the workers' periodic runs): documents written within their tier
+    are not pruned, and no cutoff is recorded: workers go on writing every counter
+    into old days (a backfill). An operator's run prunes by date and records cutoffs,
+    past which workers write no counter of the tier (docs/calendar.md).
     """
     retention = retention_of(default, (await load(db)).values())
-    statements = prunes(fields.daily, retention, today)
-    if statements and not dry_run:
+    statements = prunes(fields.daily, retention, today, spare_recent)
+    if statements and not dry_run and not spare_recent:
         await save_pruned(db, cutoffs(retention, today))
         await asyncio.sleep(settle)
     out = []

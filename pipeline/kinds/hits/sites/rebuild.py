@@ -102,6 +102,7 @@ async def rebuild_rollups(
         sums: dict[str, Any] = {}
         totals: Counter[str] = Counter()
         meta_fields: dict[str, Any] = {fd.date: _dt(day), fd.site: site}
+        written: datetime | None = None  # the latest page's: the rollup is as recent as its pages
         day_flt = {f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.date}": _dt(day)}
         async for doc in db[fd.collection].find(day_flt, {"_id": 0, MARKS: 0}):
             m = doc.pop(fd.metadata)
@@ -110,7 +111,12 @@ async def rebuild_rollups(
                     meta_fields[k] = m[k]
             totals[m[fd.page]] += int(doc.get(fd.total, 0))
             _add(sums, doc)
+            w = doc.get(fd.written)
+            if isinstance(w, datetime) and (written is None or w > written):
+                written = w
             pages += 1
+        if written is not None:
+            sums[rd.written] = written
         doc = {rd.metadata: meta_fields, **sums}
         doc_id = site_daily_id(day, site)
         await _replace(db, rd.collection, doc_id, f"{rd.metadata}.{rd.site}", site, doc)

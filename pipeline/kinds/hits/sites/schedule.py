@@ -1,7 +1,9 @@
 """Retention run by the workers themselves: once per interval for the whole group.
 
 ``PREAGG_HITS_RETENTION_EVERY`` hours apart, one worker of the group runs what
-``preagg retention run`` runs (:func:`pipeline.kinds.hits.sites.prune.run_retention`).
+``preagg retention run`` runs (:func:`pipeline.kinds.hits.sites.prune.run_retention`),
+sparing what was written within its tier: a backfill of old logs is not an operator's
+decision to drop its minutes.
 Which one: the first to *claim* the interval, a conditional upsert on one
 ``preagg_meta`` document (``{_id: "hits_retention_schedule", started}``). The claim
 succeeds only if the last run started an interval ago or more; two workers claiming
@@ -96,7 +98,9 @@ class RetentionSchedule:
     async def run_once(self) -> list[PruneResult]:
         """One run, recorded in the schedule document (``last``) for ``preagg retention run``."""
         t0, started = time.monotonic(), self.clock()
-        done = await run_retention(self.db, self.fields, self.tiers, utc_today(), settle=self.settle)
+        done = await run_retention(
+            self.db, self.fields, self.tiers, utc_today(), settle=self.settle, spare_recent=True
+        )
         self.runs += 1
         self.documents += sum(p.documents for p in done)
         await self.db[META_COLLECTION].update_one(

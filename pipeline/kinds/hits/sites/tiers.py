@@ -3,7 +3,9 @@
 Pruning removes a whole counter field (``minute``, then ``hourly``) from the daily
 documents of days past their tier; totals, properties and monthly documents stay.
 The tiers count whole UTC days back from today: a day is pruned when its date is
-older than ``today - N``.
+older than ``today - N``. The workers' periodic runs also spare a document written
+within the tier (its ``written`` stamp): a backfill of old logs is not pruned minutes
+after it was counted; ``preagg retention run`` (an operator's decision) prunes by date.
 
 A run first records its cutoffs (:class:`Pruned`, in ``preagg_meta``), waits for the
 workers to read them, then prunes. Workers write no counter of a tier into a day up
@@ -129,11 +131,13 @@ class Prune:
     filter: dict[str, Any]
 
 
-def prunes(f: DailyFields, retention: Retention, today: date) -> list[Prune]:
+def prunes(f: DailyFields, retention: Retention, today: date, spare_recent: bool = False) -> list[Prune]:
     """The few statements of a run: per tier, one for the sites on the defaults, one per override.
 
     Each filter names the field it removes (``$exists``), so a second run finds nothing
-    to do and a run's count is what it removed.
+    to do and a run's count is what it removed. ``spare_recent`` (the workers' periodic
+    runs): a document written within the tier is not pruned whatever its date, so a
+    backfill of old logs keeps its minutes and hours for a tier from its writing.
     """
     site, day = f"{f.metadata}.{f.site}", f"{f.metadata}.{f.date}"
     out = []
@@ -148,6 +152,8 @@ def prunes(f: DailyFields, retention: Retention, today: date) -> list[Prune]:
             if others:
                 flt[site] = {"$nin": others}
             flt[field] = {"$exists": True}
+            if spare_recent:
+                flt.update(_written_before(f, today - timedelta(days=default_days)))
             out.append(Prune(f"{what} counters older than {default_days} days", field, flt))
         for days, sites in sorted(groups.items()):
             if not days:
@@ -157,10 +163,17 @@ def prunes(f: DailyFields, retention: Retention, today: date) -> list[Prune]:
                 day: {"$lt": _midnight(today - timedelta(days=days))},
                 field: {"$exists": True},
             }
+            if spare_recent:
+                flt.update(_written_before(f, today - timedelta(days=days)))
             out.append(
                 Prune(f"{what} counters older than {days} days of {', '.join(sorted(sites))}", field, flt)
             )
     return out
+
+
+def _written_before(f: DailyFields, d: date) -> dict[str, Any]:
+    """Documents last written before ``d`` (or before the stamp existed)."""
+    return {"$or": [{f.written: {"$lt": _midnight(d)}}, {f.written: {"$exists": False}}]}
 
 
 def _midnight(d: date) -> datetime:
