@@ -345,6 +345,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+#: ``preagg worker --help``: the settings an operator sets first (all: docs/design.md).
+WORKER_SETTINGS = """\
+settings that matter (environment, or preagg.toml / PREAGG_CONFIG; the environment wins):
+  PREAGG_KAFKA_URL, PREAGG_MONGO_URL   the servers (unset: the embedded ones, preagg services up)
+  PREAGG_GROUP_ID=preagg               replicas with one group id share the partitions
+  PREAGG_KINDS=hits,...                the stream kinds this worker runs
+  PREAGG_FLUSH_INTERVAL=1.0            seconds between flushes while live (freshness vs writes)
+  PREAGG_BACKLOG_FLUSH_INTERVAL=20     ...while catching up a backlog (fewer, larger flushes)
+  PREAGG_MAX_PENDING_KEYS=400000       memory bound (about 370 bytes a key); past it, pause and flush
+  PREAGG_WEB_PORT=0                    Prometheus /metrics and /health on 127.0.0.1 (0: off)
+  PREAGG_HITS_QUERY_STRING=drop        page query strings: drop, keep, allow:<name>,<name>
+  PREAGG_HITS_MAX_PAGES_PER_DAY=50000  pages per site and day with documents of their own
+every setting and its trade-off: docs/design.md; `preagg status` shows what the group does
+"""
+
+
+def cmd_completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Print the completion script of this parser (every kind's commands included)."""
+    from pipeline.completion import bash_script
+
+    print(bash_script(parser), end="")
+    return 0
+
+
 class _Version(argparse.Action):
     """``preagg --version``: the installed distribution's version, read only when asked."""
 
@@ -369,6 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("services", help="start/inspect/stop the embedded Kafka and MongoDB")
     sp.add_argument("action", choices=["up", "status", "down"])
     sp.set_defaults(func=cmd_services)
+
+    cp = sub.add_parser("completion", help='shell completion: eval "$(preagg completion bash)"')
+    cp.add_argument("shell", choices=["bash"], help="bash (zsh: autoload bashcompinit first)")
+    cp.set_defaults(func=lambda a: cmd_completion(a, p))
 
     kinds = load_kinds(Settings.from_env().kinds)
     pp = sub.add_parser("produce", help="send events from files (or - for stdin) to Kafka")
@@ -401,7 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
         kind.add_produce_options(kp)
         kp.set_defaults(func=cmd_produce)
 
-    wp = sub.add_parser("worker", help="run a Faust worker (replicas share partitions)")
+    wp = sub.add_parser(
+        "worker",
+        help="run a Faust worker (replicas share partitions)",
+        epilog=WORKER_SETTINGS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     wp.add_argument("--loglevel", default="info")
     wp.set_defaults(func=cmd_worker)
 

@@ -92,6 +92,50 @@ def write_env(obj: object, prefix: str) -> dict[str, str]:
     return out
 
 
+#: The settings file read when ``PREAGG_CONFIG`` names none: ``preagg.toml`` in the working directory.
+SETTINGS_FILE = "preagg.toml"
+
+
+def settings_file_env(path: str | None = None) -> dict[str, str]:
+    """The settings file's values as ``PREAGG_*`` variables (none when there is no file).
+
+    ``PREAGG_CONFIG`` names the file (default ``./preagg.toml``). Top-level keys are
+    settings (``kafka_url = "..."`` is ``PREAGG_KAFKA_URL``), a table is a kind's
+    (``[hits]`` ``query_string = "keep"`` is ``PREAGG_HITS_QUERY_STRING``); lists are
+    written with commas, booleans as ``true``/``false``. The environment overrides it.
+    """
+    name = path or os.environ.get("PREAGG_CONFIG") or SETTINGS_FILE
+    file = Path(name)
+    if not file.is_file():
+        if path or os.environ.get("PREAGG_CONFIG"):
+            raise SettingsError(f"PREAGG_CONFIG={name}: no such file")
+        return {}
+    import tomllib
+
+    try:
+        data = tomllib.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+    out: dict[str, str] = {}
+
+    def text(key: str, value: object) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, list):
+            return ",".join(str(v) for v in value)
+        if isinstance(value, str | int | float):
+            return str(value)
+        raise SettingsError(f"{name}: {key}: expected a string, number, boolean or list")
+
+    for key, value in data.items():
+        if isinstance(value, dict):
+            for sub_key, sub_value in value.items():
+                out[env_name(sub_key, kind_prefix(key))] = text(f"{key}.{sub_key}", sub_value)
+        else:
+            out[env_name(key)] = text(key, value)
+    return out
+
+
 def kind_prefix(kind: str) -> str:
     """Prefix of one stream kind's variables: ``PREAGG_HITS_`` for ``hits``."""
     return f"PREAGG_{kind.upper().replace('-', '_')}_"
@@ -399,8 +443,12 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read ``PREAGG_<FIELD>``; each kind's ``PREAGG_<KIND>_<FIELD>`` is kept for :meth:`of`."""
-        env = os.environ if environ is None else environ
+        """Read ``PREAGG_<FIELD>``; each kind's ``PREAGG_<KIND>_<FIELD>`` is kept for :meth:`of`.
+
+        Without ``environ``: the process environment over the settings file, if any
+        (:func:`settings_file_env`): a variable always wins over the file.
+        """
+        env: Mapping[str, str] = {**settings_file_env(), **os.environ} if environ is None else environ
         base = read_env(cls, "PREAGG_", env)
         own = {env_name(f.name) for f in fields(cls)}
         kept = {k: v for k, v in env.items() if k.startswith("PREAGG_") and k not in own}

@@ -65,3 +65,50 @@ def test_version_prints_the_installed_version() -> None:
         [sys.executable, "-m", "pipeline", "--version"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and done.stdout.startswith("preagg "), done
+
+
+def test_bash_completion_offers_the_parsers_commands_and_options() -> None:
+    """Issue 25, item 9: generated from the parser, so it lists what exists."""
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    script = subprocess.run(
+        [sys.executable, "-m", "pipeline", "completion", "bash"], capture_output=True, text=True, timeout=60
+    ).stdout
+
+    def complete(*words: str) -> list[str]:
+        typed = " ".join(shlex.quote(w) for w in words)
+        call = f'COMP_WORDS=(preagg {typed}); COMP_CWORD={len(words)}; _preagg; echo "${{COMPREPLY[@]}}"'
+        probe = f"{script}\n{call}"
+        return subprocess.run([bash, "-c", probe], capture_output=True, text=True, timeout=60).stdout.split()
+
+    assert "rollups" in complete("ro") and "retention" in complete("re")
+    assert complete("rollups", "") == ["--help", "rebuild"]
+    assert "--site" in complete("rollups", "rebuild", "--s") and "--csv" in complete("query", "pages", "--")
+
+
+def test_worker_help_names_real_settings_with_their_defaults() -> None:
+    import re
+
+    from pipeline.cli import WORKER_SETTINGS
+    from pipeline.kinds.hits.settings import HitsSettings
+    from pipeline.settings import Settings
+
+    shown = re.findall(r"PREAGG_([A-Z_]+)=(\S+)", WORKER_SETTINGS)
+    assert len(shown) >= 7
+    for name, value in shown:
+        if name.startswith("HITS_"):
+            default = getattr(HitsSettings(), name[5:].lower())
+        else:
+            default = getattr(Settings(), name.lower())
+        if name == "KINDS":
+            assert value.split(",")[0] == default[0]
+        else:
+            assert str(default) == value or float(default) == float(value), (name, value, default)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -89,3 +90,47 @@ def test_kinds_are_chosen_by_name_or_module_path_and_round_trip_to_a_child_proce
         stream_topics(Settings.from_env({"PREAGG_KINDS": "hits,pipeline.kinds.hits:KIND"}))
     plugin = Settings.from_env({"PREAGG_KINDS": "pipeline.kinds.relations:KIND"})
     assert stream_topics(plugin) == ["relations"]
+
+
+def test_a_settings_file_is_read_and_the_environment_overrides_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25, item 9: ``preagg.toml`` (or ``PREAGG_CONFIG``); a variable always wins."""
+    from pipeline.kinds.hits.settings import KEY as HITS_KEY
+    from pipeline.settings import settings_file_env
+
+    (tmp_path / "preagg.toml").write_text(
+        'db = "from_file"\npartitions = 3\nkinds = ["hits", "listens"]\n\n'
+        '[hits]\nquery_string = "allow:id"\nclf_props = true\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    for var in [v for v in os.environ if v.startswith("PREAGG_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("PREAGG_PARTITIONS", "5")
+    s = Settings.from_env()
+    assert (s.db, s.partitions, s.kinds) == ("from_file", 5, ("hits", "listens"))
+    assert s.of(HITS_KEY).query_string == "allow:id" and s.of(HITS_KEY).clf_props is True
+    (tmp_path / "bad.toml").write_text("db = 2026-01-01\n")
+    with pytest.raises(SettingsError, match=r"bad\.toml: db"):
+        settings_file_env(str(tmp_path / "bad.toml"))
+    with pytest.raises(SettingsError, match="no such file"):
+        settings_file_env(str(tmp_path / "missing.toml"))
+
+
+def test_the_documented_settings_file_is_read_as_shown() -> None:
+    """docs/design.md's ``toml`` example: every key is a real setting of the right type."""
+    from pipeline.kinds.hits.settings import KEY as HITS_KEY
+    from pipeline.settings import settings_file_env
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    block = re.findall(r"```toml\n(.*?)```", doc, re.S)[0]
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(block)
+    env = settings_file_env(f.name)
+    Path(f.name).unlink()
+    own = {f"PREAGG_{x.name.upper()}" for x in fields(Settings)}
+    assert all(k in own or k.startswith("PREAGG_HITS_") for k in env)
+    s = Settings.from_env(env)
+    assert s.kinds == ("hits", "listens") and s.of(HITS_KEY).max_pages_per_day == 20000
