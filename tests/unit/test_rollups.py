@@ -205,3 +205,12 @@ def test_normalising_twice_changes_nothing(page: str, policy: str, lower: bool) 
     rules = PageRules.parse(policy, lower)
     once = rules(page)
     assert once and rules(once) == once
+
+
+def test_the_held_page_names_are_bounded_least_recently_used_first() -> None:
+    caps = PageCaps(max_pages_per_day=10, periods=100, max_held=25)
+    for day in range(5):
+        caps.seed_pages("s", day, [f"/p{i}" for i in range(10)])
+        assert caps._held <= 25
+    assert caps.knows_pages("s", 4) and caps.knows_pages("s", 3) and not caps.knows_pages("s", 0)
+    assert caps.admits("s", 4, "/p1") and not caps.admits("s", 4, "/new")  # day 4 is full

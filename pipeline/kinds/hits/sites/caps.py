@@ -11,8 +11,9 @@ Two bounds per site (docs/rollups.md):
   first; a page that becomes busy late is undercounted in the list (its own documents
   stay exact), and below the budget the list is exact.
 
-Each worker holds what it knows of the periods it writes: what the store had when it
-first touched the period (:mod:`pipeline.kinds.hits.sites.caps_read` seeds it before a
+Each worker holds what it knows of the periods it writes (the 4,096 most recently used,
+at most a million page names: about 100 MB): what the store had when it first touched
+the period (:mod:`pipeline.kinds.hits.sites.caps_read` seeds it before a
 plan), plus what it admitted since. Workers of one group do not see each other's new
 pages until they read again, so with several workers a period may take up to one cap
 per worker that writes it: bounded, never unbounded.
@@ -28,6 +29,10 @@ from pipeline.store.names.layout import READABLE_OTHER, escape_key
 
 #: The top-pages key of the pages past the budget (``escape_key`` never yields it).
 OTHER_PAGE = READABLE_OTHER
+
+#: Refused (site, day, page) names kept to count each once (``preagg_pages_capped``); past
+#: it they are forgotten and a page may be counted again: the metric is then an upper bound.
+REFUSED_KEPT = 100_000
 
 #: Bytes a counter of ``pages`` takes besides its name: BSON type, NUL, an int64.
 ENTRY_BYTES = 10
@@ -52,10 +57,19 @@ class _TopList:
 class PageCaps:
     """The two bounds for the periods a worker writes, most recent ones kept (LRU)."""
 
-    def __init__(self, max_pages_per_day: int = 0, top_pages_bytes: int = 16_384, periods: int = 256) -> None:
+    def __init__(
+        self,
+        max_pages_per_day: int = 0,
+        top_pages_bytes: int = 16_384,
+        periods: int = 4096,
+        max_held: int = 1_000_000,
+    ) -> None:
         self.max_pages = max_pages_per_day
         self.top_bytes = top_pages_bytes
         self.periods = periods
+        #: Page names held over all periods (about 100 bytes each): the memory bound.
+        self.max_held = max_held
+        self._held = 0
         self._pages: OrderedDict[tuple[str, int], set[str]] = OrderedDict()
         self._tops: OrderedDict[Period, _TopList] = OrderedDict()
         #: Hits of pages past the day's cap (counted in their site's rollups only).
@@ -77,8 +91,11 @@ class PageCaps:
             return True
         if len(pages) < self.max_pages:
             pages.add(page)
+            self._held += 1
             return True
         if (site, ordinal, page) not in self._refused:
+            if len(self._refused) >= REFUSED_KEPT:  # a crawler's names: a bound, not a leak
+                self._refused.clear()
             self._refused.add((site, ordinal, page))
             self.capped_pages += 1
         return False
@@ -123,9 +140,13 @@ class PageCaps:
 
     def seed_pages(self, site: str, ordinal: int, pages: Iterable[str]) -> set[str]:
         """Hold the pages the store has documents of on ``site``'s day ``ordinal``."""
+        old = self._pages.pop((site, ordinal), None)
+        self._held -= len(old) if old is not None else 0
         held = self._pages[(site, ordinal)] = set(pages)
-        while len(self._pages) > self.periods:
-            self._pages.popitem(last=False)
+        self._held += len(held)
+        while len(self._pages) > 1 and (len(self._pages) > self.periods or self._held > self.max_held):
+            _, dropped = self._pages.popitem(last=False)  # least recently used: read again if needed
+            self._held -= len(dropped)
         return held
 
     def seed_top(self, period: Period, keys: Iterable[str]) -> _TopList:
@@ -143,11 +164,6 @@ class PageCaps:
     def count_capped(self, hits: int) -> None:
         """Hits counted only in rollups (the plan reports them)."""
         self.capped_hits += hits
-
-    def forget_refused(self) -> None:
-        """Drop the refused pages' names (kept only to count each once per day)."""
-        if len(self._refused) > 100_000:
-            self._refused.clear()
 
 
 #: No page cap and the default top-pages budget (tests, benchmarks, the audit).
