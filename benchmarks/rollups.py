@@ -85,9 +85,9 @@ def site_counts(
     return counts, props
 
 
-def write_site(db: Any, counts: Any, props: Any) -> dict[str, int]:
+def write_site(db: Any, counts: Any, props: Any, top_bytes: int) -> dict[str, int]:
     """Plan as a worker does (one flush) and write every upsert; documents per collection."""
-    plan = plan_hits(counts, F, props, Keys(), caps=PageCaps(0, HitsSettings().top_pages_bytes))
+    plan = plan_hits(counts, F, props, Keys(), caps=PageCaps(0, top_bytes))
     by: dict[str, list[UpdateOne]] = {}
     for u in plan:
         by.setdefault(u.collection, []).append(UpdateOne(u.filter(), update_document(u), upsert=True))
@@ -156,7 +156,9 @@ async def before_props(db: Any, site: str, first: date, last: date) -> int:
 # -- the timing ---------------------------------------------------------------------------------
 
 
-async def time_charts(url: str, dbname: str, site: str, now: datetime, requests: int) -> dict[str, Any]:
+async def time_charts(
+    url: str, dbname: str, site: str, now: datetime, requests: int, sides: tuple[str, ...]
+) -> dict[str, Any]:
     """p50/p99 ms of each site chart, before and after, interleaved request by request."""
     client = mongo_client(url, timeout=120)
     db = client[dbname]
@@ -201,20 +203,24 @@ async def time_charts(url: str, dbname: str, site: str, now: datetime, requests:
             # One side's requests in a block, then the other's: interleaved, each light read
             # paid for the heavy one before it (the client's and the store's memory churn).
             for label, fn in (("before", before), ("after", after)):
+                if label not in sides:
+                    continue
                 gc.collect()
                 for i in range(requests + 1):
                     t0 = time.perf_counter()
                     await fn()
                     if i:  # the first is a warm-up
                         times[label].append((time.perf_counter() - t0) * 1000)
-            out[name] = {k: latency_ms(v) for k, v in times.items()}
-            print(f"  {name}: before {out[name]['before']}  after {out[name]['after']}", flush=True)
+            out[name] = {k: latency_ms(v) for k, v in times.items() if v}
+            print(f"  {name}: {out[name]}", flush=True)
     finally:
         await client.close()
     return out
 
 
-def reads(settings: Settings, sizes: list[int], requests: int) -> dict[str, Any]:
+def reads(
+    settings: Settings, sizes: list[int], requests: int, top_bytes: int, sides: tuple[str, ...]
+) -> dict[str, Any]:
     """Write the sites, then time every chart of each."""
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(settings.mongo_url)
     db = client[settings.db]
@@ -227,12 +233,14 @@ def reads(settings: Settings, sizes: list[int], requests: int) -> dict[str, Any]
         hits = min(max(20 * n, 100_000), 1_000_000)
         t0 = time.perf_counter()
         counts, props = site_counts(site, n, hits, end_minute, seed=n)
-        docs = write_site(db, counts, props)
+        docs = write_site(db, counts, props, top_bytes)
         print(f"{site}: {hits} hits, {docs} written in {time.perf_counter() - t0:.0f} s", flush=True)
         out[str(n)] = {
             "hits": hits,
             "documents": docs,
-            "charts": asyncio.run(time_charts(settings.mongo_url or "", settings.db, site, now, requests)),
+            "charts": asyncio.run(
+                time_charts(settings.mongo_url or "", settings.db, site, now, requests, sides)
+            ),
         }
     client.close()
     return out
@@ -345,6 +353,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="100,1000,10000,100000", help="pages per site")
     ap.add_argument("--requests", type=int, default=30, help="timed requests per chart and side")
     ap.add_argument("--skip-reads", action="store_true")
+    ap.add_argument(
+        "--top-bytes", type=int, default=HitsSettings().top_pages_bytes, help="the top pages' budget written"
+    )
+    ap.add_argument("--after-only", action="store_true", help="time only the rollups' reads")
     ap.add_argument("--events", type=int, default=300_000, help="the ingest backlog (50 sites x 200 pages)")
     ap.add_argument(
         "--compare-tree", type=Path, help="a worktree before rollups: ingest and crawl side by side"
@@ -358,7 +370,10 @@ def main() -> None:
     results: dict[str, Any] = header(" ".join(sys.argv))
     with embedded("preagg-bench-rollups-") as (base, _):
         if not args.skip_reads:
-            results["reads"] = reads(base, [int(s) for s in args.sizes.split(",")], args.requests)
+            sides = ("after",) if args.after_only else ("before", "after")
+            sizes = [int(s) for s in args.sizes.split(",")]
+            results["top_pages_bytes"] = args.top_bytes
+            results["reads"] = reads(base, sizes, args.requests, args.top_bytes, sides)
         if args.events:
             lines = backlog(args.events)
             ingest: dict[str, Any] = {}
