@@ -60,7 +60,7 @@ class PageCaps:
     def __init__(
         self,
         max_pages_per_day: int = 0,
-        top_pages_bytes: int = 16_384,
+        top_pages_bytes: int = 4_096,
         periods: int = 4096,
         max_held: int = 1_000_000,
     ) -> None:
