@@ -74,11 +74,7 @@ def test_bash_completion_offers_the_parsers_commands_and_options() -> None:
     import subprocess
     import sys
 
-    import pytest
-
-    bash = shutil.which("bash")
-    if bash is None:
-        pytest.skip("no bash")
+    bash = shutil.which("bash") or "/bin/bash"  # the project's own scripts (.ci/run) need bash too
     script = subprocess.run(
         [sys.executable, "-m", "pipeline", "completion", "bash"], capture_output=True, text=True, timeout=60
     ).stdout

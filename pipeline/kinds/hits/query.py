@@ -17,12 +17,10 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pipeline.core.calendar import EPOCH_ORDINAL, Calendar, dt_minute, zone_info
 from pipeline.core.series import Granularity, add_into, next_bucket
 from pipeline.kinds.hits.layout import HitsFields, hits_fields, read_fields, site_filter
+from pipeline.kinds.hits.query_props import OTHER_LABEL
 from pipeline.kinds.hits.sites.caps import OTHER_PAGE
 from pipeline.kinds.hits.sites.store import SiteConfig, load, site_config
 from pipeline.store.names.layout import unescape_key
-
-#: How the top pages past a rollup's budget (or a day's page cap) are listed.
-OTHER_LABEL = "(other)"
 
 
 class Series(list[tuple[datetime, int]]):
@@ -34,10 +32,6 @@ class Series(list[tuple[datetime, int]]):
     """
 
     pruned: frozenset[int] = frozenset()
-
-    def pruned_days(self) -> list[date]:
-        """The local days with pruned buckets, in order."""
-        return sorted({self[i][0].date() for i in self.pruned})
 
 
 def instant(t: datetime, cal: Calendar) -> int:

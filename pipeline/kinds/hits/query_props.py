@@ -24,7 +24,7 @@ from pipeline.store.names.layout import (
 )
 from pipeline.store.names.store import NameStore, read_namespaces
 
-#: How a name or value past its namespace's limit is shown.
+#: How a name or value past its namespace's limit is shown (and a page past the top pages' budget).
 OTHER_LABEL = "(other)"
 
 
