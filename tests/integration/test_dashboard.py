@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.error import HTTPError
 from zoneinfo import ZoneInfo
 
 import orjson
@@ -137,15 +138,15 @@ def test_dashboard_shows_the_stream_and_follows_it_live(pipeline: tuple[Settings
         expect(page.locator("#rt-total")).to_have_text(f"{len(first):,}", timeout=30_000)
 
         bars = page.eval_on_selector_all(
-            "#rt-chart rect", "rs => rs.map(r => [r.dataset.t, Number(r.dataset.n)])"
+            "#rt-chart rect[data-t]", "rs => rs.map(r => [r.dataset.t, Number(r.dataset.n)])"
         )
         assert len(bars) == 60
         assert {t: n for t, n in bars if n} == dict(per_minute)
-        assert page.locator("#month-total").text_content() == f"{month_hits:,}"
+        assert page.locator("#range-total").text_content() == f"{month_hits:,}"
         assert page.locator("#site").input_value() == SITE
         top = page.eval_on_selector_all("#pages-table tbody tr", "rs => rs.map(r => r.dataset.page)")
         assert set(top) == {"/", "/pricing", "/docs"}
-        assert "plan" in (page.locator("#props-table").text_content() or "")
+        assert "plan" in (page.locator("#props-groups").text_content() or "")
         page.screenshot(path=str(ARTIFACTS / "dashboard-before.png"), full_page=True)
 
         # More events while the page stays open: the live chart changes without a reload.
@@ -158,7 +159,7 @@ def test_dashboard_shows_the_stream_and_follows_it_live(pipeline: tuple[Settings
         assert page.evaluate("window.notReloaded") is True
         assert int(page.locator("#rt-chart").get_attribute("data-renders") or 0) > renders
         shown = page.eval_on_selector_all(
-            "#rt-chart rect", "rs => rs.reduce((a, r) => a + Number(r.dataset.n), 0)"
+            "#rt-chart rect[data-t]", "rs => rs.reduce((a, r) => a + Number(r.dataset.n), 0)"
         )
         assert shown == total
         # A page of the table narrows the charts to it.
@@ -169,11 +170,11 @@ def test_dashboard_shows_the_stream_and_follows_it_live(pipeline: tuple[Settings
         expect(page.locator("#rt-total")).to_have_text(f"{want_docs:,}", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
         # The month chart steps back a month and forth again.
-        label = page.locator("#month-label").text_content()
+        label = page.locator("#range-label").text_content()
         page.locator("#prev").click()
-        expect(page.locator("#month-label")).not_to_have_text(label or "", timeout=15_000)
+        expect(page.locator("#range-label")).not_to_have_text(label or "", timeout=15_000)
         page.locator("#next").click()
-        expect(page.locator("#month-label")).to_have_text(label or "", timeout=15_000)
+        expect(page.locator("#range-label")).to_have_text(label or "", timeout=15_000)
         browser.close()
     assert not errors, errors
     (ARTIFACTS / "dashboard.json").write_text(
@@ -244,10 +245,211 @@ def test_dashboard_follows_the_site_time_zone(pipeline: tuple[Settings, str]) ->
         expect(page.locator("#rt-total")).to_have_text(f"{len(times):,}", timeout=30_000)
         expect(page.locator(".zone").first).to_have_text("Asia/Kolkata")
         bars = page.eval_on_selector_all(
-            "#rt-chart rect", "rs => rs.map(r => [r.dataset.t, Number(r.dataset.n)])"
+            "#rt-chart rect[data-t]", "rs => rs.map(r => [r.dataset.t, Number(r.dataset.n)])"
         )
         assert {t: n for t, n in bars if n} == dict(per_minute)
-        assert page.locator("#month-total").text_content() == f"{month_hits:,}"
-        days = page.eval_on_selector_all("#month-chart rect", "rs => rs.map(r => r.dataset.t)")
+        assert page.locator("#range-total").text_content() == f"{month_hits:,}"
+        days = page.eval_on_selector_all("#range-chart rect[data-t]", "rs => rs.map(r => r.dataset.t)")
         assert days[0] == f"{this_month}-01T00:00:00+05:30"
         browser.close()
+
+
+HISTORY = "history.test"
+#: 13 pages people read, and two that crawlers do (issue 25: "bots and static assets dominate top pages").
+PEOPLE_PAGES = [f"/p{i:02d}" for i in range(1, 14)]
+REFERRERS = [f"ref{i:02d}.example" for i in range(12)]
+
+
+def history_events() -> list[tuple[str, datetime, str, str]]:
+    """(page, time, agent family, referrer) of April and May 2015: people, and bots on three pages."""
+    out = []
+    for month, days in ((4, 30), (5, 31)):
+        for d in range(1, days + 1):
+            for i, page in enumerate(PEOPLE_PAGES):
+                for k in range((13 - i) // 3 + (d % 3 == 0)):
+                    t = datetime(2015, month, d, k % 24, i, tzinfo=UTC)
+                    out.append((page, t, "Chrome" if k % 2 else "Firefox", REFERRERS[(d + i + k) % 12]))
+            for k in range(6):
+                out.append(("/robots.txt", datetime(2015, month, d, k, 30, tzinfo=UTC), "Bot", "-"))
+            for k in range(3):
+                out.append(("/feed", datetime(2015, month, d, k, 40, tzinfo=UTC), "Bot", "-"))
+            out.append(("/feed", datetime(2015, month, d, 12, 40, tzinfo=UTC), "Chrome", REFERRERS[0]))
+            out.append(("/p01", datetime(2015, month, d, 13, 50, tzinfo=UTC), "Bot", "-"))
+    return out
+
+
+def ranked(events: list[tuple[str, datetime, str, str]]) -> list[tuple[str, int]]:
+    counts = Counter(page for page, *_ in events)
+    return sorted(counts.items(), key=lambda r: (-r[1], r[0]))
+
+
+def api_get(url: str, path: str, **query: str) -> Any:
+    from urllib.parse import urlencode
+    from urllib.request import Request, urlopen
+
+    req = Request(f"{url.rstrip('/')}{path}?{urlencode(query)}", headers={"Authorization": f"Bearer {TOKEN}"})
+    with urlopen(req, timeout=60) as res:
+        return json.loads(res.read())
+
+
+def test_dashboard_navigates_history_by_url_range_bots_and_csv(pipeline: tuple[Settings, str]) -> None:
+    """May 2015 by URL, more pages, grouped properties, bot filter, previous period, custom range, CSV."""
+    from playwright.sync_api import expect, sync_playwright
+
+    settings, url = pipeline
+    events = history_events()
+    produce(
+        settings,
+        [
+            (
+                orjson.dumps(
+                    {"site": HISTORY, "page": p, "ts": t.timestamp(), "props": {"agent": a, "referrer": r}}
+                ),
+                HISTORY.encode(),
+            )
+            for p, t, a, r in events
+        ],
+    )
+    may = [e for e in events if e[1].month == 5]
+    may_people = [e for e in may if e[2] != "Bot"]
+    april_people = [e for e in events if e[1].month == 4 and e[2] != "Bot"]
+    week = [e for e in may_people if 10 <= e[1].day <= 16]
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 1000}, accept_downloads=True)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        # A month by URL: no clicking back month by month (138 clicks in the issue).
+        page.goto(f"{url}?site={HISTORY}&month=2015-05#token={TOKEN}")
+        expect(page.locator("#range-label")).to_have_text("May 2015", timeout=30_000)
+        expect(page.locator("#range-total")).to_have_text(f"{len(may):,}", timeout=30_000)
+        bars = page.eval_on_selector_all(
+            "#range-chart rect[data-t]", "rs => rs.map(r => [r.dataset.t.slice(0, 10), Number(r.dataset.n)])"
+        )
+        assert dict(bars) == {f"2015-05-{d:02d}": sum(1 for e in may if e[1].day == d) for d in range(1, 32)}
+        # The y axis names its top; the top is at least the highest bar.
+        assert int((page.locator("#range-y span").first.text_content() or "0").replace(",", "")) >= max(
+            n for _, n in bars
+        )
+        page.locator("#range-chart rect[data-t='2015-05-17T00:00:00Z']").hover()
+        expect(page.locator("#range-hover")).to_contain_text("2015-05-17:")
+
+        # Top pages: 10, then more; all traffic first (the crawlers' pages on top).
+        expect(page.locator("#pages-table tbody tr")).to_have_count(10, timeout=30_000)
+        top = page.eval_on_selector_all("#pages-table tbody tr", "rs => rs.map(r => r.dataset.page)")
+        assert top == [p for p, _ in ranked(may)[:10]]
+        page.locator("#pages-more").click()
+        expect(page.locator("#pages-table tbody tr")).to_have_count(15, timeout=30_000)
+        assert "pages=20" in page.url
+
+        # Properties grouped per name, each its top 10 and the rest behind a button.
+        referrers = page.locator("#props-groups table.prop[data-name='referrer'] tbody tr:not(:has(button))")
+        expect(referrers).to_have_count(10, timeout=30_000)
+        page.locator("#props-groups table.prop[data-name='referrer'] button.more").click()
+        expect(referrers).to_have_count(13)  # 12 referrers and "-"
+
+        # The bot filter: the month's people only, and the pages people read.
+        expect(page.locator("#bots-filter")).to_be_visible()
+        page.locator("#bots").check()
+        expect(page.locator("#range-total")).to_have_text(f"{len(may_people):,}", timeout=30_000)
+        assert "bots=exclude" in page.url
+        expect(page.locator("#pages-table tbody tr").first).to_have_attribute(
+            "data-page", ranked(may_people)[0][0], timeout=30_000
+        )
+        shown = page.eval_on_selector_all(
+            "#pages-table tbody tr",
+            "rs => rs.map(r => [r.dataset.page, Number(r.cells[1].textContent.replace(/,/g, ''))])",
+        )
+        assert [tuple(r) for r in shown] == ranked(may_people)[:20]
+        assert api_get(
+            url,
+            "/api/pages",
+            site=HISTORY,
+            **{"from": "2015-05-01", "to": "2015-05-31"},
+            limit="20",
+            bots="exclude",
+        ) == [{"page": p, "hits": n} for p, n in ranked(may_people)]
+
+        # One page's days less its own bots; minutes refuse the filter rather than guess.
+        p01 = api_get(
+            url,
+            "/api/hits",
+            site=HISTORY,
+            page="/p01",
+            by="day",
+            bots="exclude",
+            **{"from": "2015-05-01", "to": "2015-05-31T23:59:59"},
+        )
+        assert sum(r["hits"] for r in p01) == sum(1 for e in may_people if e[0] == "/p01")
+        with pytest.raises(HTTPError) as refused:
+            api_get(
+                url,
+                "/api/hits",
+                site=HISTORY,
+                by="minute",
+                bots="exclude",
+                **{"from": "2015-05-17", "to": "2015-05-17T23:59"},
+            )
+        assert refused.value.code == 400
+        assert json.loads(refused.value.read())["parameter"] == "bots"
+
+        # The previous period (April) as a second line.
+        page.locator("#compare").check()
+        expect(page.locator("#range-chart")).to_have_attribute(
+            "data-previous-total", str(len(april_people)), timeout=30_000
+        )
+        assert page.locator("#range-chart polyline").count() == 1
+        assert "compare=1" in page.url
+
+        # CSV of what the chart shows equals the API's rows.
+        with page.expect_download() as download:
+            page.locator("#range-csv").click()
+        lines = Path(download.value.path()).read_text().splitlines()
+        assert lines[0] == "t,hits,previous_t,previous_hits"
+        want = api_get(
+            url,
+            "/api/hits",
+            site=HISTORY,
+            by="day",
+            bots="exclude",
+            **{"from": "2015-05-01", "to": "2015-05-31T23:59:59"},
+        )
+        before = api_get(
+            url,
+            "/api/hits",
+            site=HISTORY,
+            by="day",
+            bots="exclude",
+            **{"from": "2015-04-01", "to": "2015-04-30T23:59:59"},
+        )
+        assert [line.split(",")[:2] for line in lines[1:]] == [[r["t"], str(r["hits"])] for r in want]
+        assert [line.split(",")[2:] for line in lines[1:31]] == [[r["t"], str(r["hits"])] for r in before]
+        assert sum(r["hits"] for r in want) == len(may_people)
+        with page.expect_download() as download:
+            page.locator("#pages-csv").click()
+        pages_csv = Path(download.value.path()).read_text().splitlines()
+        assert pages_csv == ["page,hits", *(f"{p},{n}" for p, n in ranked(may_people)[:20])]
+        page.screenshot(path=str(ARTIFACTS / "dashboard-history.png"), full_page=True)
+
+        # A custom range, kept in the address; a step back; the browser's back button.
+        page.fill("#from", "2015-05-10")
+        page.fill("#to", "2015-05-16")
+        page.locator("#apply").click()
+        expect(page.locator("#range-label")).to_have_text("2015-05-10 – 2015-05-16", timeout=30_000)
+        expect(page.locator("#range-total")).to_have_text(f"{len(week):,}", timeout=30_000)
+        assert "from=2015-05-10" in page.url and "to=2015-05-16" in page.url
+        assert page.locator("#range-chart rect[data-t]").count() == 7
+        page.locator("#prev").click()
+        expect(page.locator("#range-label")).to_have_text("2015-05-03 – 2015-05-09", timeout=30_000)
+        page.go_back()
+        expect(page.locator("#range-label")).to_have_text("2015-05-10 – 2015-05-16", timeout=30_000)
+        # The same address in a new page shows the same view.
+        again = context.new_page()
+        again.goto(f"{page.url}#token={TOKEN}")  # a new tab: sessionStorage is per tab
+        expect(again.locator("#range-total")).to_have_text(f"{len(week):,}", timeout=30_000)
+        assert again.locator("#bots").is_checked()
+        browser.close()
+    assert not errors, errors

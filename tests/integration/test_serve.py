@@ -334,7 +334,7 @@ def test_openapi_document_is_valid_and_lists_every_endpoint(served: tuple[Settin
         assert path in doc["paths"], path
     assert doc["security"] == [{"bearer": []}]
     hits = doc["paths"]["/api/hits"]["get"]
-    assert [p["name"] for p in hits["parameters"]] == ["site", "page", "from", "to", "by"]
+    assert [p["name"] for p in hits["parameters"]] == ["site", "page", "from", "to", "by", "bots"]
 
 
 def test_grafana_contracts_return_the_series(served: tuple[Settings, str]) -> None:

@@ -10,14 +10,16 @@ from collections.abc import Callable, Mapping
 from datetime import date, timedelta
 from typing import Any
 
-from pipeline.core.params import Param, local_day
+from pipeline.core.params import BadParam, Param, local_day
 from pipeline.core.routes import Route, rows_of
 from pipeline.core.series import GRANULARITIES
 from pipeline.core.text import json_rows
 from pipeline.kinds.hits import grafana
+from pipeline.kinds.hits.bots import FILTERED_BY
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN, check_span
 from pipeline.kinds.hits.query import hits_series, listed_sites, top_pages
+from pipeline.kinds.hits.query_bots import humans, top_human_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
 from pipeline.kinds.hits.render import series_rows
 from pipeline.kinds.hits.sites.store import site_config
@@ -25,10 +27,20 @@ from pipeline.settings import Settings
 
 SITE = Param("site", "the site, as in the events' `site`", required=True)
 PAGE = Param("page", "one page (default: all pages of the site)")
+BOTS = Param(
+    "bots",
+    "`exclude`: leave out hits whose `agent` property is `Bot` (`preagg produce --format clf`); "
+    "known per day, so series need by=day or by=month",
+    "choice",
+    default="include",
+    choices=("include", "exclude"),
+)
 
 
 def _check_series(a: Mapping[str, Any]) -> None:
     check_span("from", a["from"], a["to"], MAX_SPAN[a["by"]], f"by={a['by']}")
+    if a["bots"] == "exclude" and a["by"] not in FILTERED_BY:
+        raise BadParam("bots", "exclude needs by=day or by=month: bot hits are counted per day")
 
 
 def _check_days(longest: int) -> Callable[[Mapping[str, Any]], None]:
@@ -53,7 +65,10 @@ def routes(settings: Settings) -> list[Route]:
     fields = hits_fields(settings.schema)
 
     async def series(db: Any, a: Mapping[str, Any]) -> Any:
-        return series_rows(await hits_series(db, a["site"], a["page"], a["from"], a["to"], a["by"], fields))
+        rows = await hits_series(db, a["site"], a["page"], a["from"], a["to"], a["by"], fields)
+        if a["bots"] == "exclude":
+            rows = await humans(db, a["site"], a["page"], rows, a["by"], fields)
+        return series_rows(rows)
 
     async def days(db: Any, a: Mapping[str, Any]) -> tuple[date, date]:
         """The range in the site's calendar: ``today`` is the site's today."""
@@ -63,7 +78,10 @@ def routes(settings: Settings) -> list[Route]:
 
     async def pages(db: Any, a: Mapping[str, Any]) -> Any:
         first, last = await days(db, a)
-        top = await top_pages(db, a["site"], first, last, a["limit"], fields)
+        if a["bots"] == "exclude":
+            top = await top_human_pages(db, a["site"], first, last, a["limit"], fields)
+        else:
+            top = await top_pages(db, a["site"], first, last, a["limit"], fields)
         return json_rows(top, ("page", "hits"))
 
     async def props(db: Any, a: Mapping[str, Any]) -> Any:
@@ -100,6 +118,7 @@ def routes(settings: Settings) -> list[Route]:
                     "to", "end (inclusive bucket): ISO date or time, epoch ms or now", "time", default="now"
                 ),
                 Param("by", "bucket size", "choice", default="minute", choices=GRANULARITIES),
+                BOTS,
             ),
             series,
             _with_pruned(rows_of(("t", {"type": "string", "format": "date-time"}), ("hits", count))),
@@ -113,6 +132,7 @@ def routes(settings: Settings) -> list[Route]:
                 SITE,
                 *day_range,
                 Param("limit", "most pages", "integer", default="10", minimum=1, maximum=1000),
+                BOTS,
             ),
             pages,
             rows_of(("page", {"type": "string"}), ("hits", count)),

@@ -107,8 +107,11 @@ def parse_line(line: str) -> ClfRecord:
     )
 
 
+#: The family of crawlers, monitors and feed readers (the dashboard's bot filter).
+BOT_FAMILY = "Bot"
+
 _AGENTS = [
-    (re.compile(r"bot|crawl|spider|slurp|feed|monitor", re.I), "Bot"),
+    (re.compile(r"bot|crawl|spider|slurp|feed|monitor", re.I), BOT_FAMILY),
     (re.compile(r"Edg(e|A|iOS)?/"), "Edge"),
     (re.compile(r"OPR/|Opera"), "Opera"),
     (re.compile(r"Chrome/|CriOS/"), "Chrome"),

@@ -1,16 +1,25 @@
 // preagg dashboard: plain JavaScript over this server's /api (no build step, no outside files).
 // Every text from the data (sites, pages, property values) goes through textContent, never HTML.
+// The view (site, page, range, filters) lives in the address, so a view is a link to share.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
-const params = new URLSearchParams(location.search);
+let params = new URLSearchParams(location.search);
 // ?refresh=N seconds, clamped to 1..3600: Infinity, NaN or 0 would poll the API in a tight loop.
 const REFRESH_MS = 1000 * refreshSeconds(params.get("refresh"));
 function refreshSeconds(text) {
   const n = Number(text);
   return Number.isFinite(n) && n > 0 ? Math.min(3600, Math.max(1, n)) : 5;
 }
-const state = { site: params.get("site"), zone: "UTC", page: null, month: null, timer: null, ticks: 0 };
+// The API's bounds (pipeline/kinds/hits/limits.py): longer ranges are narrowed, and said so.
+const MAX_PAGE_DAYS = 366, MAX_PROP_DAYS = 93, MAX_DAY_BARS = 1100, MAX_PAGES = 1000;
+const PROPS_SHOWN = 10;
+
+const state = {
+  site: null, page: null, zone: "UTC", zones: {},
+  from: null, to: null, preset: null, bots: false, compare: false, pagesLimit: 10,
+  openProps: new Set(), hasBots: false, timer: null, ticks: 0,
+};
 let token = sessionStorage.getItem("preagg-token") || "";
 if (location.hash.startsWith("#token=")) {
   token = decodeURIComponent(location.hash.slice(7));
@@ -20,6 +29,7 @@ if (location.hash.startsWith("#token=")) {
 
 const $ = (id) => document.getElementById(id);
 const pad2 = (n) => String(n).padStart(2, "0");
+const fmt = (n) => n.toLocaleString("en");
 
 class Unauthorized extends Error {}
 
@@ -39,42 +49,107 @@ function status(text, isError) {
   el.classList.toggle("error", Boolean(isError));
 }
 
-// -- months (the site's calendar) --------------------------------------------------
-// The API takes dates and times without offset as the site's local ones and answers
-// each bucket with its local time and offset: the page only needs "this month" there.
+// -- days (the site's calendar) ---------------------------------------------------
+// The API takes dates without offset as the site's local days and answers each bucket
+// with its local time and offset: the page only needs "today" there. Days are
+// YYYY-MM-DD strings; arithmetic is on UTC midnights, which have no DST.
 
-function thisMonth() {
-  const parts = new Intl.DateTimeFormat("en-CA", { timeZone: state.zone, year: "numeric", month: "2-digit" })
-    .formatToParts(new Date());
-  const get = (type) => Number(parts.find((p) => p.type === type).value);
-  return { y: get("year"), m: get("month") };
+const dayDate = (s) => new Date(s + "T00:00:00Z");
+const dayText = (d) => d.toISOString().slice(0, 10);
+const addDays = (s, n) => { const d = dayDate(s); d.setUTCDate(d.getUTCDate() + n); return dayText(d); };
+const daysBetween = (a, b) => Math.round((dayDate(b) - dayDate(a)) / 86400000);
+const isDay = (s) => /^\d{4}-\d{2}-\d{2}$/.test(s || "") && !Number.isNaN(dayDate(s).getTime()) && dayText(dayDate(s)) === s;
+
+function today() {
+  return new Intl.DateTimeFormat("en-CA", { timeZone: state.zone, year: "numeric", month: "2-digit", day: "2-digit" })
+    .format(new Date());
 }
-function shiftMonth(mo, by) {
-  const d = new Date(Date.UTC(mo.y, mo.m - 1 + by, 1));
-  return { y: d.getUTCFullYear(), m: d.getUTCMonth() + 1 };
+function monthOf(day) {
+  const [y, m] = day.split("-").map(Number);
+  return { from: `${y}-${pad2(m)}-01`, to: dayText(new Date(Date.UTC(y, m, 0))) };
 }
-function monthDays(mo) {
-  const last = new Date(Date.UTC(mo.y, mo.m, 0)).getUTCDate();
-  const first = `${mo.y}-${pad2(mo.m)}-01`;
-  return { first, last: `${mo.y}-${pad2(mo.m)}-${pad2(last)}` };
+const wholeMonth = (from, to) => from.endsWith("-01") && monthOf(from).to === to;
+function monthName(day) {
+  return dayDate(day).toLocaleString("en", { month: "long", year: "numeric", timeZone: "UTC" });
 }
-function monthName(mo) {
-  return new Date(Date.UTC(mo.y, mo.m - 1, 1)).toLocaleString("en", { month: "long", year: "numeric", timeZone: "UTC" });
+
+function presetRange(name) {
+  const t = today();
+  if (name === "today") return { from: t, to: t, preset: name };
+  if (name === "7d") return { from: addDays(t, -6), to: t, preset: name };
+  if (name === "30d") return { from: addDays(t, -29), to: t, preset: name };
+  return { ...monthOf(t), preset: "month" };
+}
+
+/** The range the address names: ?month=YYYY-MM, ?from=&to= (local days), or ?range=preset. */
+function rangeFromUrl() {
+  const month = params.get("month") || "";
+  if (/^\d{4}-(0[1-9]|1[0-2])$/.test(month)) return { ...monthOf(month + "-01"), preset: null };
+  const from = params.get("from"), to = params.get("to") || from;
+  if (isDay(from) && isDay(to) && from <= to) return { from, to, preset: null };
+  return presetRange(params.get("range"));
+}
+
+function readUrl() {
+  params = new URLSearchParams(location.search);
+  state.site = params.get("site");
+  state.page = params.get("page");
+  state.bots = params.get("bots") === "exclude";
+  state.compare = params.get("compare") === "1";
+  const limit = Number(params.get("pages"));
+  state.pagesLimit = Number.isInteger(limit) && limit > 0 ? Math.min(limit, MAX_PAGES) : 10;
+}
+
+/** The view into the address; ``push``: a new history entry (the back button returns). */
+function writeUrl(push) {
+  const q = new URLSearchParams();
+  q.set("site", state.site);
+  if (state.page) q.set("page", state.page);
+  if (state.preset) q.set("range", state.preset);  // a preset follows the days: "7 d" stays the last 7
+  else if (wholeMonth(state.from, state.to)) q.set("month", state.from.slice(0, 7));
+  else { q.set("from", state.from); q.set("to", state.to); }
+  if (state.bots) q.set("bots", "exclude");
+  if (state.compare) q.set("compare", "1");
+  if (state.pagesLimit !== 10) q.set("pages", String(state.pagesLimit));
+  if (params.has("refresh")) q.set("refresh", params.get("refresh"));
+  const url = location.pathname + "?" + q;
+  if (url !== location.pathname + location.search) history[push ? "pushState" : "replaceState"](null, "", url);
+  params = q;
+}
+
+/** The granularity of the range chart: hours for a day or two, months past what days allow. */
+function rangeBy() {
+  const days = daysBetween(state.from, state.to) + 1;
+  return days <= 2 ? "hour" : days <= MAX_DAY_BARS ? "day" : "month";
+}
+function previousRange() {
+  if (wholeMonth(state.from, state.to)) return monthOf(dayText(new Date(dayDate(state.from) - 86400000)));
+  const len = daysBetween(state.from, state.to) + 1;
+  return { from: addDays(state.from, -len), to: addDays(state.from, -1) };
 }
 
 // -- charts -------------------------------------------------------------------
 
-function drawBars(svg, rows, label) {
+/** A round top for the y axis (1, 2 or 5 times a power of ten) at or above ``n``. */
+function niceMax(n) {
+  if (n <= 1) return 1;
+  const p = 10 ** Math.floor(Math.log10(n));
+  for (const f of [1, 2, 5, 10]) if (f * p >= n) return f * p;
+  return 10 * p;
+}
+
+function drawBars(svg, rows, label, previous) {
   const W = 720, H = 180, top = 8;
-  const max = Math.max(1, ...rows.map((r) => r.hits));
+  const max = Math.max(0, ...rows.map((r) => r.hits));
+  const scale = niceMax(Math.max(max, ...(previous || []).map((r) => r.hits)));
+  const y = (n) => H - (n / scale) * (H - top);
   const w = W / Math.max(rows.length, 1);
   const gap = w > 6 ? 1 : 0;
   svg.replaceChildren();
   for (const f of [0.5, 1]) {
     const line = document.createElementNS(SVG, "line");
-    const y = String(H - f * (H - top));
     line.setAttribute("x1", "0"); line.setAttribute("x2", String(W));
-    line.setAttribute("y1", y); line.setAttribute("y2", y);
+    line.setAttribute("y1", String(y(f * scale))); line.setAttribute("y2", String(y(f * scale)));
     svg.append(line);
   }
   let total = 0;
@@ -85,95 +160,229 @@ function drawBars(svg, rows, label) {
       shade.setAttribute("x", String(i * w)); shade.setAttribute("y", "0");
       shade.setAttribute("width", String(w)); shade.setAttribute("height", String(H));
       shade.setAttribute("class", "pruned");
-      const why = document.createElementNS(SVG, "title");
-      why.textContent = `${label(r.t)}: past the site's retention (pruned)`;
-      shade.append(why);
+      shade.dataset.i = String(i);
       svg.append(shade);
     }
-    const h = (r.hits / max) * (H - top);
     const rect = document.createElementNS(SVG, "rect");
     rect.setAttribute("x", String(i * w + gap / 2));
-    rect.setAttribute("y", String(H - h));
+    rect.setAttribute("y", String(y(r.hits)));
     rect.setAttribute("width", String(Math.max(w - gap, 0.5)));
-    rect.setAttribute("height", String(h));
+    rect.setAttribute("height", String(H - y(r.hits)));
     rect.dataset.t = r.t;
     rect.dataset.n = String(r.hits);
+    rect.dataset.i = String(i);
     const title = document.createElementNS(SVG, "title");
-    title.textContent = `${label(r.t)}: ${r.hits} hits`;
+    title.textContent = hoverText(r, previous && previous[i], label);
     rect.append(title);
     svg.append(rect);
   });
+  if (previous) {  // the previous period as a line, bucket for bucket
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", previous.slice(0, rows.length).map((r, i) => `${i * w + w / 2},${y(r.hits)}`).join(" "));
+    svg.append(line);
+    svg.dataset.previousTotal = String(previous.reduce((a, r) => a + r.hits, 0));
+  } else {
+    delete svg.dataset.previousTotal;
+  }
+  Object.assign(svg, { rows, previous, label });
   svg.dataset.total = String(total);
   svg.dataset.points = String(rows.length);
+  svg.dataset.scale = String(scale);
   svg.dataset.renders = String(Number(svg.dataset.renders || 0) + 1);
   if (window.preaggFirstChart === undefined) window.preaggFirstChart = performance.now();
-  return { total, max };
+  return { total, max, scale };
 }
 
-const minuteLabel = (t) => t.slice(11, 16);
-const dayLabel = (t) => t.slice(0, 10);
+function hoverText(r, prev, label) {
+  let text = `${label(r.t)}: ${fmt(r.hits)} hits`;
+  if (r.pruned) text += " (past the site's retention: pruned)";
+  if (prev) text += ` · previous period ${label(prev.t)}: ${fmt(prev.hits)}`;
+  return text;
+}
+
+function yAxis(id, scale) {
+  const [hi, mid] = $(id).children;
+  hi.textContent = fmt(scale);
+  mid.textContent = fmt(scale / 2);
+}
+
+/** Hover values: the bucket under the pointer, written under the chart. */
+function followPointer(svg, out) {
+  svg.addEventListener("mousemove", (e) => {
+    const i = e.target.dataset && e.target.dataset.i;
+    if (i === undefined || !svg.rows) return;
+    out.textContent = hoverText(svg.rows[i], svg.previous && svg.previous[i], svg.label);
+  });
+  svg.addEventListener("mouseleave", () => { out.textContent = ""; });
+}
+
+const labels = {
+  minute: (t) => t.slice(11, 16),
+  hour: (t) => t.slice(0, 16).replace("T", " "),
+  day: (t) => t.slice(0, 10),
+  month: (t) => t.slice(0, 7),
+};
 
 function showZone() {
   for (const el of document.querySelectorAll(".zone")) el.textContent = state.zone;
+}
+
+// -- CSV ------------------------------------------------------------------------
+// What a chart or table shows, as `preagg query ... --csv` writes it. A cell that a
+// spreadsheet would run as a formula (= + - @ first) is quoted with a leading '.
+
+function csvCell(v) {
+  let s = String(v);
+  if (/^[=+\-@\t\r]/.test(s)) s = "'" + s;
+  return /[",\n\r]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;
+}
+function download(name, header, rows) {
+  const text = [header, ...rows].map((r) => r.map(csvCell).join(",")).join("\n") + "\n";
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+  a.download = name.replace(/[^\w.-]+/g, "_");
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 60_000);
+}
+function chartCsv(svg, name) {
+  const rows = svg.rows || [];
+  if (svg.previous) {
+    download(name, ["t", "hits", "previous_t", "previous_hits"],
+      rows.map((r, i) => [r.t, r.hits, svg.previous[i] ? svg.previous[i].t : "", svg.previous[i] ? svg.previous[i].hits : ""]));
+  } else {
+    download(name, ["t", "hits"], rows.map((r) => [r.t, r.hits]));
+  }
 }
 
 // -- cards --------------------------------------------------------------------
 
 async function loadRealtime() {
   const rows = await api("/api/hits", { site: state.site, page: state.page, from: "now-59m", to: "now", by: "minute" });
-  const { total, max } = drawBars($("rt-chart"), rows, minuteLabel);
-  $("rt-total").textContent = total.toLocaleString("en");
-  $("rt-first").textContent = rows.length ? `${minuteLabel(rows[0].t)} ${state.zone}` : "";
-  $("rt-last").textContent = rows.length ? `${minuteLabel(rows[rows.length - 1].t)} · peak ${max}/min` : "";
+  const { total, max, scale } = drawBars($("rt-chart"), rows, labels.minute);
+  yAxis("rt-y", scale);
+  $("rt-total").textContent = fmt(total);
+  $("rt-first").textContent = rows.length ? `${labels.minute(rows[0].t)} ${state.zone}` : "";
+  $("rt-last").textContent = rows.length ? `${labels.minute(rows[rows.length - 1].t)} · peak ${fmt(max)}/min` : "";
 }
 
-async function loadMonth() {
-  const { first, last } = monthDays(state.month);
-  const rows = await api("/api/hits", {
-    site: state.site, page: state.page, from: first, to: last + "T23:59:59", by: "day",
+function rangeLabel() {
+  if (wholeMonth(state.from, state.to)) return monthName(state.from);
+  return state.from === state.to ? state.from : `${state.from} – ${state.to}`;
+}
+
+async function loadRange() {
+  const by = rangeBy();
+  const filtered = state.bots && by !== "hour";  // bot hits are counted per day
+  const query = (r) => api("/api/hits", {
+    site: state.site, page: state.page, from: r.from, to: r.to + "T23:59:59", by,
+    bots: filtered ? "exclude" : null,
   });
-  const { total, max } = drawBars($("month-chart"), rows, dayLabel);
-  $("month-label").textContent = monthName(state.month);
-  $("month-total").textContent = total.toLocaleString("en");
-  $("month-first").textContent = first;
-  $("month-last").textContent = `${last} · peak ${max}/day`;
-  $("next").disabled = first >= monthDays(thisMonth()).first;
+  const [rows, previous] = await Promise.all([query(state), state.compare ? query(previousRange()) : null]);
+  const { total, max, scale } = drawBars($("range-chart"), rows, labels[by], previous);
+  yAxis("range-y", scale);
+  $("range-label").textContent = rangeLabel();
+  $("range-by").textContent = by;
+  $("range-bots-note").hidden = !(state.bots && !filtered);
+  $("range-total").textContent = fmt(total);
+  $("range-previous").textContent = previous
+    ? `previous period ${fmt(previous.reduce((a, r) => a + r.hits, 0))}` : "";
+  $("range-first").textContent = rows.length ? labels[by](rows[0].t) : "";
+  $("range-last").textContent = rows.length ? `${labels[by](rows[rows.length - 1].t)} · peak ${fmt(max)}/${by}` : "";
+  $("next").disabled = state.to >= today();
+  $("from").value = state.from;
+  $("to").value = state.to;
+  $("from").max = $("to").max = today();
+  $("compare").checked = state.compare;
+  for (const b of document.querySelectorAll("[data-preset]")) b.classList.toggle("on", b.dataset.preset === state.preset);
+}
+
+/** The last ``longest`` days of the range, and a note when that is less than the range. */
+function clipped(longest, what) {
+  const days = daysBetween(state.from, state.to) + 1;
+  if (days <= longest) return { from: state.from, to: state.to, note: "" };
+  return { from: addDays(state.to, 1 - longest), to: state.to, note: `${what} cover the last ${longest} days of the range` };
 }
 
 async function loadPages() {
-  const { first, last } = monthDays(state.month);
-  const rows = await api("/api/pages", { site: state.site, from: first, to: last, limit: 10 });
-  $("pages-range").textContent = monthName(state.month);
-  const body = $("pages-table").tBodies[0];
-  body.replaceChildren(...rows.map((r) => {
+  const r = clipped(MAX_PAGE_DAYS, "top pages");
+  const ask = Math.min(state.pagesLimit + 1, MAX_PAGES);
+  const rows = await api("/api/pages", {
+    site: state.site, from: r.from, to: r.to, limit: ask, bots: state.bots ? "exclude" : null,
+  });
+  const shown = rows.slice(0, state.pagesLimit);
+  state.pagesShown = shown;
+  $("pages-range").textContent = rangeLabel() + (state.bots ? " · without bots" : "");
+  $("pages-note").textContent = r.note;
+  $("pages-more").hidden = rows.length <= state.pagesLimit || state.pagesLimit >= MAX_PAGES;
+  $("pages-table").tBodies[0].replaceChildren(...shown.map((row) => {
     const tr = document.createElement("tr");
     const page = document.createElement("td");
     const n = document.createElement("td");
-    page.textContent = r.page;
-    n.textContent = r.hits.toLocaleString("en");
+    page.textContent = row.page;
+    n.textContent = fmt(row.hits);
     n.className = "n";
     tr.append(page, n);
-    tr.dataset.page = r.page;
-    tr.classList.toggle("picked", r.page === state.page);
-    tr.addEventListener("click", () => pickPage(r.page === state.page ? null : r.page));
+    tr.dataset.page = row.page;
+    tr.classList.toggle("picked", row.page === state.page);
+    tr.addEventListener("click", () => pickPage(row.page === state.page ? null : row.page));
     return tr;
   }));
 }
 
 async function loadProps() {
-  const { first, last } = monthDays(state.month);
-  const rows = await api("/api/props", { site: state.site, page: state.page, from: first, to: last });
-  $("props-scope").textContent = `${state.page || "all pages"} · ${monthName(state.month)}`;
-  $("props-table").tBodies[0].replaceChildren(...rows.map((r) => {
+  const r = clipped(MAX_PROP_DAYS, "properties");
+  const rows = await api("/api/props", { site: state.site, page: state.page, from: r.from, to: r.to });
+  state.propRows = rows;
+  state.hasBots = rows.some((row) => row.name === "agent" && row.value === "Bot");
+  $("bots-filter").hidden = !(state.hasBots || state.bots);
+  $("props-scope").textContent = `${state.page || "all pages"} · ${rangeLabel()} · bots included`;
+  $("props-note").textContent = r.note;
+  const groups = new Map();  // rows come sorted by name, then count: each group is its top first
+  for (const row of rows) {
+    if (!groups.has(row.name)) groups.set(row.name, []);
+    groups.get(row.name).push(row);
+  }
+  $("props-groups").replaceChildren(...[...groups].map(([name, values]) => propTable(name, values)));
+}
+
+function propTable(name, values) {
+  const table = document.createElement("table");
+  table.className = "prop";
+  table.dataset.name = name;
+  const caption = document.createElement("caption");
+  caption.textContent = `${name} · ${values.length} value${values.length === 1 ? "" : "s"}`;
+  table.append(caption);
+  const open = state.openProps.has(name);
+  const body = document.createElement("tbody");
+  for (const row of open ? values : values.slice(0, PROPS_SHOWN)) {
     const tr = document.createElement("tr");
-    for (const [text, cls] of [[r.name, ""], [r.value, ""], [r.count.toLocaleString("en"), "n"]]) {
+    for (const [text, cls] of [[row.value, ""], [fmt(row.count), "n"]]) {
       const td = document.createElement("td");
       td.textContent = text;
       td.className = cls;
       tr.append(td);
     }
-    return tr;
-  }));
+    body.append(tr);
+  }
+  table.append(body);
+  if (values.length > PROPS_SHOWN) {
+    const tr = document.createElement("tr");
+    const td = document.createElement("td");
+    td.colSpan = 2;
+    const more = document.createElement("button");
+    more.className = "more";
+    more.textContent = open ? "show the top 10" : `show all ${values.length}`;
+    more.addEventListener("click", () => {
+      if (open) state.openProps.delete(name); else state.openProps.add(name);
+      table.replaceWith(propTable(name, values));
+    });
+    td.append(more);
+    tr.append(td);
+    body.append(tr);
+  }
+  return table;
 }
 
 // -- flow ---------------------------------------------------------------------
@@ -194,17 +403,26 @@ async function run(...loads) {
   }
 }
 
-// The two charts first, then the tables: a site's property counts over a month read
-// every daily document of it, and would hold the charts back behind them.
+// The two charts first, then the tables: a site's property counts over a range read
+// every daily rollup of it, and would hold the charts back behind them.
 async function refreshAll() {
-  await run(loadRealtime, loadMonth);
+  for (const el of document.querySelectorAll(".bots-note")) el.hidden = !state.bots;
+  $("bots").checked = state.bots;
+  $("scope").textContent = state.page || "all pages";
+  $("all-pages").hidden = !state.page;
+  await run(loadRealtime, loadRange);
   await run(loadPages, loadProps);
+}
+
+function setRange(range, push = true) {
+  Object.assign(state, { from: range.from, to: range.to, preset: range.preset || null });
+  writeUrl(push);
+  refreshAll();
 }
 
 function pickPage(page) {
   state.page = page;
-  $("scope").textContent = page || "all pages";
-  $("all-pages").hidden = !page;
+  writeUrl(true);
   refreshAll();
 }
 
@@ -212,10 +430,18 @@ function startPolling() {
   clearInterval(state.timer);
   state.timer = setInterval(() => {
     state.ticks += 1;
-    // The live chart every tick; the month, pages and properties every sixth while on this month.
-    const current = monthDays(state.month).first === monthDays(thisMonth()).first;
-    run(loadRealtime, ...(current && state.ticks % 6 === 0 ? [loadMonth, loadPages, loadProps] : []));
+    // The live chart every tick; the range, pages and properties every sixth while the range has today.
+    if (state.ticks % 6 !== 0 || state.to < today()) return void run(loadRealtime);
+    if (state.preset) Object.assign(state, presetRange(state.preset));  // past midnight, "today" moves
+    run(loadRealtime, loadRange, loadPages, loadProps);
   }, REFRESH_MS);
+}
+
+function adoptSite(sites) {
+  if (!state.site || !sites.some((s) => s.site === state.site)) state.site = sites[0].site;
+  $("site").value = state.site;
+  state.zone = state.zones[state.site] || "UTC";
+  showZone();
 }
 
 async function start() {
@@ -231,8 +457,7 @@ async function start() {
     }
     return;
   }
-  const select = $("site");
-  select.replaceChildren(...sites.map(({ site }) => {
+  $("site").replaceChildren(...sites.map(({ site }) => {
     const opt = document.createElement("option");
     opt.value = site;
     opt.textContent = site;
@@ -242,33 +467,78 @@ async function start() {
     status("no hits stored yet");
     return;
   }
-  if (!state.site || !sites.some((s) => s.site === state.site)) state.site = sites[0].site;
-  select.value = state.site;
+  state.sites = sites;
   state.zones = Object.fromEntries(sites.map((s) => [s.site, s.zone || "UTC"]));
-  state.zone = state.zones[state.site];
-  showZone();
-  state.month = thisMonth();
+  readUrl();
+  adoptSite(sites);
+  Object.assign(state, rangeFromUrl());
+  writeUrl(false);
   await refreshAll();
   startPolling();
 }
 
 $("site").addEventListener("change", (e) => {
   state.site = e.target.value;
-  state.zone = state.zones[state.site] || "UTC";
-  showZone();
-  state.month = thisMonth();
-  const url = new URL(location.href);
-  url.searchParams.set("site", state.site);
-  history.replaceState(null, "", url);
-  pickPage(null);
+  state.page = null;
+  adoptSite(state.sites);
+  if (state.preset) Object.assign(state, presetRange(state.preset));  // the new site's today
+  writeUrl(true);
+  refreshAll();
 });
 $("all-pages").addEventListener("click", () => pickPage(null));
-function showMonth(by) {
-  state.month = shiftMonth(state.month, by);
-  run(loadMonth).then(() => run(loadPages, loadProps));
+function step(by) {
+  if (wholeMonth(state.from, state.to)) {
+    const day = by < 0 ? dayText(new Date(dayDate(state.from) - 86400000)) : addDays(state.to, 1);
+    setRange(monthOf(day));
+  } else {
+    const len = (daysBetween(state.from, state.to) + 1) * by;
+    setRange({ from: addDays(state.from, len), to: addDays(state.to, len) });
+  }
 }
-$("prev").addEventListener("click", () => showMonth(-1));
-$("next").addEventListener("click", () => showMonth(1));
+$("prev").addEventListener("click", () => step(-1));
+$("next").addEventListener("click", () => step(1));
+for (const b of document.querySelectorAll("[data-preset]")) {
+  b.addEventListener("click", () => setRange(presetRange(b.dataset.preset)));
+}
+$("range-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const from = $("from").value, to = $("to").value;
+  if (!isDay(from) || !isDay(to) || from > to) return status("pick a first day before the last", true);
+  setRange({ from, to });
+});
+$("compare").addEventListener("change", (e) => {
+  state.compare = e.target.checked;
+  writeUrl(true);
+  run(loadRange);
+});
+$("bots").addEventListener("change", (e) => {
+  state.bots = e.target.checked;
+  writeUrl(true);
+  refreshAll();
+});
+$("pages-more").addEventListener("click", () => {
+  state.pagesLimit = Math.min(state.pagesLimit * 2, MAX_PAGES);
+  writeUrl(false);
+  run(loadPages);
+});
+$("rt-csv").addEventListener("click", () => chartCsv($("rt-chart"), `${state.site}-last-60-minutes.csv`));
+$("range-csv").addEventListener("click", () =>
+  chartCsv($("range-chart"), `${state.site}-${state.from}-${state.to}-by-${rangeBy()}.csv`));
+$("pages-csv").addEventListener("click", () =>
+  download(`${state.site}-pages-${state.from}-${state.to}.csv`, ["page", "hits"],
+    (state.pagesShown || []).map((r) => [r.page, r.hits])));
+$("props-csv").addEventListener("click", () =>
+  download(`${state.site}-props-${state.from}-${state.to}.csv`, ["name", "value", "count"],
+    (state.propRows || []).map((r) => [r.name, r.value, r.count])));
+followPointer($("rt-chart"), $("rt-hover"));
+followPointer($("range-chart"), $("range-hover"));
+window.addEventListener("popstate", () => {  // back and forward: the view the address names
+  if (!state.sites) return;
+  readUrl();
+  adoptSite(state.sites);
+  Object.assign(state, rangeFromUrl());
+  refreshAll();
+});
 $("token-form").addEventListener("submit", (e) => {
   e.preventDefault();
   token = $("token").value;
