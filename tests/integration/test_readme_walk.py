@@ -11,31 +11,25 @@ zeros is a failed example), except the shell's own lines in :data:`SILENT`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from pipeline.ops.lag import wait_caught_up
-from pipeline.services.urls import resolve
-from pipeline.settings import Settings
+from tests.integration.walk import PLACEHOLDER, SILENT, Walk, steps, write_data
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-BIN = Path(sys.executable).parent
 
 #: How a line with alternatives or placeholders runs (each of the listed commands).
 CONCRETE: dict[str, list[str]] = {
@@ -72,68 +66,6 @@ ELSEWHERE = {
     "make test": "this suite",
     ". .venv/bin/activate": "the walk's PATH starts with this interpreter's bin",
 }
-#: Lines that print nothing by design.
-SILENT = re.compile(r"^(sleep |export |unset |echo .*> )")
-
-
-def code_blocks(text: str) -> list[tuple[str, str]]:
-    """(language, body) of each fenced block, in order."""
-    return re.findall(r"```(sh|python)\n(.*?)```", text, re.S)
-
-
-def strip_comment(line: str) -> str:
-    return re.sub(r"\s+#\s.*$", "", line).strip()
-
-
-# -- generated data at the README's paths ------------------------------------------
-
-START = datetime(2015, 5, 17, tzinfo=UTC)
-CLF_PAGES = ["/", "/blog/", "/about", "/robots.txt", "/feed", "/images/logo.png"]
-
-
-def clf_rows(n: int = 2400) -> list[tuple[datetime, str, str]]:
-    """(time, page, agent) of a 4-day access log: crawlers on /robots.txt and /feed."""
-    rows = []
-    for i in range(n):
-        page = CLF_PAGES[(i * 7) % len(CLF_PAGES)]
-        bot = page in ("/robots.txt", "/feed")
-        agent = "Googlebot/2.1" if bot else ("Chrome/120.0 Safari/537.36" if i % 2 else "Firefox/121.0")
-        rows.append((START + timedelta(seconds=144 * i), page, agent))
-    return rows
-
-
-def write_data(shared: Path) -> dict[str, object]:
-    logs = shared / "data" / "access-logs"
-    logs.mkdir(parents=True)
-    rows = clf_rows()
-    (logs / "apache_logs").write_text(
-        "".join(
-            f'10.0.0.{i % 250} - - [{t:%d/%b/%Y:%H:%M:%S} +0000] "GET {p} HTTP/1.1" 200 512 '
-            f'"http://semicomplete.com/" "{a}"\n'
-            for i, (t, p, a) in enumerate(rows)
-        )
-    )
-    ml = shared / "data" / "ml-100k"
-    ml.mkdir(parents=True)
-    ratings = [(196, 242, 5), (196, 302, 4), (196, 377, 2), (22, 242, 4), (186, 302, 5)]
-    (ml / "u.data").write_text("".join(f"{u}\t{i}\t{r}\t881250949\n" for u, i, r in ratings))
-    lastfm = shared / "data" / "lastfm-2k"
-    lastfm.mkdir(parents=True)
-    tagged = [(2, 52, 13), (2, 53, 13), (2, 54, 13), (2, 52, 15), (3, 52, 13)]
-    (lastfm / "user_taggedartists.dat").write_text(
-        "userID\tartistID\ttagID\tday\tmonth\tyear\n"
-        + "".join(f"{u}\t{a}\t{t}\t1\t4\t2009\n" for u, a, t in tagged)
-    )
-    ten = [(t, p) for t, p, _ in rows if t.hour == 10 and t.day == 17]
-    return {
-        "hits": len(rows),
-        # `--to 2015-05-20` by hour ends with the bucket of 2015-05-20 00:00 (a time, not a day)
-        "by_hour": sum(1 for t, _, _ in rows if t < datetime(2015, 5, 20, 1, tzinfo=UTC)),
-        "root_at_ten": sum(1 for _, p in ten if p == "/"),
-        "bots": sum(1 for _, _, a in rows if "bot" in a.lower()),
-    }
-
-
 # -- checks of the answers the walk knows ------------------------------------------
 
 
@@ -206,84 +138,6 @@ def _has(out: str, *words: str) -> None:
 # -- the walk ----------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Walk:
-    """A shell-less walk: environment, background jobs and waits a reader does by hand."""
-
-    def __init__(self, work: Path) -> None:
-        self.work = work
-        self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("PREAGG_")},
-            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PREAGG_HOME": str(work / ".preagg"),
-        }
-        self.jobs: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self.ports = {"port": free_port(), "port2": free_port(), "web": free_port()}
-        self.transcript: list[str] = []
-
-    def settings(self) -> Settings:
-        return resolve(Settings.from_env({k: v for k, v in self.env.items() if k.startswith("PREAGG_")}))
-
-    def caught_up(self, kind: str) -> None:
-        settings = self.settings()
-        asyncio.run(wait_caught_up(settings, [settings.topic(kind)], timeout=240))
-
-    def run(self, line: str) -> str:
-        done = subprocess.run(
-            ["bash", "-c", line], cwd=self.work, env=self.env, capture_output=True, text=True, timeout=300
-        )
-        out = done.stdout + done.stderr
-        self.transcript.append(f"$ {line}\n{out}")
-        assert done.returncode == 0, f"`{line}` exited {done.returncode}:\n{out[-3000:]}"
-        return done.stdout if done.stdout.strip() else out
-
-    def start(self, line: str) -> None:
-        log = open(self.work / f"job-{len(self.jobs)}.log", "wb")  # kept open for the job
-        proc = subprocess.Popen(
-            ["bash", "-c", line],
-            cwd=self.work,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # the job is its process group: bash and what it runs stop together
-        )
-        self.jobs.append((line, proc))
-        self.transcript.append(f"$ {line} &")
-
-    def stop(self, which: Callable[[str], bool] = lambda line: True) -> None:
-        for line, proc in list(self.jobs):
-            if which(line) and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        self.jobs = [(line, p) for line, p in self.jobs if p.poll() is None]
-
-    def wait_http(self, url: str, token: str | None = None) -> None:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                req = urllib.request.Request(
-                    url, headers={"Authorization": f"Bearer {token}"} if token else {}
-                )
-                with urllib.request.urlopen(req, timeout=10):
-                    return
-            except urllib.error.HTTPError:
-                return  # it answers
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
-
-
 @pytest.fixture
 def walk(tmp_path: Path) -> Iterator[Walk]:
     work = tmp_path / "work"
@@ -292,25 +146,8 @@ def walk(tmp_path: Path) -> Iterator[Walk]:
     try:
         yield w
     finally:
-        w.stop()
-        subprocess.run(
-            ["bash", "-c", "preagg services down"], cwd=work, env=w.env, capture_output=True, timeout=120
-        )
+        w.close()
         print("\n".join(w.transcript)[-20000:])
-
-
-def steps() -> Iterator[tuple[str, str]]:
-    """(documented line, line to run) for each line of each README code block; Python blocks whole."""
-    for lang, body in code_blocks(README.read_text()):
-        if lang == "python":
-            yield "python", body
-            continue
-        for raw in body.splitlines():
-            line = strip_comment(raw)
-            if not line:
-                continue
-            for concrete in CONCRETE.get(line, [line]):
-                yield line, concrete
 
 
 def test_the_readme_walked_in_order(walk: Walk, tmp_path: Path) -> None:
@@ -318,13 +155,12 @@ def test_the_readme_walked_in_order(walk: Walk, tmp_path: Path) -> None:
     expect = checks(known, walk.work)
     unknown = [
         line
-        for line, run in steps()
-        if line not in (*ELSEWHERE, *CONCRETE, "python")
-        and re.search(r"\s\|\s+--|\[|\.\.\.|\bOLD\b|YYYY", run)
+        for line, run in steps(README.read_text(), CONCRETE)
+        if line not in (*ELSEWHERE, *CONCRETE, "python") and PLACEHOLDER.search(run)
     ]
     assert not unknown, f"README lines with placeholders the walk cannot run: {unknown}"
     checked: set[str] = set()
-    for line, step in steps():
+    for line, step in steps(README.read_text(), CONCRETE):
         if line in ELSEWHERE:
             continue
         if line == "python":
@@ -334,14 +170,7 @@ def test_the_readme_walked_in_order(walk: Walk, tmp_path: Path) -> None:
             continue
         run = step.replace("{port2}", str(walk.ports["port2"]))
         run = run.replace(":8900/", f":{walk.ports['port']}/").replace("=6066 ", f"={walk.ports['web']} ")
-        if run.startswith("export "):
-            for part in run.split()[1:]:
-                name, value = part.split("=", 1)
-                walk.env[name] = value
-            continue
-        if run.startswith("unset "):
-            for name in run.split()[1:]:
-                walk.env.pop(name, None)
+        if walk.builtin(run):
             continue
         if run.endswith("&") or run.endswith("preagg serve"):
             run = run.rstrip("&").strip()
@@ -366,11 +195,7 @@ def test_the_readme_walked_in_order(walk: Walk, tmp_path: Path) -> None:
         out = walk.run(run)
         if not SILENT.match(run):
             assert out.strip(), f"`{run}` printed nothing"
-        for kind in ("hits", "impressions", "relations", "listens"):
-            if re.search(rf"preagg produce {kind}\b", run) or (
-                kind == "hits" and "deadletters replay" in run
-            ):
-                walk.caught_up(kind)
+        walk.after(run)
         if step in expect:
             expect[step](out)
             checked.add(step)
@@ -394,3 +219,35 @@ def test_make_demo_is_exact_and_quiet() -> None:
     assert "property counts       exact" in out, out[-3000:]
     noisy = [line for line in out.splitlines() if re.search(r"\bwarning\b|\berror\b|traceback", line, re.I)]
     assert not noisy, noisy
+
+
+def test_make_dashboard_serves_its_url() -> None:
+    """`make dashboard`: the demo, then the dashboard at the URL it prints, until stopped."""
+    proc = subprocess.Popen(
+        ["make", "-s", "dashboard"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PREAGG_")},
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            found = re.search(r"== dashboard\s+(http://127\.0\.0\.1:\d+/)", line)
+            if found:
+                url = found.group(1)
+                break
+        else:
+            pytest.fail("".join(lines[-40:]))
+        with urllib.request.urlopen(url, timeout=60) as page:
+            assert "preagg dashboard" in page.read().decode()
+        with urllib.request.urlopen(url + "api/sites", timeout=60) as sites:
+            assert len(json.loads(sites.read())) == 3
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+    assert not [line for line in lines if re.search(r"\bwarning\b|\berror\b|traceback", line, re.I)], lines
