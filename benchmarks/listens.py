@@ -5,10 +5,12 @@ ingest through one worker, and top-tags latency.
    max relative error of the estimate per cardinality, at the default precision.
 2. Bytes of one sketch at 1, 10, 100, 10,000 distinct songs next to datasketch's
    dense registers and postgresql-hll's published sizes.
-3. Last.fm 2k (``user_taggedartists.dat``) through one worker: listens/s, then per
+3. "Heard": a (user, tag) document's bytes and false positives at 10 to 100,000 songs
+   (exact hashes, then growing filters: pipeline/kinds/listens/heard.py).
+4. Last.fm 2k (``user_taggedartists.dat``) through one worker: listens/s, then per
    (user, tag) the whole sketch's estimate against the exact distinct artists,
-   the "heard" false-positive rate on held-out artists, and ``top-tags`` latency for
-   users with about 10 and about 100 tags.
+   document bytes, heard misses and false positives on held-out artists, and
+   ``top-tags`` latency for users with about 10 and about 100 tags.
 
     python -m benchmarks.listens --out bench-results/listens.json
 """
@@ -25,20 +27,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import bson
 import orjson
 from datasketch import HyperLogLog
 from pymongo import MongoClient
 
 from benchmarks.common import add_data_option, data_file, embedded, latency_ms, step, use_data, write_results
-from pipeline.core.bloom import BloomSpec, contains
 from pipeline.core.hll import Sketch, decode
 from pipeline.files import Accepted, Refused
 from pipeline.kafka.producer import send_lines
 from pipeline.kinds import named
 from pipeline.kinds.listens import KIND as LISTENS
+from pipeline.kinds.listens.aggregate import ListenSketches
+from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.files import read_lastfm
+from pipeline.kinds.listens.heard import HeardSpec
 from pipeline.kinds.listens.layout import listen_fields, listen_id
-from pipeline.kinds.listens.query import top_tags
+from pipeline.kinds.listens.query import heard_in, top_tags
 from pipeline.ops.lag import wait_caught_up
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
@@ -112,29 +117,11 @@ def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
     finally:
         w.terminate()
     f = listen_fields(settings.schema)
-    ls = settings.of(LISTENS)
-    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
-    coll = client[settings.db][f["collection"]]
-    bands: dict[str, list[float]] = defaultdict(list)
-    doc_bytes = []
-    rng = random.Random(3)
-    fp = probes = 0
-    songs = sorted({s for v in exact.values() for s in v})
-    for (user, tag), truth in exact.items():
-        doc = coll.find_one({"_id": listen_id(user, tag)})
-        assert doc is not None
-        whole = bytes(doc[f["whole"]])
-        doc_bytes.append(len(whole))
-        est = decode(whole).estimate()
-        n = len(truth)
-        band = "1-9" if n < 10 else "10-99" if n < 100 else "100-999" if n < 1000 else "1000+"
-        bands[band].append(abs(est - n) / n)
-        for s in rng.sample(songs, 20):
-            if s not in truth:
-                probes += 1
-                fp += contains(doc.get(f["heard"], {}), spec, s)
+    stored = {d["_id"]: d for d in client[settings.db][f["collection"]].find()}
     client.close()
+    docs = {key: stored[listen_id(*key)] for key in exact}
+    judged = judge(docs, exact, f, settings.of(LISTENS).heard())
     tags_per_user: dict[Any, int] = defaultdict(int)
     for user, _ in exact:
         if str(user).startswith("synthetic"):
@@ -148,6 +135,42 @@ def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
         "user_tag_pairs": len(exact),
         "ingest_seconds": round(took, 1),
         "listens_per_s": round((len(events) - 1) / took),
+        **judged,
+        "top_tags_latency": asyncio.run(_latency(settings, tags_per_user, queries)),
+    }
+
+
+def judge(
+    docs: dict[tuple[Any, Any], dict[str, Any]],
+    exact: dict[tuple[Any, Any], set[Any]],
+    f: dict[str, str],
+    spec: HeardSpec,
+    seed: int = 3,
+) -> dict[str, Any]:
+    """Stored documents against the truth: estimate error by size, bytes, heard misses and false positives.
+
+    ``docs`` as PyMongo reads them (BinData of subtype 0 as ``bytes``). The Last.fm
+    step crashed here once (issue 29: the stored BinData filter went to the word-based
+    check); ``tests/unit/test_bench_listens.py`` runs this on documents the aggregator wrote.
+    """
+    rng = random.Random(seed)
+    bands: dict[str, list[float]] = defaultdict(list)
+    doc_bytes, whole_bytes = [], []
+    fp = probes = misses = 0
+    songs = sorted({s for v in exact.values() for s in v})
+    for key, truth in exact.items():
+        doc = docs[key]
+        doc_bytes.append(len(bson.encode(doc)))
+        whole_bytes.append(len(bytes(doc[f["whole"]])))
+        n = len(truth)
+        band = "1-9" if n < 10 else "10-99" if n < 100 else "100-999" if n < 1000 else "1000+"
+        bands[band].append(abs(decode(bytes(doc[f["whole"]])).estimate() - n) / n)
+        misses += sum(not heard_in(doc, s, f, spec) for s in truth)
+        for s in rng.sample(songs, min(20, len(songs))):
+            if s not in truth:
+                probes += 1
+                fp += heard_in(doc, s, f, spec)
+    return {
         "accuracy_by_distinct": {
             b: {
                 "pairs": len(v),
@@ -156,11 +179,52 @@ def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
             }
             for b, v in sorted(bands.items())
         },
-        "whole_sketch_bytes_mean": round(statistics.mean(doc_bytes), 1),
+        "document_bytes_mean": round(statistics.mean(doc_bytes), 1),
+        "whole_sketch_bytes_mean": round(statistics.mean(whole_bytes), 1),
+        "documents_with_filters": sum(1 for d in docs.values() if d.get(f["filters"])),
+        "heard_false_negatives": misses,
         "heard_fpr": round(fp / max(1, probes), 5),
         "heard_probes": probes,
-        "top_tags_latency": asyncio.run(_latency(settings, tags_per_user, queries)),
     }
+
+
+def stored_doc(songs: int, spec: HeardSpec, window: int = 1000) -> dict[str, Any]:
+    """The document of one (user, tag) after ``songs`` distinct songs, ``window`` per flush (no store)."""
+    f = listen_fields()
+    doc: dict[str, Any] = {"_id": listen_id(1, 2), f["user"]: 1, f["tag"]: 2, f["slots"]: {}}
+    for start in range(0, songs, window):
+        agg = ListenSketches(ListenDecoder(10**9, 300, clock=lambda: 2e9), 12, spec)
+        for song in range(start, min(songs, start + window)):
+            agg.ingest(b'{"user": 1, "tag": 2, "song": %d, "ts": 1763596800}' % song)
+        (upd,) = agg.plan()
+        assert upd.compute is not None
+        for path, value in upd.compute(doc).items():
+            if path.startswith(f["slots"] + "."):
+                doc[f["slots"]][path.split(".")[1]] = {
+                    k: bytes(v) if isinstance(v, bytes) else v for k, v in value.items()
+                }
+            else:
+                doc[path] = [bytes(v) for v in value] if isinstance(value, list) else bytes(value)
+    return doc
+
+
+def heard_sizes(spec: HeardSpec, probes: int = 50_000) -> dict[str, Any]:
+    """Bytes and heard false positives of one (user, tag) at 10 to 100,000 songs."""
+    f = listen_fields()
+    out: dict[str, Any] = {}
+    for n in (10, 100, 1_000, 10_000, 100_000):
+        doc = stored_doc(n, spec)
+        false = sum(heard_in(doc, s, f, spec) for s in range(10**9, 10**9 + probes))
+        out[str(n)] = {
+            "document_bytes": len(bson.encode(doc)),
+            "whole_sketch_bytes": len(doc[f["whole"]]),
+            "filters": len(doc.get(f["filters"]) or ()),
+            "filter_bytes": sum(len(b) for b in doc.get(f["filters"]) or ()),
+            "heard_fpr": round(false / probes, 5),
+            "expected_fpr": round(spec.expected_fpr(n), 5),
+            "false_negatives": sum(not heard_in(doc, s, f, spec) for s in range(n)),
+        }
+    return out
 
 
 def synthetic_users(per_class: int = 20, songs: int = 30) -> list[tuple[bytes, bytes]]:
@@ -176,17 +240,6 @@ def synthetic_users(per_class: int = 20, songs: int = 30) -> list[tuple[bytes, b
                     event = {"user": user, "tag": tag, "song": song, "ts": now - rng.random() * 6 * 86400}
                     out.append((orjson.dumps(event), user.encode()))
     return out
-
-
-def heard_fpr_at_capacity(capacity: int, p: float, probes: int = 100_000) -> float:
-    """False-positive rate of one "heard" filter holding exactly its capacity."""
-    spec = BloomSpec.for_capacity(capacity, p)
-    words: dict[str, int] = {}
-    from pipeline.core.bloom import members_bits
-    from pipeline.core.ids import to_int64
-
-    words = {str(w): to_int64(m) for w, m in members_bits(range(capacity), spec).items()}
-    return sum(contains(words, spec, x) for x in range(10**9, 10**9 + probes)) / probes
 
 
 async def _latency(settings: Settings, tags_per_user: dict[Any, int], n: int) -> dict[str, Any]:
@@ -227,9 +280,9 @@ def main() -> None:
     step(results, "bytes_per_sketch", "bytes per sketch", sizes)
     step(
         results,
-        "heard_fpr_at_capacity_1000_p1pct",
-        "heard filter at capacity",
-        lambda: heard_fpr_at_capacity(1000, 0.01),
+        "heard_bytes_and_fpr_by_songs",
+        "heard: document bytes and false positives at 10..100,000 songs",
+        lambda: heard_sizes(HeardSpec()),
     )
     with embedded("preagg-listens-") as (base, _):
         step(results, "lastfm", "Last.fm 2k through one worker", lambda: lastfm(base, args.queries))

@@ -21,13 +21,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pipeline.core.bloom import BloomSpec, contains_value, filter_value
 from pipeline.core.hll import decode
 from pipeline.core.ids import id_bytes
 from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named
 from pipeline.kinds.listens import KIND as LISTENS
 from pipeline.kinds.listens.layout import listen_fields, listen_id
+from pipeline.kinds.listens.query import heard_in
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.services.embedded import EmbeddedServices
@@ -92,7 +92,7 @@ def test_flushes_touching_thousands_of_stored_documents_stay_bounded_and_exact(s
 
     f = listen_fields(settings.schema)
     ls = settings.of(LISTENS)
-    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
+    spec = ls.heard()
 
     def check(db):  # type: ignore[no-untyped-def]
         async def run():  # type: ignore[no-untyped-def]
@@ -106,8 +106,7 @@ def test_flushes_touching_thousands_of_stored_documents_stay_bounded_and_exact(s
                 whole = decode(bytes(doc[f["whole"]]))
                 if whole.estimate() != len(songs):  # explicit sketches (< 128 songs) are exact
                     wrong.append(f"{user}|{tag}: {whole.estimate()} songs, truth {len(songs)}")
-                bits = filter_value(doc[f["heard"]])
-                if not all(contains_value(bits, spec, s) for s in songs):
+                if not all(heard_in(doc, s, f, spec) for s in songs):
                     wrong.append(f"{user}|{tag}: a heard song is missing from the filter")
             ledger = ledger_totals(await read_ledger(db, settings.group_id))
             return wrong, len(docs), ledger.events

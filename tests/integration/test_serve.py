@@ -25,7 +25,6 @@ from hypothesis import settings as fuzzing
 from hypothesis import strategies as st
 from openapi_spec_validator import validate
 
-from pipeline.core.bloom import BloomSpec
 from pipeline.core.ids import id_bytes
 from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named, stream_topics
@@ -162,7 +161,7 @@ def test_each_endpoint_answers_the_query_layers_rows(served: tuple[Settings, str
     month_lo, month_hi = (NOW - timedelta(days=40)).replace(day=1, hour=0, minute=0), NOW
     first, last = TODAY - timedelta(days=35), TODAY
     ls = settings.of(LISTENS)
-    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
+    spec = ls.heard()
     rs = settings.of(RELATIONS)
     sides = relation_sides(rs.user_capacity, rs.item_capacity, rs.fpr, settings.schema)
     iso = lambda t: t.isoformat().replace("+00:00", "Z")  # noqa: E731

@@ -7,22 +7,19 @@ from pathlib import Path
 
 import pytest
 from bson import Binary
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pipeline.core.bloom import (
-    BloomSpec,
-    contains_value,
-    filter_bytes,
-    filter_value,
-    masks_value,
-    members_bits,
-)
+from pipeline.core.bloom import members_bits
 from pipeline.core.hll import DENSE, EXPLICIT, EXPLICIT_MAX, SPARSE, Sketch, decode
 from pipeline.core.ids import to_int64
 from pipeline.files import Accepted, Refused
 from pipeline.kinds.listens.aggregate import ListenSketches, day_and_slot, merge_slot
 from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.files import read_lastfm
+from pipeline.kinds.listens.heard import LEGACY, HeardSpec
 from pipeline.kinds.listens.layout import listen_fields
+from pipeline.kinds.listens.query import heard_in
 
 
 def sketch_of(items: range | list[int]) -> Sketch:
@@ -84,7 +81,7 @@ def test_weekday_slot_rules() -> None:
 
 
 def test_plan_merges_into_stored_document() -> None:
-    agg = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, BloomSpec.for_capacity(100, 0.01))
+    agg = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, HeardSpec())
     day = 1_763_596_800  # 2025-11-20, a Thursday
     for song in range(6):
         agg.ingest(b'{"user": 1, "tag": "rock", "song": %d, "ts": %d}' % (song, day + song))
@@ -104,25 +101,85 @@ def test_plan_merges_into_stored_document() -> None:
     assert len(hashes) == 8 and song_hash(99) not in hashes  # the older week's song is not in the slot
     assert decode(bytes(out[F["whole"]])).estimate() == 9
     assert u.compute(None)[f"{F['slots']}.4"][F["date"]] == "20251120"
-    spec = BloomSpec.for_capacity(100, 0.01)
-    bits = filter_value(out[F["heard"]])
-    assert all(contains_value(bits, spec, song) for song in [*range(6), 99])
+    # heard: the explicit sketch answers exactly, no filter is stored
+    assert F["filters"] not in out and F["heard"] not in out
+    doc = {F["whole"]: out[F["whole"]]}
+    assert all(heard_in(doc, song, F, HeardSpec()) for song in [*range(6), 99, 100, 101])
+    assert not any(heard_in(doc, song, F, HeardSpec()) for song in range(200, 300))
 
 
-def test_heard_filter_is_one_binary_that_absorbs_the_older_word_layout() -> None:
-    """Stored int64 words (the layout before BinData) are merged, never lost, and rewritten as BinData."""
-    spec = BloomSpec.for_capacity(100, 0.01)
-    agg = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, spec)
-    agg.ingest(b'{"user": 1, "tag": 2, "song": 7, "ts": 1763596800}')
-    (u,) = agg.plan()
+def window_of(songs: list[int], user: int = 1, tag: int = 2) -> ListenSketches:
+    agg = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, HeardSpec())
+    for song in songs:
+        agg.ingest(b'{"user": %d, "tag": %d, "song": %d, "ts": 1763596800}' % (user, tag, song))
+    return agg
+
+
+def stored_after(stored: dict[str, object] | None, out: dict[str, object]) -> dict[str, object]:
+    """The document as MongoDB gives it back after ``$set`` of ``out`` (BinData read as bytes)."""
+    doc: dict[str, object] = dict(stored or {})
+    doc.setdefault(F["slots"], {})
+    for path, value in out.items():
+        if path.startswith(F["slots"] + "."):
+            slot = {k: bytes(v) if isinstance(v, bytes) else v for k, v in value.items()}  # type: ignore[attr-defined]
+            doc[F["slots"]] = {**doc[F["slots"]], path.split(".")[1]: slot}  # type: ignore[dict-item]
+        elif isinstance(value, list):
+            doc[path] = [bytes(v) for v in value]
+        else:
+            doc[path] = bytes(value)  # type: ignore[arg-type]
+    return doc
+
+
+def apply(stored: dict[str, object] | None, songs: list[int]) -> tuple[dict[str, object], dict[str, object]]:
+    (u,) = window_of(songs).plan()
     assert u.compute is not None
-    old_words = {str(w): to_int64(m) for w, m in members_bits([40, 41], spec).items()}
-    out = u.compute({F["heard"]: old_words})
-    assert isinstance(out[F["heard"]], Binary)
-    bits = filter_value(out[F["heard"]])
-    assert all(contains_value(bits, spec, s) for s in (7, 40, 41))
-    assert bits == masks_value(members_bits([7, 40, 41], spec))
-    assert filter_bytes(bits)[-1] != 0  # no trailing zero bytes: $bitsAllSet zero-extends
+    out = u.compute(stored)
+    return stored_after(stored, out), out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3000), min_size=1, max_size=400), min_size=1, max_size=6))
+def test_heard_has_no_false_negatives_and_a_replay_writes_nothing(windows: list[list[int]]) -> None:
+    """Whatever the windows: every song is heard (explicit, then filters built from its hashes), and
+    each window replayed on the result changes nothing."""
+    doc: dict[str, object] | None = None
+    seen: set[int] = set()
+    for songs in windows:
+        doc, _ = apply(doc, songs)
+        seen.update(songs)
+        assert all(heard_in(doc, s, F, HeardSpec()) for s in seen)
+    assert doc is not None
+    assert (F["filters"] in doc) == (len(seen) > EXPLICIT_MAX)
+    for songs in windows:
+        assert apply(doc, songs)[1] == {}
+
+
+def test_filters_grow_and_keep_the_rate() -> None:
+    """10,000 songs: filters opened as the count passes 256, 768, ...; false positives below 1%."""
+    doc: dict[str, object] | None = None
+    for start in range(0, 10_000, 500):
+        doc, _ = apply(doc, list(range(start, start + 500)))
+    assert doc is not None
+    filters = doc[F["filters"]]
+    assert isinstance(filters, list) and len(filters) == HeardSpec().count_for(10_000) == 6
+    assert all(heard_in(doc, s, F, HeardSpec()) for s in range(10_000))
+    false = sum(heard_in(doc, s, F, HeardSpec()) for s in range(10**6, 10**6 + 20_000))
+    assert false / 20_000 < 0.01
+    # A filter sized beforehand for exactly 10,000 would be 1.2 bytes per song; growing ones
+    # cost their unfilled last filter and tighter rates (docs/listens.md).
+    assert sum(len(b) for b in filters) < 10_000 * 3.2
+
+
+def test_documents_written_before_keep_their_filter() -> None:
+    """The single filter of older documents (int64 words or BinData) is still read, never grown."""
+    legacy_words = {str(w): to_int64(m) for w, m in members_bits(range(300), LEGACY).items()}
+    big = Binary(sketch_of(range(300)).encode())  # past the explicit form, as such documents are
+    (u,) = window_of([7000]).plan()
+    assert u.compute is not None
+    out = u.compute({F["whole"]: big, F["heard"]: legacy_words})
+    assert F["heard"] not in out  # untouched
+    doc = stored_after({F["whole"]: big, F["heard"]: legacy_words}, out)
+    assert all(heard_in(doc, s, F, HeardSpec()) for s in [*range(300), 7000])
 
 
 def test_lastfm_reader_refuses_impossible_dates(tmp_path: Path) -> None:
@@ -150,10 +207,9 @@ def test_estimates_at_1000_distinct_average_within_2_percent() -> None:
 
 def test_a_replayed_window_on_its_own_result_writes_nothing() -> None:
     """Steady streams repeat songs: fields the union leaves as stored are not written again."""
-    spec = BloomSpec.for_capacity(100, 0.01)
 
     def window() -> ListenSketches:
-        agg = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, spec)
+        agg = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, HeardSpec())
         for song in range(5):
             agg.ingest(b'{"user": 1, "tag": 2, "song": %d, "ts": 1763596800}' % song)
         return agg
@@ -174,8 +230,4 @@ def test_a_replayed_window_on_its_own_result_writes_nothing() -> None:
     agg = window()
     agg.ingest(b'{"user": 1, "tag": 2, "song": 77, "ts": 1763596800}')  # one new song: written
     (more,) = agg.plan()
-    assert more.compute is not None and set(more.compute(stored)) == {
-        f"{F['slots']}.4",
-        F["whole"],
-        F["heard"],
-    }
+    assert more.compute is not None and set(more.compute(stored)) == {f"{F['slots']}.4", F["whole"]}

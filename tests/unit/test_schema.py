@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.bloom import BloomSpec
 from pipeline.core.fields import FIELD_MODES, STORE_SCHEMAS, check_mode, documents, field_names, schema_table
 from pipeline.kinds import REGISTRY, kind_named
 from pipeline.kinds.impressions.aggregate import ImpressionCounts
@@ -14,6 +13,7 @@ from pipeline.kinds.impressions.decode import ImpressionDecoder
 from pipeline.kinds.impressions.layout import impression_fields
 from pipeline.kinds.listens.aggregate import ListenSketches
 from pipeline.kinds.listens.decode import ListenDecoder
+from pipeline.kinds.listens.heard import HeardSpec
 from pipeline.kinds.relations.aggregate import RelationFilters
 from pipeline.kinds.relations.decode import RelationDecoder
 from pipeline.kinds.relations.layout import relation_sides
@@ -73,13 +73,15 @@ def test_writers_use_the_modes_names(mode: str) -> None:
     bits = f("relation_users", mode)["bits"]
     assert all(p.startswith(bits + ".") for u in rel.plan() for p in u.bit_or)
 
-    lis = ListenSketches(
-        ListenDecoder(1000, 300, clock=lambda: 2e9), 12, BloomSpec.for_capacity(10, 0.01), mode
-    )
+    lis = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, HeardSpec(), mode)
     assert lis.ingest(b'{"user": 1, "tag": 2, "song": 3, "ts": 1.7e9}') is None
     (upd,) = lis.plan()
     fl = f("listens", mode)
     assert set(upd.set_on_insert) == {fl["user"], fl["tag"]}
     assert upd.compute is not None
     # 1.7e9 is a Tuesday
-    assert set(upd.compute(None)) == {f"{fl['slots']}.2", fl["whole"], fl["heard"]}
+    assert set(upd.compute(None)) == {f"{fl['slots']}.2", fl["whole"]}  # heard: the explicit sketch
+    for song in range(200):  # past the explicit form: the heard filters
+        lis.ingest(b'{"user": 1, "tag": 2, "song": %d, "ts": 1.7e9}' % song)
+    (upd,) = lis.plan()
+    assert upd.compute is not None and fl["filters"] in upd.compute(None)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 from types import MappingProxyType
 
-from pipeline.core.bloom import BloomSpec
 from pipeline.core.fields import FieldMode, Index
 from pipeline.core.routes import Route
 from pipeline.kinds.kind import Kind, Stream, StreamContext
@@ -38,7 +37,7 @@ class Listens(Kind[ListensSettings]):
         from pipeline.kinds.listens.aggregate import ListenSketches  # its libraries load with a worker only
 
         decoder = self.decoder(ctx.settings, s)
-        heard = BloomSpec.for_capacity(s.heard_capacity, s.heard_fpr)
+        heard = s.heard()
         # Sketches are merged read-modify-write: one transaction per batch (Stream.writes).
         return Stream(lambda: ListenSketches(decoder, s.hll_precision, heard, ctx.mode), writes="transaction")
 

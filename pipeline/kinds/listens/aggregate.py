@@ -5,18 +5,18 @@ One document per (user, tag)::
     {_id: "i7|i13", u: 7, t: 13,
      w: {"1": {d: "20261116", s: BinData}, ..., "7": {...}},   # ISO weekday slots
      a: BinData,                                               # whole history
-     f: BinData}                                               # Bloom filter of songs heard
+     b: [BinData, ...]}                                        # heard filters, once past 128 songs
 
 Slot rule (the seed's ``w1..w7``): an event of day D goes to the slot of D's
 weekday; a slot holding an older date is replaced (a new week), the same date is
 unioned, a newer date means the event is more than a week older than the slot and
 only the whole sketch takes it. Sketches merge by union inside the flush's
-transaction (read, union, write), so a replayed flush changes nothing. The
-"heard" filter is a real membership structure (:mod:`pipeline.core.bloom`),
-merged (OR) in the same read-modify-write as the sketches and stored as one
-BinData; the seed's ``whole || hash(x) = whole`` is not one: HLL
-registers keep a maximum rank per bucket, and a song's rank can be below its
-bucket's maximum without the song ever having been added.
+transaction (read, union, write), so a replayed flush changes nothing. "Heard"
+is answered by the explicit sketch, then by growing Bloom filters
+(:mod:`pipeline.kinds.listens.heard`), merged in the same read-modify-write; the
+seed's ``whole || hash(x) = whole`` is not a membership test: HLL registers keep a
+maximum rank per bucket, and a song's rank can be below its bucket's maximum
+without the song ever having been added.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import Any
 
 from bson import Binary
 
-from pipeline.core.bloom import BloomSpec, filter_bytes, filter_value, masks_value, merge_masks
 from pipeline.core.fields import FieldMode
 from pipeline.core.hll import Sketch, decode, song_hash
 from pipeline.core.ids import Id
@@ -35,6 +34,7 @@ from pipeline.core.rejection import Rejection
 from pipeline.core.times import day_text, utc
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.listens.decode import ListenDecoder
+from pipeline.kinds.listens.heard import HeardSpec, grown
 from pipeline.kinds.listens.layout import listen_fields, listen_id
 
 
@@ -60,13 +60,14 @@ def merge_slot(
 class _Pending:
     days: dict[str, Sketch] = field(default_factory=dict)
     whole: Sketch | None = None
-    heard: dict[int, int] = field(default_factory=dict)
+    #: The window's songs (their sketch hashes), for the heard filters.
+    songs: set[int] = field(default_factory=set)
 
 
 class ListenSketches:
     """The initialize/agg/result aggregator of listens for one flush window."""
 
-    def __init__(self, decoder: ListenDecoder, p: int, heard: BloomSpec, mode: FieldMode = "compact") -> None:
+    def __init__(self, decoder: ListenDecoder, p: int, heard: HeardSpec, mode: FieldMode = "compact") -> None:
         self.decoder = decoder
         self.p = p
         self.heard = heard
@@ -95,7 +96,7 @@ class ListenSketches:
             pend.whole = Sketch.empty(self.p)
             self.items += 1
         pend.whole.add_hash(h)
-        merge_masks(pend.heard, self.heard.masks(song))
+        pend.songs.add(h)
         return None
 
     def __len__(self) -> int:
@@ -115,7 +116,7 @@ class ListenSketches:
                     f["collection"],
                     listen_id(user, tag),
                     {f["user"]: user, f["tag"]: tag},
-                    compute=_merger(pend, f, self.p),
+                    compute=_merger(pend, f, self.p, self.heard),
                 )
             )
         return out
@@ -130,7 +131,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _merger(pend: _Pending, f: dict[str, str], p: int) -> Any:
+def _merger(pend: _Pending, f: dict[str, str], p: int, spec: HeardSpec) -> Any:
     def compute(stored: dict[str, Any] | None) -> dict[str, Any]:
         """Only the fields the union changes: in a steady stream most songs are known, so most
         sketches and filters come out as stored and are not written again (an empty result
@@ -144,16 +145,19 @@ def _merger(pend: _Pending, f: dict[str, str], p: int) -> Any:
             if new is not None and not _same(new, current):
                 out[f"{f['slots']}.{slot}"] = new
         whole = pend.whole or Sketch.empty(p)
-        if stored is not None and f["whole"] in stored:
-            whole = decode(bytes(stored[f["whole"]])).union(whole)
+        before = decode(bytes(stored[f["whole"]])) if stored is not None and f["whole"] in stored else None
+        if before is not None:
+            whole = before.union(whole)
         encoded = Binary(whole.encode())
         if stored is None or not _same(encoded, stored.get(f["whole"])):
             out[f["whole"]] = encoded
-        # Older documents hold the filter as int64 words (``$bit``); rewritten as BinData here.
-        previous = (stored or {}).get(f["heard"])
-        heard = Binary(filter_bytes(filter_value(previous) | masks_value(pend.heard)))
-        if stored is None or not _same(heard, previous):
-            out[f["heard"]] = heard
+        # Heard: the explicit sketch answers; past it, filters (built from its hashes when it leaves).
+        filters = [bytes(b) for b in (stored or {}).get(f["filters"]) or ()]
+        leaving = not filters and before is not None and before.hashes is not None
+        seed = pend.songs | before.hashes if leaving and before and before.hashes else pend.songs
+        kept = grown(filters, None if whole.hashes is not None else whole.estimate(), seed, spec)
+        if kept is not None and kept != filters:
+            out[f["filters"]] = [Binary(b) for b in kept]
         return out
 
     return compute

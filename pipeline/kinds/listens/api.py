@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.bloom import BloomSpec
 from pipeline.core.params import Param
 from pipeline.core.routes import ID_SCHEMA, Route, rows_of
 from pipeline.core.text import json_rows
@@ -18,7 +17,7 @@ def routes(settings: Settings) -> list[Route]:
     """``/api/top-tags`` and ``/api/heard`` (as ``preagg query top-tags --json`` and ``heard``)."""
 
     ls = settings.of(KEY)
-    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
+    spec = ls.heard()
     user = Param("user", "user id (digits: an integer id)", "id", required=True)
 
     async def tags(db: Any, a: Mapping[str, Any]) -> Any:

@@ -19,12 +19,11 @@ if TYPE_CHECKING:
 
 def cmd_query_listens(args: argparse.Namespace) -> int:
     """A user's top tags by distinct songs, or whether a user heard a song under a tag."""
-    from pipeline.core.bloom import BloomSpec
     from pipeline.kinds.listens.query import TOP_TAGS_HEADER, heard, latest_day, shown_top_tags, top_tags
 
     s = command_settings()
     ls = s.of(KEY)
-    spec = BloomSpec.for_capacity(ls.heard_capacity, ls.heard_fpr)
+    spec = ls.heard()
 
     async def run(db: Db) -> Any:
         if args.what == "heard":

@@ -2,10 +2,9 @@
 
 Top tags: one indexed read of the user's (user, tag) documents; per tag the union
 of the weekday slots dated within the last N days, estimated in the query layer.
-Heard: the (user, tag) document's Bloom filter tested by the server with
-``$bitsAllSet`` on its BinData (no false negatives; false positives at about the
-configured rate). Documents written before the filter became BinData hold int64
-words; the query tests both layouts until such a document is next written.
+Heard: one read of the (user, tag) document by ``_id``, answered by its exact
+sketch or its filters (:mod:`pipeline.kinds.listens.heard`): no false negatives,
+false positives below the configured rate.
 """
 
 from __future__ import annotations
@@ -15,11 +14,11 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.core.bloom import BloomSpec, binary_contains_query, contains_query
 from pipeline.core.fields import FieldMode
-from pipeline.core.hll import decode, union_all
+from pipeline.core.hll import decode, song_hash, union_all
 from pipeline.core.ids import Id
 from pipeline.core.times import day_text
+from pipeline.kinds.listens.heard import HeardSpec, heard_in_filters
 from pipeline.kinds.listens.layout import listen_fields, listen_id
 
 
@@ -79,11 +78,23 @@ async def heard(
     user: Id,
     tag: Id,
     song: Id,
-    spec: BloomSpec,
+    spec: HeardSpec,
     mode: FieldMode = "compact",
 ) -> bool:
-    """Whether ``user`` has heard ``song`` under ``tag`` (Bloom filter, server side)."""
+    """Whether ``user`` has heard ``song`` under ``tag``: exact up to 128 songs, then Bloom filters."""
     f = listen_fields(mode)
-    either = [binary_contains_query(f["heard"], spec, song), contains_query(f["heard"], spec, song)]
-    query = {"_id": listen_id(user, tag), "$or": either}
-    return await db[f["collection"]].find_one(query, {"_id": 1}) is not None
+    proj = {f["whole"]: 1, f["filters"]: 1, f["heard"]: 1, "_id": 0}
+    return heard_in(await db[f["collection"]].find_one({"_id": listen_id(user, tag)}, proj), song, f, spec)
+
+
+def heard_in(doc: dict[str, Any] | None, song: Id, f: dict[str, str], spec: HeardSpec) -> bool:
+    """The answer of a stored document: its explicit sketch's hashes, else its filters."""
+    if not doc:
+        return False
+    h = song_hash(song)
+    whole = doc.get(f["whole"])
+    if whole is not None:
+        sketch = decode(bytes(whole))
+        if sketch.hashes is not None:
+            return h in sketch.hashes
+    return heard_in_filters(doc, song, h, f, spec)

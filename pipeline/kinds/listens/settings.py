@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.kinds.listens.heard import HeardSpec
 from pipeline.settings import StreamKey, StreamSettings
 
 
@@ -16,9 +17,16 @@ class ListensSettings(StreamSettings):
     #: HyperLogLog precision of listen sketches: 2^p registers, standard error
     #: 1.04 / sqrt(2^p) (p = 12: 1.6%, 3 KB dense). Higher: more accurate, bigger.
     hll_precision: int = 12
-    #: Songs a (user, tag) "heard" filter is sized for, and its false-positive rate.
-    heard_capacity: int = 1000
+    #: "Heard" answers: exact while a (user, tag) has at most 128 songs (its sketch's
+    #: hashes), then Bloom filters: the first for ``heard_capacity`` songs, each next
+    #: twice as big, all together at most ``heard_fpr`` false positives. Bigger
+    #: capacity: fewer filters, more bytes for small sets; lower rate: more bytes.
+    heard_capacity: int = 256
     heard_fpr: float = 0.01
+
+    def heard(self) -> HeardSpec:
+        """The filters' sizes."""
+        return HeardSpec(self.heard_capacity, self.heard_fpr)
 
 
 #: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.
