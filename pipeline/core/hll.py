@@ -133,7 +133,7 @@ def decode(data: bytes) -> Sketch:
     kind, p = data[0] >> 5, data[0] & 0x1F
     body = data[1:]
     if kind == EXPLICIT:
-        return Sketch(p, hashes={struct.unpack_from(">Q", body, i)[0] for i in range(0, len(body), 8)})
+        return Sketch(p, hashes=set(struct.unpack(f">{len(body) // 8}Q", body)))
     reg = np.zeros(1 << p, dtype=np.int8)
     if kind == SPARSE:
         for i in range(0, len(body), 3):
@@ -146,9 +146,25 @@ def decode(data: bytes) -> Sketch:
 
 
 def union_all(sketches: Iterable[Sketch], p: int = DEFAULT_P) -> Sketch:
-    """Union of any number of sketches (empty for none)."""
-    out = Sketch.empty(p)
+    """Union of any number of sketches (empty for none).
+
+    Explicit sketches are unioned as one set first (top tags unions up to seven
+    small slots per tag: one set union instead of a new sketch per slot), then
+    whatever holds registers is maxed in.
+    """
+    hashes: set[int] = set()
+    registers: list[Sketch] = []
     for s in sketches:
+        if s.p != p:
+            raise ValueError("cannot union sketches of different precisions")
+        if s.hashes is not None:
+            hashes |= s.hashes
+        else:
+            registers.append(s)
+    out = Sketch(p, hashes=hashes)
+    if len(hashes) > EXPLICIT_MAX:
+        out._to_registers()
+    for s in registers:
         out = out.union(s)
     return out
 

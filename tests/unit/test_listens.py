@@ -17,7 +17,7 @@ from pipeline.files import Accepted, Refused
 from pipeline.kinds.listens.aggregate import ListenSketches, day_and_slot, merge_slot
 from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.files import read_lastfm
-from pipeline.kinds.listens.heard import LEGACY, HeardSpec
+from pipeline.kinds.listens.heard import LEGACY, MAX_FILTERS, HeardSpec
 from pipeline.kinds.listens.layout import listen_fields
 from pipeline.kinds.listens.query import heard_in
 
@@ -231,3 +231,10 @@ def test_a_replayed_window_on_its_own_result_writes_nothing() -> None:
     agg.ingest(b'{"user": 1, "tag": 2, "song": 77, "ts": 1763596800}')  # one new song: written
     (more,) = agg.plan()
     assert more.compute is not None and set(more.compute(stored)) == {f"{F['slots']}.4", F["whole"]}
+
+
+def test_filters_stop_opening_before_the_document_limit() -> None:
+    """Past about 2.1 million songs no filter opens: a document stays far below 16 MB."""
+    spec = HeardSpec()
+    assert spec.count_for(10**9) == MAX_FILTERS == 13
+    assert sum(spec.spec(i).m for i in range(MAX_FILTERS)) / 8 < 5 * 2**20

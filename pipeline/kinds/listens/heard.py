@@ -40,6 +40,10 @@ EXPLICIT_MAX = 128
 #: (a geometric series), and 0.8 costs fewer bits per song than halving (Almeida et al.
 #: recommend 0.8-0.9 with doubling capacities).
 TIGHTENING = 0.8
+#: Most filters a document opens: 256 * (2^13 - 1), about 2.1 million songs, in about
+#: 5 MB. Past that the last filter keeps taking songs and its false positives rise above
+#: the rate, rather than the document growing toward MongoDB's 16 MB limit.
+MAX_FILTERS = 13
 #: Filters of documents written before: 1,000 songs at 1% (the default then).
 LEGACY = BloomSpec.for_capacity(1000, 0.01)
 
@@ -72,7 +76,7 @@ class HeardSpec:
     def count_for(self, songs: float) -> int:
         """Filters needed to hold ``songs`` distinct songs (at least one)."""
         count, room = 1, self.first
-        while songs > room:
+        while songs > room and count < MAX_FILTERS:
             room += self.first << count
             count += 1
         return count

@@ -50,7 +50,7 @@ async def top_tags(
         ]
         if slots:
             ranked.append((doc[f["tag"]], union_all(slots, slots[0].p).estimate()))
-    ranked.sort(key=lambda r: (-r[1], str(r[0])))
+    ranked.sort(key=lambda r: (-r[1], isinstance(r[0], str), r[0]))  # ties: ids in order (numbers as numbers)
     return ranked[:limit]
 
 
