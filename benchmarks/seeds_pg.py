@@ -188,6 +188,7 @@ def estimation(dsn: str, sizes: dict[int, int]) -> dict[str, Any]:
     """pg-hll's defaults (log2m 11, 5-bit registers): bytes and relative error at each size."""
     out: dict[str, Any] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("create extension if not exists hll")
         for n, trials in sizes.items():
             errors, nbytes = [], []
             for t in range(trials):
