@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.walk import PLACEHOLDER, Walk, free_port, steps, write_data
+from tests.integration.walk import PLACEHOLDER, Walk, free_port, steps, walking
 
 pytestmark = pytest.mark.integration
 
@@ -114,15 +114,8 @@ def documents() -> list[str]:
 
 @pytest.fixture
 def walk(tmp_path: Path) -> Iterator[Walk]:
-    work = tmp_path / "work"
-    work.mkdir()
-    write_data(tmp_path / "shared")
-    w = Walk(work)
-    try:
+    with walking(tmp_path) as w:
         yield w
-    finally:
-        w.close()
-        print("\n".join(w.transcript)[-20000:])
 
 
 def test_every_document_with_commands_is_walked() -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.walk import PLACEHOLDER, SILENT, Walk, steps, write_data
+from tests.integration.walk import PLACEHOLDER, SILENT, Walk, steps, walking
 
 pytestmark = pytest.mark.integration
 
@@ -140,19 +140,12 @@ def _has(out: str, *words: str) -> None:
 
 @pytest.fixture
 def walk(tmp_path: Path) -> Iterator[Walk]:
-    work = tmp_path / "work"
-    work.mkdir()
-    w = Walk(work)
-    try:
+    with walking(tmp_path) as w:
         yield w
-    finally:
-        w.close()
-        print("\n".join(w.transcript)[-20000:])
 
 
-def test_the_readme_walked_in_order(walk: Walk, tmp_path: Path) -> None:
-    known = write_data(tmp_path / "shared")
-    expect = checks(known, walk.work)
+def test_the_readme_walked_in_order(walk: Walk) -> None:
+    expect = checks(walk.known, walk.work)
     unknown = [
         line
         for line, run in steps(README.read_text(), CONCRETE)

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -126,6 +127,8 @@ class Walk:
         self.jobs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.ports = {"port": free_port(), "port2": free_port(), "web": free_port()}
         self.transcript: list[str] = []
+        #: What the generated data holds (:func:`write_data`), for exact checks.
+        self.known: dict[str, object] = {}
 
     def settings(self) -> Settings:
         return resolve(Settings.from_env({k: v for k, v in self.env.items() if k.startswith("PREAGG_")}))
@@ -226,3 +229,20 @@ class Walk:
             capture_output=True,
             timeout=120,
         )
+
+
+@contextmanager
+def walking(tmp_path: Path) -> Iterator[Walk]:
+    """A fresh work directory with generated data at ``../shared/data`` (``walk.known``: its counts).
+
+    At the end: jobs stopped, services down, and the transcript printed (shown when a test fails).
+    """
+    work = tmp_path / "work"
+    work.mkdir()
+    w = Walk(work)
+    w.known = write_data(tmp_path / "shared")
+    try:
+        yield w
+    finally:
+        w.close()
+        print("\n".join(w.transcript)[-20000:])
