@@ -99,6 +99,13 @@ def checks(known: dict[str, object], work: Path) -> dict[str, Callable[[str], No
         counts = {value: int(n) for n, value in re.findall(r"^\s*agent\s+(\d+)\s+(\S+)$", out, re.M)}
         assert counts.get("Bot") == known["bots"] and sum(counts.values()) == hits, out
 
+    def no_crawlers(out: str) -> None:
+        _has(out, "/about", "/blog")
+        assert not re.search(r"/robots\.txt|/feed", out), out
+
+    def people(out: str) -> None:
+        assert table_sum(out) == hits - known["bots"], out[-2000:]  # type: ignore[operator]
+
     def curl_hits(out: str) -> None:
         assert sum(r["hits"] for r in json.loads(out)) == known["by_hour"]
 
@@ -127,6 +134,9 @@ def checks(known: dict[str, object], work: Path) -> dict[str, Callable[[str], No
             out, "13", "15"
         ),
         "preagg query hits --site semicomplete.com --from 2015-05-17 --to 2015-05-20 --by day": days,
+        "preagg query pages --site semicomplete.com --from 2015-05-17 --to 2015-05-20 --no-bots": no_crawlers,
+        "preagg query hits --site semicomplete.com --from 2015-05-17 --to 2015-05-20 "
+        "--by day --no-bots": people,
     }
 
 

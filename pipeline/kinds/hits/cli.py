@@ -21,13 +21,17 @@ if TYPE_CHECKING:
 
 def cmd_query_hits(args: argparse.Namespace) -> int:
     """Zero-filled hit series of a site or page as a table, JSON, CSV and/or a PNG."""
+    from pipeline.kinds.hits.bots import FILTERED_BY
     from pipeline.kinds.hits.query import hits_series, instant
+    from pipeline.kinds.hits.query_bots import humans
     from pipeline.kinds.hits.render import as_csv, as_json, as_table, plot_png, pruned_note, sparkline
     from pipeline.kinds.hits.sites.store import site_config
 
     s = command_settings()
     start, end = parse_time(args.start, local=True), parse_time(args.end, local=True)
     within_limits(start, end, args.by)
+    if args.no_bots and args.by not in FILTERED_BY:
+        raise UsageError("--no-bots needs --by day or --by month: bot hits are counted per day")
     zone = "UTC"
 
     async def run(db: Db) -> list[tuple[datetime, int]]:
@@ -36,7 +40,9 @@ def cmd_query_hits(args: argparse.Namespace) -> int:
         zone = cal.zone
         if instant(end, cal) < instant(start, cal):
             raise SystemExit("--to is before --from")
-        return await hits_series(db, args.site, args.page, start, end, args.by, hits_fields(s.schema), cal)
+        fields = hits_fields(s.schema)
+        series = await hits_series(db, args.site, args.page, start, end, args.by, fields, cal)
+        return await humans(db, args.site, args.page, series, args.by, fields) if args.no_bots else series
 
     series = on_db(s, run)
     if args.json:
@@ -98,12 +104,14 @@ def cmd_query_props(args: argparse.Namespace) -> int:
 def cmd_query_pages(args: argparse.Namespace) -> int:
     """The pages of a site with the most hits over a range of days."""
     from pipeline.kinds.hits.query import top_pages
+    from pipeline.kinds.hits.query_bots import top_human_pages
 
     s = command_settings()
     end: date = args.end or args.start
+    top = top_human_pages if args.no_bots else top_pages
 
     async def run(db: Db) -> list[tuple[str, int]]:
-        return await top_pages(db, args.site, args.start, end, args.limit, hits_fields(s.schema))
+        return await top(db, args.site, args.start, end, args.limit, hits_fields(s.schema))
 
     print_rows(on_db(s, run), args.json, ("page", "hits"), args.csv)
     return 0
@@ -136,6 +144,11 @@ def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     qh.add_argument("--to", dest="end", default="now", help="ISO date or time, or now (default)")
     qh.add_argument("--by", choices=["minute", "hour", "day", "month"], default="minute")
+    qh.add_argument(
+        "--no-bots",
+        action="store_true",
+        help="leave out hits whose agent property is Bot (produce --format clf --props); --by day or month",
+    )
     fmt = qh.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
@@ -154,6 +167,11 @@ def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     qt.add_argument("--site", required=True)
     _day_range(qt)
     qt.add_argument("--limit", type=int, default=10, help="at most this many pages (0: all)")
+    qt.add_argument(
+        "--no-bots",
+        action="store_true",
+        help="leave out hits whose agent property is Bot (produce --format clf --props)",
+    )
     fmt = qt.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
