@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-seeds chaos clean
+.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-seeds bench-first-answer chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,9 @@ bench-relations: $(STAMP)  ## impressions throughput and sizes; Bloom relations 
 
 bench-listens: $(STAMP)  ## HLL accuracy and sizes, Last.fm through a worker, heard FPR, top-tags latency
 	$(PY) -m benchmarks.listens --out bench-results/listens.json
+
+bench-first-answer: $(STAMP) browser  ## a fresh clone's make demo, then make dashboard to its first chart in Chromium (issue 25)
+	$(PY) -m benchmarks.first_answer --out bench-results/first-answer.json
 
 bench-seeds: $(STAMP)  ## the seed's PostgreSQL + hll design (Debian packages, own cluster, .venv-pg) next to preagg on Last.fm listens
 	$(PY) -m benchmarks.seeds --out bench-results/seeds.json
