@@ -8,8 +8,10 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@# -qq: errors only. A machine's pip.conf may name package folders that are not there,
+	@# and pip warns about each once per package: a fresh clone's `make demo` printed ~100 such lines.
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
