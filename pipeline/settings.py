@@ -12,7 +12,7 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from types import UnionType
 from typing import Any, Generic, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -103,17 +103,28 @@ def settings_file_env(path: str | None = None) -> dict[str, str]:
     settings (``kafka_url = "..."`` is ``PREAGG_KAFKA_URL``), a table is a kind's
     (``[hits]`` ``query_string = "keep"`` is ``PREAGG_HITS_QUERY_STRING``); lists are
     written with commas, booleans as ``true``/``false``. The environment overrides it.
+    A command asks several times (its parser, its settings): the file is parsed once
+    per version of it (path, modification time, size).
     """
     name = path or os.environ.get("PREAGG_CONFIG") or SETTINGS_FILE
-    file = Path(name)
-    if not file.is_file():
+    try:
+        stat = Path(name).stat()
+    except OSError:
+        stat = None
+    if stat is None or not Path(name).is_file():
         if path or os.environ.get("PREAGG_CONFIG"):
             raise SettingsError(f"PREAGG_CONFIG={name}: no such file")
         return {}
+    return dict(_settings_file(name, str(Path(name).resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@lru_cache(maxsize=8)
+def _settings_file(name: str, resolved: str, mtime_ns: int, size: int) -> dict[str, str]:
+    """Parse one version of a settings file (the cache key is what tells versions apart)."""
     import tomllib
 
     try:
-        data = tomllib.loads(file.read_text())
+        data = tomllib.loads(Path(resolved).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SettingsError(f"{name}: {exc}") from None
     out: dict[str, str] = {}

@@ -29,14 +29,10 @@ async def bot_key(db: AsyncDatabase[dict[str, Any]], site: str, fields: HitsFiel
     """Dotted counter path of ``agent = Bot`` under ``props``, or ``None``: the site never had one."""
     if fields.mode != "compact":
         return f"{escape_key(AGENT)}.{escape_key(BOT)}"
-    store = NameStore(db, fields.mode)
-    names_ns = names_namespace(site)
-    names = (await read_namespaces(store, [names_ns]))[names_ns].tokens
-    if AGENT not in names:
-        return None
-    values_ns = values_namespace(site, AGENT)
-    values = (await read_namespaces(store, [values_ns]))[values_ns].tokens
-    return f"{names[AGENT]}.{values[BOT]}" if BOT in values else None
+    names_ns, values_ns = names_namespace(site), values_namespace(site, AGENT)
+    spaces = await read_namespaces(NameStore(db, fields.mode), [names_ns, values_ns])  # one read
+    names, values = spaces[names_ns].tokens, spaces[values_ns].tokens
+    return f"{names[AGENT]}.{values[BOT]}" if AGENT in names and BOT in values else None
 
 
 def _count(doc: dict[str, Any], path: str) -> int:
@@ -140,5 +136,6 @@ async def top_human_pages(
         batch = [p for p, _ in ranked[done : done + PAGES_PER_READ]]
         done += len(batch)
         named = [p for p in batch if p != OTHER_LABEL]
-        bots.update(await bot_pages(db, site, named, first, last, key, fields) if named else {})
-        bots.update({p: 0 for p in batch if p == OTHER_LABEL})
+        bots.update(dict.fromkeys(batch, 0))  # (other) has no page documents
+        if named:
+            bots.update(await bot_pages(db, site, named, first, last, key, fields))

@@ -153,8 +153,9 @@ def _merger(pend: _Pending, f: dict[str, str], p: int, spec: HeardSpec) -> Any:
             out[f["whole"]] = encoded
         # Heard: the explicit sketch answers; past it, filters (built from its hashes when it leaves).
         filters = [bytes(b) for b in (stored or {}).get(f["filters"]) or ()]
-        leaving = not filters and before is not None and before.hashes is not None
-        seed = pend.songs | before.hashes if leaving and before and before.hashes else pend.songs
+        seed = pend.songs
+        if not filters and before is not None and before.hashes is not None:  # leaving the explicit form
+            seed = pend.songs | before.hashes
         kept = grown(filters, None if whole.hashes is not None else whole.estimate(), seed, spec)
         if kept is not None and kept != filters:
             out[f["filters"]] = [Binary(b) for b in kept]

@@ -437,6 +437,13 @@ function startPolling() {
   }, REFRESH_MS);
 }
 
+/** The view the address names (at start, and on back and forward). */
+function applyUrl() {
+  readUrl();
+  adoptSite(state.sites);
+  Object.assign(state, rangeFromUrl());
+}
+
 function adoptSite(sites) {
   if (!state.site || !sites.some((s) => s.site === state.site)) state.site = sites[0].site;
   $("site").value = state.site;
@@ -469,9 +476,7 @@ async function start() {
   }
   state.sites = sites;
   state.zones = Object.fromEntries(sites.map((s) => [s.site, s.zone || "UTC"]));
-  readUrl();
-  adoptSite(sites);
-  Object.assign(state, rangeFromUrl());
+  applyUrl();
   writeUrl(false);
   await refreshAll();
   startPolling();
@@ -534,9 +539,7 @@ followPointer($("rt-chart"), $("rt-hover"));
 followPointer($("range-chart"), $("range-hover"));
 window.addEventListener("popstate", () => {  // back and forward: the view the address names
   if (!state.sites) return;
-  readUrl();
-  adoptSite(state.sites);
-  Object.assign(state, rangeFromUrl());
+  applyUrl();
   refreshAll();
 });
 $("token-form").addEventListener("submit", (e) => {
