@@ -81,6 +81,14 @@ class Pending:
     end: int
 
 
+@dataclass(frozen=True)
+class Ledgers:
+    """What a set of partitions' ledgers hold: positions (``None``: none stored) and unfinished flushes."""
+
+    positions: dict[TP, int | None]
+    pending: dict[TP, Pending]
+
+
 def pending_of(doc: Mapping[str, Any] | None) -> Pending | None:
     """The unfinished flush a ledger document records, if any."""
     p = (doc or {}).get("pending")

@@ -45,7 +45,7 @@ from pipeline.store.offsets import (
     Committed,
     Fence,
     FenceConflict,
-    Pending,
+    Ledgers,
     check_fences,
     finish_update,
     intent_update,
@@ -147,20 +147,21 @@ class MongoSink:
 
     async def load_positions(self, tps: Sequence[TP]) -> dict[TP, int | None]:
         """Stored next offset of each partition for this group (``None``: none stored)."""
-        ids = {offset_id(self.group, t, p): (t, p) for t, p in tps}
-        out: dict[TP, int | None] = dict.fromkeys(tps)
-        async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk):
-            out[ids[d["_id"]]] = d.get("next")
-        return out
+        return (await self.ledgers(tps)).positions
 
-    async def pending(self, tps: Sequence[TP]) -> dict[TP, Pending]:
-        """The partitions whose ledger records a flush that did not finish (to be written again)."""
+    async def ledgers(self, tps: Sequence[TP]) -> Ledgers:
+        """Each partition's stored position and the flush its ledger records as unfinished, in one read.
+
+        A worker asks both when it is assigned partitions: one read of the ledgers, not two.
+        """
         ids = {offset_id(self.group, t, p): (t, p) for t, p in tps}
-        out: dict[TP, Pending] = {}
+        out = Ledgers(dict.fromkeys(tps), {})
         async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk):
+            tp = ids[d["_id"]]
+            out.positions[tp] = d.get("next")
             found = pending_of(d)
             if found is not None:
-                out[ids[d["_id"]]] = found
+                out.pending[tp] = found
         return out
 
     async def commit(
@@ -214,34 +215,53 @@ class MongoSink:
         return Committed(False, size)
 
     async def _intent(self, fences: Sequence[Fence], flush_id: str) -> tuple[dict[TP, int], set[TP]]:
-        """Record the flush on each partition's ledger; its sequence per partition, and those already done."""
-        offsets = self.db[OFFSETS_COLLECTION]
+        """Record the flush on each partition's ledger; its sequence per partition, and those already done.
+
+        The partitions' ledgers are separate documents: their intents are written at once,
+        not one round trip after another. Every partition is tried; the conflicts found
+        are raised together, after the others recorded theirs (as one at a time would).
+        """
         now = time.time()
+        found = await asyncio.gather(
+            *(self._intent_one(f, flush_id, now) for f in fences), return_exceptions=True
+        )
         seqs: dict[TP, int] = {}
         done: set[TP] = set()
-        for f in fences:
-            tp = (f.topic, f.partition)
-            flt, upd = intent_update(self.group, f, flush_id, now, self.worker)
-            doc: dict[str, Any] | None = None
-            with pymongo.timeout(self.commit_timeout), contextlib.suppress(DuplicateKeyError):
-                # Created when no ledger exists yet; an existing one that differs is no match.
-                doc = await offsets.find_one_and_update(
-                    flt, upd, upsert=f.expected is None, return_document=ReturnDocument.AFTER
-                )
-            if doc is not None:
-                seqs[tp] = int(doc["seq"])
-                continue
-            with pymongo.timeout(self.commit_timeout):
-                current = await offsets.find_one({"_id": flt["_id"]})
-            found = pending_of(current)
-            if found is not None and found.flush == flush_id:  # this flush's intent: a retry or a redo
-                seqs[tp] = found.seq
-            elif current is not None and found is None and current.get("flush") == flush_id:
-                seqs[tp] = int(current.get("seq", 0))  # finished before its answer was lost
-                done.add(tp)
+        conflicts: list[tuple[Fence, int | None]] = []
+        for f, got in zip(fences, found, strict=True):
+            if isinstance(got, FenceConflict):
+                conflicts.extend(got.conflicts)
+            elif isinstance(got, BaseException):
+                raise got
             else:
-                raise FenceConflict([(f, (current or {}).get("next"))])
+                seq, finished = got
+                seqs[(f.topic, f.partition)] = seq
+                if finished:
+                    done.add((f.topic, f.partition))
+        if conflicts:
+            raise FenceConflict(conflicts)
         return seqs, done
+
+    async def _intent_one(self, f: Fence, flush_id: str, now: float) -> tuple[int, bool]:
+        """One partition's intent: its sequence, and whether this flush had already finished there."""
+        offsets = self.db[OFFSETS_COLLECTION]
+        flt, upd = intent_update(self.group, f, flush_id, now, self.worker)
+        doc: dict[str, Any] | None = None
+        with pymongo.timeout(self.commit_timeout), contextlib.suppress(DuplicateKeyError):
+            # Created when no ledger exists yet; an existing one that differs is no match.
+            doc = await offsets.find_one_and_update(
+                flt, upd, upsert=f.expected is None, return_document=ReturnDocument.AFTER
+            )
+        if doc is not None:
+            return int(doc["seq"]), False
+        with pymongo.timeout(self.commit_timeout):
+            current = await offsets.find_one({"_id": flt["_id"]})
+        found = pending_of(current)
+        if found is not None and found.flush == flush_id:  # this flush's intent: a retry or a redo
+            return found.seq, False
+        if current is not None and found is None and current.get("flush") == flush_id:
+            return int(current.get("seq", 0)), True  # finished before its answer was lost
+        raise FenceConflict([(f, (current or {}).get("next"))])
 
     async def _marked_writes(self, updates: Sequence[DocUpdate], seqs: dict[TP, int]) -> int:
         """Unordered bulk writes of the marked upserts; "duplicate key" means already applied."""

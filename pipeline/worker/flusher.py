@@ -39,7 +39,7 @@ from pipeline.core.envelope import unpack
 from pipeline.core.incarnation import Verdict
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
 from pipeline.store.errors import CommitTooLarge, outcome_unknown, shrinks
-from pipeline.store.offsets import TP, Committed, Fence, FenceConflict, Pending
+from pipeline.store.offsets import TP, Committed, Fence, FenceConflict, Ledgers, Pending
 from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.cursors import Positions
@@ -83,10 +83,8 @@ class Sink(Protocol):
     @property
     def exactly_once(self) -> bool: ...
 
-    async def load_positions(self, tps: Sequence[TP]) -> dict[TP, int | None]: ...
-
-    async def pending(self, tps: Sequence[TP]) -> dict[TP, Pending]:
-        """Partitions whose ledger records a flush cut short (idempotent writes)."""
+    async def ledgers(self, tps: Sequence[TP]) -> Ledgers:
+        """Stored positions, and the partitions whose ledger records a flush cut short (idempotent writes)."""
         ...
 
     async def commit(
@@ -336,22 +334,18 @@ class Flusher(Generic[A]):
 
     async def load_positions(self, tps: Sequence[TP]) -> None:
         """Read stored positions (retried like a write: the store may be down)."""
-        stored: dict[TP, int | None] = {}
+        found = Ledgers({}, {})
 
         async def load() -> None:
-            stored.update(await self.sink.load_positions(tps))
+            nonlocal found
+            found = await self.sink.ledgers(tps)
 
         await self._retry("offsets read", load, 0)
+        stored = found.positions
         if self.marked:
-            cut: dict[TP, Pending] = {}
-
-            async def unfinished() -> None:
-                cut.update(await self.sink.pending(tps))
-
-            await self._retry("offsets read", unfinished, 0)
-            for tp, found in cut.items():
-                await self._redo(tp, found)
-                stored[tp] = found.end
+            for tp, cut in found.pending.items():
+                await self._redo(tp, cut)
+                stored[tp] = cut.end
         self.positions.load(stored)
         self._fresh.update(stored)
         log.info(

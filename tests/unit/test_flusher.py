@@ -19,7 +19,7 @@ from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.settings import Settings
-from pipeline.store.offsets import Committed, Fence, FenceConflict, check_fences
+from pipeline.store.offsets import Committed, Fence, FenceConflict, Ledgers, check_fences
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
@@ -48,11 +48,8 @@ class ModelStore:
         #: The commit token each commit attempt asked for.
         self.tokens: list[str | None] = []
 
-    async def load_positions(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
-        return {tp: self.offsets.get(tp, {}).get("next") for tp in tps}
-
-    async def pending(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Any]:
-        return {}
+    async def ledgers(self, tps: Sequence[tuple[str, int]]) -> Ledgers:
+        return Ledgers({tp: self.offsets.get(tp, {}).get("next") for tp in tps}, {})
 
     async def commit(
         self,

@@ -19,7 +19,7 @@ from pipeline.core.updates import DocUpdate, merge_sources, split_wide
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.store.offsets import Committed, Fence, FenceConflict, Pending
+from pipeline.store.offsets import Committed, Fence, FenceConflict, Ledgers, Pending
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
 
@@ -37,24 +37,21 @@ class MarkStore:
 
     def __init__(self) -> None:
         self.docs: dict[Any, dict[str, Any]] = {}
-        self.ledgers: dict[tuple[str, int], dict[str, Any]] = {}
+        self.stored_ledgers: dict[tuple[str, int], dict[str, Any]] = {}
         #: Upserts applied before the worker dies (``None``: never).
         self.die_after: int | None = None
         #: Upserts applied before the store stops answering, once (``None``: never).
         self.down_after: int | None = None
         self.duplicates = 0
 
-    async def load_positions(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
-        return {tp: self.ledgers.get(tp, {}).get("next") for tp in tps}
-
-    async def pending(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Pending]:
-        out = {}
+    async def ledgers(self, tps: Sequence[tuple[str, int]]) -> Ledgers:
+        out = Ledgers({tp: self.stored_ledgers.get(tp, {}).get("next") for tp in tps}, {})
         for tp in tps:
-            led = self.ledgers.get(tp, {})
+            led = self.stored_ledgers.get(tp, {})
             if "pending" in led:
                 p = led["pending"]
                 start = led.get("next", p["begin"])
-                out[tp] = Pending(p["flush"], led["seq"], start, p["end"])
+                out.pending[tp] = Pending(p["flush"], led["seq"], start, p["end"])
         return out
 
     async def commit(
@@ -70,7 +67,7 @@ class MarkStore:
         seqs = {}
         for f in fences:
             tp = (f.topic, f.partition)
-            led = self.ledgers.setdefault(tp, {"seq": 0})
+            led = self.stored_ledgers.setdefault(tp, {"seq": 0})
             if "pending" in led and led["pending"]["flush"] == flush_id:
                 seqs[tp] = led["seq"]
             elif "pending" not in led and led.get("next") == f.expected:
@@ -100,7 +97,7 @@ class MarkStore:
             for path, seq in update["$set"].items():
                 doc[MARKS][path.split(".", 1)[1]] = seq
         for f in fences:
-            led = self.ledgers[(f.topic, f.partition)]
+            led = self.stored_ledgers[(f.topic, f.partition)]
             led.pop("pending")
             led.update(next=f.next, flush=flush_id)
         return Committed(False, 10 * len(updates))
@@ -196,7 +193,7 @@ def test_a_flush_cut_short_is_written_again_by_the_next_owner_exactly_once() -> 
             await f.flush()
 
     asyncio.run(first())
-    assert all("pending" in store.ledgers[tp] for tp in records), "the intents stay"
+    assert all("pending" in store.stored_ledgers[tp] for tp in records), "the intents stay"
     assert 0 < store.total() < 11, "part of the flush was written"
     assert not [e for e in log if e[0] == "ack"], "nothing acked"
 
@@ -212,8 +209,8 @@ def test_a_flush_cut_short_is_written_again_by_the_next_owner_exactly_once() -> 
     asyncio.run(successor())
     assert store.total() == 11
     assert store.duplicates > 0, "documents written before the death answered 'already applied'"
-    assert {tp: led["next"] for tp, led in store.ledgers.items()} == {P0: 6, P1: 5}
-    assert not any("pending" in led for led in store.ledgers.values())
+    assert {tp: led["next"] for tp, led in store.stored_ledgers.items()} == {P0: 6, P1: 5}
+    assert not any("pending" in led for led in store.stored_ledgers.values())
     assert ("read", P0, 0, 6) in log and ("read", P1, 0, 5) in log  # from each intent's first offset
 
 
