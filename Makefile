@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-seeds bench-first-answer chaos clean
+.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-store bench-seeds bench-first-answer chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,9 @@ bench-hostile: $(STAMP)  ## name-store bursts (100 new sites x 32 new properties
 
 bench-peers: $(STAMP)  ## preagg against Quix Streams (own venv .venv-quix): hot keys, 10k and 100k live Zipf pages, kill -9
 	$(PY) -m benchmarks.peers --reps 2 --kill --out bench-results/peers.json
+
+bench-store: $(STAMP)  ## the store's document updates per second by document size, per-document upserts against grouped update_many
+	$(PY) -m benchmarks.store_updates --out bench-results/store-updates.json
 
 bench-rollups: $(STAMP)  ## site charts before/after site rollups at 100..100k pages; ingest with and without rollups; a 1M-URL crawl
 	git worktree add -f .bench-before 4a8ca27 >/dev/null 2>&1 || true
