@@ -103,7 +103,7 @@ def main() -> None:
     rows = []
     with embedded("preagg-store-updates-") as (base, _svc):
         for minutes in args.minutes:
-            row = asyncio.run(rates(base.mongo_url, args.docs, minutes, args.reps))
+            row = asyncio.run(rates(str(base.mongo_url), args.docs, minutes, args.reps))
             print(row, flush=True)
             rows.append(row)
     results["rows"] = rows
