@@ -47,6 +47,7 @@ from pipeline.kinds.listens.query import heard_in, top_tags
 from pipeline.ops.lag import wait_caught_up
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
+from pipeline.testing.stored import after_set
 from pipeline.worker.process import WorkerProcess
 
 
@@ -202,13 +203,7 @@ def stored_doc(songs: int, spec: HeardSpec, window: int = 1000) -> dict[str, Any
             agg.ingest(b'{"user": 1, "tag": 2, "song": %d, "ts": 1763596800}' % song)
         (upd,) = agg.plan()
         assert upd.compute is not None
-        for path, value in upd.compute(doc).items():
-            if path.startswith(f["slots"] + "."):
-                doc[f["slots"]][path.split(".")[1]] = {
-                    k: bytes(v) if isinstance(v, bytes) else v for k, v in value.items()
-                }
-            else:
-                doc[path] = [bytes(v) for v in value] if isinstance(value, list) else bytes(value)
+        doc = after_set(doc, upd.compute(doc))
     return doc
 
 

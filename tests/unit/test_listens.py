@@ -20,6 +20,7 @@ from pipeline.kinds.listens.files import read_lastfm
 from pipeline.kinds.listens.heard import LEGACY, MAX_FILTERS, HeardSpec
 from pipeline.kinds.listens.layout import listen_fields
 from pipeline.kinds.listens.query import heard_in
+from pipeline.testing.stored import after_set
 
 
 def sketch_of(items: range | list[int]) -> Sketch:
@@ -117,17 +118,7 @@ def window_of(songs: list[int], user: int = 1, tag: int = 2) -> ListenSketches:
 
 def stored_after(stored: dict[str, object] | None, out: dict[str, object]) -> dict[str, object]:
     """The document as MongoDB gives it back after ``$set`` of ``out`` (BinData read as bytes)."""
-    doc: dict[str, object] = dict(stored or {})
-    doc.setdefault(F["slots"], {})
-    for path, value in out.items():
-        if path.startswith(F["slots"] + "."):
-            slot = {k: bytes(v) if isinstance(v, bytes) else v for k, v in value.items()}  # type: ignore[attr-defined]
-            doc[F["slots"]] = {**doc[F["slots"]], path.split(".")[1]: slot}  # type: ignore[dict-item]
-        elif isinstance(value, list):
-            doc[path] = [bytes(v) for v in value]
-        else:
-            doc[path] = bytes(value)  # type: ignore[arg-type]
-    return doc
+    return after_set({F["slots"]: {}, **(stored or {})}, out)
 
 
 def apply(stored: dict[str, object] | None, songs: list[int]) -> tuple[dict[str, object], dict[str, object]]:
