@@ -15,7 +15,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_results
+from pipeline.testing.dashboard import make_dashboard
 
 REPO = Path(__file__).resolve().parents[1]
 NOISY = re.compile(r"\bwarning\b|\berror\b|traceback", re.I)
@@ -66,32 +66,11 @@ def main() -> None:
         if demo.returncode != 0:
             raise SystemExit(f"make demo failed:\n{out[-3000:]}")
         started = time.monotonic()
-        proc = subprocess.Popen(
-            ["make", "-s", "dashboard"],
-            cwd=clone,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        lines: list[str] = []
-        try:
-            assert proc.stdout is not None
-            url = None
-            for line in proc.stdout:
-                lines.append(line)
-                found = re.search(r"== dashboard\s+(http://127\.0\.0\.1:\d+/)", line)
-                if found:
-                    url = found.group(1)
-                    break
-            if url is None:
-                raise SystemExit("".join(lines[-40:]))
+        with make_dashboard(clone, env) as dash:
+            if dash.url is None:
+                raise SystemExit("".join(dash.lines[-40:]))
             url_s = time.monotonic() - started
-            chart_s = first_chart_seconds(url, started)
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=120)
+            chart_s = first_chart_seconds(dash.url, started)
     results: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "clone_s": round(cloned, 1),

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import urllib.error
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.testing.dashboard import make_dashboard
 from tests.integration.walk import PLACEHOLDER, SILENT, Walk, steps, walking
 
 pytestmark = pytest.mark.integration
@@ -226,31 +226,13 @@ def test_make_demo_is_exact_and_quiet() -> None:
 
 def test_make_dashboard_serves_its_url() -> None:
     """`make dashboard`: the demo, then the dashboard at the URL it prints, until stopped."""
-    proc = subprocess.Popen(
-        ["make", "-s", "dashboard"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("PREAGG_")},
-    )
-    lines: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            found = re.search(r"== dashboard\s+(http://127\.0\.0\.1:\d+/)", line)
-            if found:
-                url = found.group(1)
-                break
-        else:
-            pytest.fail("".join(lines[-40:]))
-        with urllib.request.urlopen(url, timeout=60) as page:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREAGG_")}
+    with make_dashboard(ROOT, env) as dash:
+        if dash.url is None:
+            pytest.fail("".join(dash.lines[-40:]))
+        with urllib.request.urlopen(dash.url, timeout=60) as page:
             assert "preagg dashboard" in page.read().decode()
-        with urllib.request.urlopen(url + "api/sites", timeout=60) as sites:
+        with urllib.request.urlopen(dash.url + "api/sites", timeout=60) as sites:
             assert len(json.loads(sites.read())) == 3
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=120)
-    assert not [line for line in lines if re.search(r"\bwarning\b|\berror\b|traceback", line, re.I)], lines
+    noisy = [line for line in dash.lines if re.search(r"\bwarning\b|\berror\b|traceback", line, re.I)]
+    assert not noisy, dash.lines
