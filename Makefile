@@ -20,7 +20,7 @@ demo: $(STAMP)  ## generated traffic through the whole pipeline on the embedded 
 	$(PY) -m pipeline demo
 
 test: $(STAMP) browser  ## unit + integration tests (starts and stops its own Kafka and MongoDB, drives Chromium)
-	$(PY) -m pytest -q --durations=12
+	$(PY) -m pytest -q -n 4 --dist worksteal --durations=12
 
 browser:  ## Debian's Chromium for the dashboard's browser test (apt-get, as root or through sudo)
 	@command -v chromium >/dev/null 2>&1 || { \
