@@ -83,7 +83,7 @@ bench-hostile: $(STAMP)  ## name-store bursts (100 new sites x 32 new properties
 bench-peers: $(STAMP)  ## preagg against Quix Streams (own venv .venv-quix): hot keys, 10k and 100k live Zipf pages, kill -9
 	$(PY) -m benchmarks.peers --reps 2 --kill --out bench-results/peers.json
 
-bench-store: $(STAMP)  ## the store's document updates per second by document size, per-document upserts against grouped update_many
+bench-store: $(STAMP)  ## the store's document updates per second by document size, with and without its oplog; per-document upserts against grouped update_many
 	$(PY) -m benchmarks.store_updates --out bench-results/store-updates.json
 
 bench-rollups: $(STAMP)  ## site charts before/after site rollups at 100..100k pages; ingest with and without rollups; a 1M-URL crawl

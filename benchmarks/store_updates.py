@@ -10,13 +10,17 @@ the way a live flush updates them (three ``$inc`` and a mark, the mark in the fi
 * ``grouped``: one ``update_many`` per 100 documents sharing the same update (what a
   sink could send when many documents get the same increments), without upsert.
 
-Usage: ``python -m benchmarks.store_updates [--docs 6000] [--minutes 0 205 1440]``.
+Each on the store with its oplog and without (the embedded default:
+:mod:`pipeline.services.secantus`).
+
+Usage: ``python -m benchmarks.store_updates [--docs 6000] [--minutes 0 205 1440] [--oplog both]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from typing import Any
@@ -24,6 +28,7 @@ from typing import Any
 from pymongo import AsyncMongoClient, UpdateOne
 
 from benchmarks.common import embedded, header, write_results
+from pipeline.services.secantus import KEEP_OPLOG
 
 MARK = "_a.hits|0"
 
@@ -97,15 +102,26 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=6000)
     ap.add_argument("--minutes", type=int, nargs="*", default=[0, 205, 1440])
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument(
+        "--oplog",
+        choices=("both", "on", "off"),
+        default="both",
+        help="the store with its oplog, without, or both",
+    )
     ap.add_argument("--out", default="bench-results/store-updates.json")
     args = ap.parse_args()
     results: dict[str, Any] = header(" ".join(sys.argv))
     rows = []
-    with embedded("preagg-store-updates-") as (base, _svc):
-        for minutes in args.minutes:
-            row = asyncio.run(rates(str(base.mongo_url), args.docs, minutes, args.reps))
-            print(row, flush=True)
-            rows.append(row)
+    for keep in ("1", "0") if args.oplog == "both" else ("1" if args.oplog == "on" else "0",):
+        os.environ[KEEP_OPLOG] = keep  # read by the store's wrapper when embedded() starts it
+        with embedded("preagg-store-updates-") as (base, _svc):
+            for minutes in args.minutes:
+                row = {
+                    "oplog": keep == "1",
+                    **asyncio.run(rates(str(base.mongo_url), args.docs, minutes, args.reps)),
+                }
+                print(row, flush=True)
+                rows.append(row)
     results["rows"] = rows
     write_results(results, args.out)
 
