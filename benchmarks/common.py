@@ -7,6 +7,8 @@ import asyncio
 import json
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -86,12 +88,12 @@ def write_results(results: dict[str, Any], out: str) -> Path:
     return path
 
 
-def latency_ms(times_ms: list[float]) -> dict[str, float]:
-    """p50 and p99 of latencies in milliseconds."""
+def latency_ms(times_ms: list[float], digits: int = 2) -> dict[str, float]:
+    """p50 and p99 of latencies in milliseconds (``digits``: 3 for sub-millisecond reads)."""
     ordered = sorted(times_ms)
     return {
-        "p50_ms": round(ordered[len(ordered) // 2], 2),
-        "p99_ms": round(ordered[max(0, int(len(ordered) * 0.99) - 1)], 2),
+        "p50_ms": round(ordered[len(ordered) // 2], digits),
+        "p99_ms": round(ordered[max(0, int(len(ordered) * 0.99) - 1)], digits),
     }
 
 
@@ -124,3 +126,16 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of one process, all its threads (Linux ``/proc``; children not included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def side_venv(venv: Path, packages: list[str], what: str) -> Path:
+    """The interpreter of a benchmark's own virtual environment (a peer, not a preagg dependency).
+
+    Created with ``packages`` on first use: ``.venv-quix`` (Quix Streams), ``.venv-pg`` (psycopg).
+    """
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"creating {venv} with {what} (not a preagg dependency) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
+    return python

@@ -32,7 +32,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pymongo import MongoClient
 
-from benchmarks.common import cpu_seconds, embedded, header, write_results
+from benchmarks.common import cpu_seconds, embedded, header, side_venv, write_results
 from benchmarks.hits import freshness_probes
 from benchmarks.steady import flush_figures
 from pipeline.kafka.admin import partition_for
@@ -146,18 +146,6 @@ def mismatched_cells(db: Any, truth: Counter[Cell]) -> dict[str, int]:
         "mismatched_cells": sum(1 for c in cells if stored.get(c, 0) != truth.get(c, 0)),
         "stored_events": sum(stored.values()),
     }
-
-
-def quix_python(venv: Path) -> Path:
-    """The Quix Streams virtual environment's interpreter (created and filled on first use)."""
-    python = venv / "bin" / "python"
-    if not python.exists():
-        print(f"creating {venv} with Quix Streams 3.28 (not a preagg dependency) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "quixstreams==3.28.*", "pymongo"], check=True
-        )
-    return python
 
 
 class Run:
@@ -389,7 +377,12 @@ def main() -> None:
     ap.add_argument("--live-seconds", type=float, default=300.0)
     ap.add_argument("--out", default="bench-results/peers.json")
     args = ap.parse_args()
-    quix = quix_python(args.quix_venv) if any(s.startswith("quix") for s in args.systems) else None
+    wants_quix = any(s.startswith("quix") for s in args.systems)
+    quix = (
+        side_venv(args.quix_venv, ["quixstreams==3.28.*", "pymongo"], "Quix Streams 3.28")
+        if wants_quix
+        else None
+    )
     results: dict[str, Any] = header(" ".join(sys.argv))
     results["events"] = args.events
     end = time.time() - 3 * 3600  # in the past: the ticks an hour later stay behind the clock

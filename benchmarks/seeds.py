@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,15 @@ from typing import Any
 import bson
 import orjson
 
-from benchmarks.common import add_data_option, data_file, embedded, use_data, write_results
+from benchmarks.common import (
+    add_data_option,
+    data_file,
+    embedded,
+    latency_ms,
+    side_venv,
+    use_data,
+    write_results,
+)
 from pipeline.core.hll import Sketch
 from pipeline.files import Accepted
 from pipeline.kafka.producer import send_lines
@@ -47,6 +54,7 @@ from pipeline.kinds.listens.files import read_lastfm
 from pipeline.kinds.listens.layout import listen_fields
 from pipeline.kinds.listens.query import top_tags
 from pipeline.ops.lag import wait_caught_up
+from pipeline.services.embedded import free_port
 from pipeline.store.client import mongo_client
 from pipeline.worker.process import WorkerProcess
 
@@ -68,23 +76,6 @@ def ensure_postgres() -> None:
     if done.returncode != 0:
         subprocess.run([*sudo, "apt-get", "update", "-qq"], env=env, check=True)
         subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", *packages], env=env, check=True)
-
-
-def pg_python(venv: Path) -> Path:
-    """The PostgreSQL side's interpreter (created with psycopg on first use)."""
-    python = venv / "bin" / "python"
-    if not python.exists():
-        print(f"creating {venv} with psycopg (not a preagg dependency) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "psycopg[binary]>=3.2"], check=True)
-    return python
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager
@@ -186,7 +177,7 @@ def postgres_side(
     listens: list[Listen], users: list[dict[str, Any]], venv: Path, reps: int
 ) -> dict[str, Any]:
     ensure_postgres()
-    python = pg_python(venv)
+    python = side_venv(venv, ["psycopg[binary]>=3.2"], "psycopg")
     with tempfile.TemporaryDirectory() as tmp, cluster() as dsn:
         lpath, upath = Path(tmp) / "listens.tsv", Path(tmp) / "users.json"
         lpath.write_text("".join(f"{u} {t} {v} {d}\n" for u, t, v, d in listens))
@@ -204,8 +195,8 @@ def postgres_side(
                 str(upath),
                 "--reps",
                 str(reps),
-                "--sizes",
-                json.dumps(SIZES),
+                "--trials",
+                json.dumps(trial_ranges()),
             ],
             capture_output=True,
             text=True,
@@ -216,7 +207,8 @@ def postgres_side(
     for key in ("after_batched", "after_per_listen"):
         for name in ("dated", "as_written"):
             q = out[key][name]
-            q["agreement"] = agreement(users, q.pop("lists"))
+            q.update(latency_ms(q.pop("times_ms"), digits=3), agreement=agreement(users, q.pop("lists")))
+    out["estimation"] = errors_and_bytes(out["estimation"])
     return out
 
 
@@ -254,10 +246,8 @@ def preagg_side(
                         lists[str(u["user"])] = [[int(tag), n] for tag, n in got]
             finally:
                 await client.close()
-            times.sort()
             return {
-                "p50_ms": round(statistics.median(times), 3),
-                "p99_ms": round(times[int(len(times) * 0.99)], 3),
+                **latency_ms(times, digits=3),
                 "agreement": agreement(users, lists),
                 "documents": len(sizes),
                 "document_bytes_mean": round(statistics.mean(sizes), 1),
@@ -270,25 +260,39 @@ def preagg_side(
 SIZES = {100: 20, 1_000: 20, 10_000: 10, 100_000: 5, 1_000_000: 2}
 
 
-def estimation() -> dict[str, Any]:
-    """preagg's sketch (p = 12, 6-bit registers): bytes and relative error at :data:`SIZES`."""
+def trial_ranges() -> dict[str, list[tuple[int, int]]]:
+    """Per size in :data:`SIZES`, each trial's ids ``[first, last]``: the same sets for both sides."""
+    return {
+        str(n): [(b, b + n - 1) for b in (1_000_003 * (t + 1) * 7919 for t in range(trials))]
+        for n, trials in SIZES.items()
+    }
+
+
+def errors_and_bytes(trials: dict[str, list[list[float]]]) -> dict[str, Any]:
+    """Per size: trials, mean and max relative error of the estimates, largest bytes."""
     out: dict[str, Any] = {}
-    for n, trials in SIZES.items():
-        errors, sizes = [], []
-        for t in range(trials):
-            base = 1_000_003 * (t + 1) * 7919
-            s = Sketch.empty()
-            for x in range(base, base + n):
-                s.add(x)
-            errors.append(abs(s.estimate() - n) / n)
-            sizes.append(len(s.encode()))
-        out[str(n)] = {
-            "trials": trials,
+    for n, rows in trials.items():
+        errors = [abs(estimate - int(n)) / int(n) for estimate, _ in rows]
+        out[n] = {
+            "trials": len(rows),
             "mean_rel_error": round(statistics.mean(errors), 5),
             "max_rel_error": round(max(errors), 5),
-            "bytes": max(sizes),
+            "bytes": int(max(size for _, size in rows)),
         }
     return out
+
+
+def estimation() -> dict[str, Any]:
+    """preagg's sketch (p = 12, 6-bit registers) on :func:`trial_ranges`."""
+    out: dict[str, list[list[float]]] = {}
+    for n, ranges in trial_ranges().items():
+        out[n] = []
+        for first, last in ranges:
+            s = Sketch.empty()
+            for x in range(first, last + 1):
+                s.add(x)
+            out[n].append([s.estimate(), len(s.encode())])
+    return errors_and_bytes(out)
 
 
 def main() -> None:

@@ -56,8 +56,9 @@ async def rates(url: str, docs: int, minutes: int, reps: int) -> dict[str, Any]:
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(url)
     coll = client["bench_store_updates"][f"m{minutes}"]
     await coll.drop()
-    await coll.insert_many([document(i, minutes) for i in range(docs)])
-    ids = [f"20261124/site{i % 50}/page{i}" for i in range(docs)]
+    stored = [document(i, minutes) for i in range(docs)]
+    await coll.insert_many(stored)
+    ids = [d["_id"] for d in stored]
     per_doc: list[float] = []
     grouped: list[float] = []
     seq = 10

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cache, lru_cache
 from pathlib import Path
+from stat import S_ISREG
 from types import UnionType
 from typing import Any, Generic, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -111,7 +112,7 @@ def settings_file_env(path: str | None = None) -> dict[str, str]:
         stat = Path(name).stat()
     except OSError:
         stat = None
-    if stat is None or not Path(name).is_file():
+    if stat is None or not S_ISREG(stat.st_mode):
         if path or os.environ.get("PREAGG_CONFIG"):
             raise SettingsError(f"PREAGG_CONFIG={name}: no such file")
         return {}

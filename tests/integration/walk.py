@@ -13,7 +13,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pipeline.ops.lag import wait_caught_up
+from pipeline.services.embedded import free_port
 from pipeline.services.urls import resolve
 from pipeline.settings import Settings
 
@@ -105,13 +105,6 @@ def write_data(shared: Path) -> dict[str, object]:
         "root_at_ten": sum(1 for _, p in ten if p == "/"),
         "bots": sum(1 for _, _, a in rows if "bot" in a.lower()),
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Walk:
