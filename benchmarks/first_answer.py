@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -23,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_results
-from pipeline.testing.dashboard import make_dashboard
+from pipeline.testing.newcomer import make_dashboard, noisy
 
 REPO = Path(__file__).resolve().parents[1]
-NOISY = re.compile(r"\bwarning\b|\berror\b|traceback", re.I)
 
 
 def first_chart_seconds(url: str, started: float, timeout: float = 60) -> float:
@@ -76,7 +74,7 @@ def main() -> None:
         "clone_s": round(cloned, 1),
         "make_demo_s": round(demo_s, 1),
         "demo_exact": "(expected 60000: exact)" in out,
-        "demo_warning_lines": [line for line in out.splitlines() if NOISY.search(line)],
+        "demo_warning_lines": noisy(out.splitlines()),
         "make_dashboard_url_s": round(url_s, 1),
         "make_dashboard_first_chart_s": round(chart_s, 1),
         "clone_to_first_chart_s": round(cloned + demo_s + chart_s, 1),

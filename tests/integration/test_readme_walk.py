@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.testing.dashboard import make_dashboard
+from pipeline.testing.newcomer import make_dashboard, noisy
 from tests.integration.walk import PLACEHOLDER, SILENT, Walk, steps, walking
 
 pytestmark = pytest.mark.integration
@@ -220,8 +220,8 @@ def test_make_demo_is_exact_and_quiet() -> None:
     assert done.returncode == 0, out[-3000:]
     assert "(expected 60000: exact)" in out, out[-3000:]
     assert "property counts       exact" in out, out[-3000:]
-    noisy = [line for line in out.splitlines() if re.search(r"\bwarning\b|\berror\b|traceback", line, re.I)]
-    assert not noisy, noisy
+    alarming = noisy(out.splitlines())
+    assert not alarming, alarming
 
 
 def test_make_dashboard_serves_its_url() -> None:
@@ -234,5 +234,5 @@ def test_make_dashboard_serves_its_url() -> None:
             assert "preagg dashboard" in page.read().decode()
         with urllib.request.urlopen(dash.url + "api/sites", timeout=60) as sites:
             assert len(json.loads(sites.read())) == 3
-    noisy = [line for line in dash.lines if re.search(r"\bwarning\b|\berror\b|traceback", line, re.I)]
-    assert not noisy, dash.lines
+    alarming = noisy(dash.lines)
+    assert not alarming, dash.lines

@@ -10,13 +10,20 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: A line a newcomer should never see after ``make demo`` or ``make dashboard``.
+NOISY = re.compile(r"\bwarning\b|\berror\b|traceback", re.I)
 #: The line the demo prints once the dashboard serves.
 URL_LINE = re.compile(r"== dashboard\s+(http://127\.0\.0\.1:\d+/)")
+
+
+def noisy(lines: Iterable[str]) -> list[str]:
+    """The lines of ``lines`` that read as a warning, an error or a traceback."""
+    return [line for line in lines if NOISY.search(line)]
 
 
 @dataclass
