@@ -201,7 +201,7 @@ def stored_doc(songs: int, spec: HeardSpec, window: int = 1000) -> dict[str, Any
         agg = ListenSketches(ListenDecoder(10**9, 300, clock=lambda: 2e9), 12, spec)
         for song in range(start, min(songs, start + window)):
             agg.ingest(b'{"user": 1, "tag": 2, "song": %d, "ts": 1763596800}' % song)
-        (upd,) = agg.plan()
+        upd = agg.plan()[0]  # the (user, tag) document; the user's summary follows
         assert upd.compute is not None
         doc = after_set(doc, upd.compute(doc))
     return doc

@@ -43,6 +43,15 @@ def id_str(x: Id) -> str:
     return id_bytes(x).decode()
 
 
+def id_of_str(text: str) -> Id:
+    """The id :func:`id_str` wrote (``"i7"`` is 7, ``"s7"`` is "7")."""
+    if text[:1] == "i":
+        return int(text[1:])
+    if text[:1] == "s":
+        return text[1:]
+    raise ValueError(f"not a type-tagged id: {text[:40]!r}")
+
+
 def escape_part(text: str) -> str:
     """``%`` and ``/`` percent-encoded, so that ``/`` separates the parts of an ``_id`` unambiguously."""
     return text.replace("%", "%25").replace("/", "%2F")

@@ -19,7 +19,8 @@ class DocUpdate:
     #: Dotted path → signed int64 mask to OR in (Bloom filter words).
     bit_or: dict[str, int] = field(default_factory=dict)
     #: Read-modify-write: given the stored document (``None`` if absent), the fields
-    #: to ``$set``. The sink reads the documents inside the flush's transaction.
+    #: to ``$set``. The sink reads the documents inside the flush's transaction, then runs
+    #: the computes in the order of the plan (a compute may use what earlier ones found).
     compute: Callable[[dict[str, Any] | None], dict[str, Any]] | None = None
     #: Equalities the filter carries besides ``_id``: the collection's shard key (an upsert
     #: on a sharded collection needs all of it; on insert MongoDB copies them into the document).

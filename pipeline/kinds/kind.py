@@ -149,6 +149,16 @@ class Kind(Generic[S]):
         """The kind's read-only endpoints of ``preagg serve``: its queries over HTTP (default: none)."""
         return []
 
+    async def prepare(self, db: AsyncDatabase[dict[str, Any]], mode: FieldMode) -> list[str]:
+        """What ``preagg setup`` derives from stored documents before workers run (listens:
+        the per-user top-tags summaries of documents written before them); lines saying what
+        was done. Idempotent."""
+        return []
+
+    async def unprepared(self, db: AsyncDatabase[dict[str, Any]], mode: FieldMode) -> list[str]:
+        """What :meth:`prepare` has still to do: a worker refuses to start until it is done."""
+        return []
+
     async def status_notes(self, db: AsyncDatabase[dict[str, Any]], settings: Settings) -> list[str]:
         """Lines ``preagg status`` adds for this kind (hits: days with pages past the cap)."""
         return []

@@ -71,7 +71,8 @@ async def setup_kafka(settings: Settings) -> list[str]:
 
 
 async def setup_mongo(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> list[str]:
-    """Claim the field-name mode, create missing collections and indexes, shard; lines saying what changed."""
+    """Claim the field-name mode, create missing collections and indexes, shard, let the kinds
+    derive what they need from stored documents; lines saying what changed."""
     mode = check_mode(settings.schema)
     db = primary(client, settings.db)
     stored = await claim_schema_mode(db, mode)
@@ -92,6 +93,8 @@ async def setup_mongo(settings: Settings, client: AsyncMongoClient[dict[str, Any
     if await is_sharded_cluster(client):
         sharded = await shard_collections(client, settings.db, shard_keys(settings, mode))
         lines += [f"mongodb: sharded {ns}" for ns in sharded]
+    for kind in load_kinds(settings.kinds):  # after sharding: what they write goes to its shard
+        lines += await kind.prepare(db, mode)
     return lines
 
 
@@ -104,9 +107,12 @@ async def missing(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) 
     """What a worker of these settings needs and does not find (topics, collections)."""
     wanted = [*stream_topics(settings), settings.deadletter_topic]
     topics = await missing_topics(KafkaConnection.of(settings), wanted)
-    existing = set(await primary(client, settings.db).list_collection_names())
+    db = primary(client, settings.db)
+    existing = set(await db.list_collection_names())
     colls = [c for c in collections(settings) if c not in existing]
-    return [*(f"topic {t}" for t in topics), *(f"collection {settings.db}.{c}" for c in colls)]
+    mode = check_mode(settings.schema)
+    derived = [x for kind in load_kinds(settings.kinds) for x in await kind.unprepared(db, mode)]
+    return [*(f"topic {t}" for t in topics), *(f"collection {settings.db}.{c}" for c in colls), *derived]
 
 
 async def ready_or_setup(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> list[str]:

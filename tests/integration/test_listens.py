@@ -18,11 +18,13 @@ from pipeline.core.hll import EXPLICIT_MAX
 from pipeline.core.ids import id_bytes
 from pipeline.kafka.producer import EventProducer
 from pipeline.kinds.listens import KIND as LISTENS
-from pipeline.kinds.listens.layout import listen_fields, listen_id
+from pipeline.kinds.listens.layout import listen_fields, listen_id, top_fields
 from pipeline.kinds.listens.query import heard, heard_in, top_tags
+from pipeline.kinds.listens.summaries import MARKER
 from pipeline.settings import Settings
+from pipeline.store.meta import META_COLLECTION
 
-from .helpers import run_worker_to_end, with_db
+from .helpers import run_cli, run_worker_to_end, with_db
 from .test_cli import preagg
 
 pytestmark = pytest.mark.integration
@@ -79,6 +81,8 @@ def test_top_tags_and_heard_against_truth(settings: Settings, schema: str) -> No
         doc = await db[f["collection"]].find_one({"_id": listen_id(1, "jazz")})
         assert not [s for s in heard_songs if not heard_in(doc, s, f, spec)]
         assert (f["filters"] in (doc or {})) == (len(heard_songs) > EXPLICIT_MAX)
+        tops = await db[top_fields(schema)["collection"]].find({}).to_list()
+        assert [d["_id"] for d in tops] == ["i1"] and len(tops[0][top_fields(schema)["tags"]]) == len(tags)
 
     with_db(settings, check)
     out = json.loads(
@@ -111,3 +115,48 @@ def test_top_tags_and_heard_against_truth(settings: Settings, schema: str) -> No
     assert preagg(
         settings, "query", "heard", "--user", "1", "--tag", "ambient", "--song", "1000"
     ).strip() in ("no", "yes")
+
+
+def test_setup_builds_the_summaries_of_documents_written_before_them(settings: Settings) -> None:
+    """Documents of an older preagg have no top-tags summary: workers refuse to start until
+    ``preagg setup`` builds them, and what it builds is what a worker would have written."""
+    rng = random.Random(9)
+    lines = [
+        orjson.dumps({"user": u, "tag": f"t{rng.randrange(6)}", "song": rng.randrange(200), "ts": ts})
+        for u in (1, 2, 3)
+        for ts in (TODAY - timedelta(days=rng.randrange(9)) for _ in range(300))
+        for ts in [datetime(ts.year, ts.month, ts.day, 9, tzinfo=UTC).timestamp()]
+    ]
+
+    async def send() -> None:
+        async with EventProducer(settings, settings.topic("listens"), 50) as p:
+            for line in lines:
+                await p.send_raw(line, b"")
+
+    asyncio.run(send())
+    run_worker_to_end(settings, topics=[settings.topic("listens")])
+    tf = top_fields()
+
+    async def forget(db):  # type: ignore[no-untyped-def]
+        written = {d["_id"]: d async for d in db[tf["collection"]].find({})}
+        before = {u: await top_tags(db, u, 7, today=TODAY) for u in (1, 2, 3)}
+        await db[tf["collection"]].delete_many({})
+        await db[META_COLLECTION].delete_one({"_id": MARKER})
+        assert {u: await top_tags(db, u, 7, today=TODAY) for u in (1, 2, 3)} == before  # read from the slots
+        return written, before
+
+    written, before = with_db(settings, forget)
+    assert sorted(written) == ["i1", "i2", "i3"]
+    manual = settings.with_(auto_setup=False)
+    check = run_cli(manual, "setup", "--check")
+    assert check.returncode == 1 and "top-tags summaries (listen_tops)" in check.stdout, check.stdout
+    built = run_cli(manual, "setup")
+    assert built.returncode == 0 and "built the top-tags summaries of 3 users" in built.stdout, built.stdout
+    assert run_cli(manual, "setup", "--check").returncode == 0
+
+    async def after(db):  # type: ignore[no-untyped-def]
+        rebuilt = {d["_id"]: d async for d in db[tf["collection"]].find({})}
+        assert rebuilt == written
+        assert {u: await top_tags(db, u, 7, today=TODAY) for u in (1, 2, 3)} == before
+
+    with_db(settings, after)

@@ -87,7 +87,7 @@ def test_plan_merges_into_stored_document() -> None:
     for song in range(6):
         agg.ingest(b'{"user": 1, "tag": "rock", "song": %d, "ts": %d}' % (song, day + song))
     agg.ingest(b'{"user": 1, "tag": "rock", "song": 99, "ts": %d}' % (day - 7 * 86400))  # older week
-    (u,) = agg.plan()
+    u, _top = agg.plan()
     assert u.compute is not None and not u.bit_or
     stored = {
         F["slots"]: {"4": {F["date"]: "20251120", F["sketch"]: Binary(sketch_of([100, 101]).encode())}},
@@ -122,7 +122,7 @@ def stored_after(stored: dict[str, object] | None, out: dict[str, object]) -> di
 
 
 def apply(stored: dict[str, object] | None, songs: list[int]) -> tuple[dict[str, object], dict[str, object]]:
-    (u,) = window_of(songs).plan()
+    u, _top = window_of(songs).plan()
     assert u.compute is not None
     out = u.compute(stored)
     return stored_after(stored, out), out
@@ -165,7 +165,7 @@ def test_documents_written_before_keep_their_filter() -> None:
     """The single filter of older documents (int64 words or BinData) is still read, never grown."""
     legacy_words = {str(w): to_int64(m) for w, m in members_bits(range(300), LEGACY).items()}
     big = Binary(sketch_of(range(300)).encode())  # past the explicit form, as such documents are
-    (u,) = window_of([7000]).plan()
+    u, _top = window_of([7000]).plan()
     assert u.compute is not None
     out = u.compute({F["whole"]: big, F["heard"]: legacy_words})
     assert F["heard"] not in out  # untouched
@@ -205,7 +205,7 @@ def test_a_replayed_window_on_its_own_result_writes_nothing() -> None:
             agg.ingest(b'{"user": 1, "tag": 2, "song": %d, "ts": 1763596800}' % song)
         return agg
 
-    (first,) = window().plan()
+    first, _top = window().plan()
     assert first.compute is not None
     fields = first.compute(None)
     # the document as MongoDB gives it back: nested slots, BinData subtype 0 read as bytes
@@ -216,11 +216,11 @@ def test_a_replayed_window_on_its_own_result_writes_nothing() -> None:
             stored[F["slots"]][path.split(".")[1]] = slot  # type: ignore[index]
         else:
             stored[path] = bytes(value)
-    (again,) = window().plan()
+    again, _top = window().plan()
     assert again.compute is not None and again.compute(stored) == {}
     agg = window()
     agg.ingest(b'{"user": 1, "tag": 2, "song": 77, "ts": 1763596800}')  # one new song: written
-    (more,) = agg.plan()
+    more, _top = agg.plan()
     assert more.compute is not None and set(more.compute(stored)) == {f"{F['slots']}.4", F["whole"]}
 
 

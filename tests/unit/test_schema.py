@@ -75,13 +75,15 @@ def test_writers_use_the_modes_names(mode: str) -> None:
 
     lis = ListenSketches(ListenDecoder(1000, 300, clock=lambda: 2e9), 12, HeardSpec(), mode)
     assert lis.ingest(b'{"user": 1, "tag": 2, "song": 3, "ts": 1.7e9}') is None
-    (upd,) = lis.plan()
-    fl = f("listens", mode)
+    upd, top = lis.plan()
+    fl, ft = f("listens", mode), f("tops", mode)
     assert set(upd.set_on_insert) == {fl["user"], fl["tag"]}
-    assert upd.compute is not None
+    assert set(top.set_on_insert) == {ft["user"]} and top.collection == ft["collection"]
+    assert upd.compute is not None and top.compute is not None
     # 1.7e9 is a Tuesday
     assert set(upd.compute(None)) == {f"{fl['slots']}.2", fl["whole"]}  # heard: the explicit sketch
+    assert set(top.compute(None)) == {f"{ft['tags']}.i2"}  # the tag's entry in the user's summary
     for song in range(200):  # past the explicit form: the heard filters
         lis.ingest(b'{"user": 1, "tag": 2, "song": %d, "ts": 1.7e9}' % song)
-    (upd,) = lis.plan()
+    upd, _top = lis.plan()
     assert upd.compute is not None and fl["filters"] in upd.compute(None)

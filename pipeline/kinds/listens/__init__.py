@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.fields import FieldMode, Index
 from pipeline.core.routes import Route
@@ -16,6 +17,9 @@ from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.files import read_lastfm
 from pipeline.kinds.listens.settings import KEY, ListensSettings
 from pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from pymongo.asynchronous.database import AsyncDatabase
 
 
 class Listens(Kind[ListensSettings]):
@@ -43,6 +47,18 @@ class Listens(Kind[ListensSettings]):
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
+
+    async def prepare(self, db: AsyncDatabase[dict[str, Any]], mode: FieldMode) -> list[str]:
+        from pipeline.kinds.listens import summaries
+
+        return await summaries.prepare(db, mode)
+
+    async def unprepared(self, db: AsyncDatabase[dict[str, Any]], mode: FieldMode) -> list[str]:
+        from pipeline.kinds.listens import summaries
+
+        if await summaries.built(db):
+            return []
+        return [f"top-tags summaries ({layout.top_fields(mode)['collection']})"]
 
     def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         cli.add_queries(sub)

@@ -7,6 +7,12 @@ One document per (user, tag)::
      a: BinData,                                               # whole history
      b: [BinData, ...]}                                        # heard filters, once past 128 songs
 
+and one summary per user, ``listen_tops`` ``{_id: "i7", u: 7, t: {"i13": BinData}}``:
+per tag the estimates of its last 1..7 slot days (:mod:`pipeline.kinds.listens.tops`),
+so that top tags read one document. A user's summary is computed after its (user,
+tag) documents in the same read-modify-write (the sink runs computes in plan order,
+after every read), from the slots those computes leave.
+
 Slot rule (the seed's ``w1..w7``): an event of day D goes to the slot of D's
 weekday; a slot holding an older date is replaced (a new week), the same date is
 unioned, a newer date means the event is more than a week older than the slot and
@@ -35,7 +41,8 @@ from pipeline.core.times import day_text, utc
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.heard import HeardSpec, grown
-from pipeline.kinds.listens.layout import listen_fields, listen_id
+from pipeline.kinds.listens.layout import listen_fields, listen_id, top_fields, top_id
+from pipeline.kinds.listens.tops import entry_of, tag_key
 
 
 def day_and_slot(ts: float) -> tuple[str, str]:
@@ -64,6 +71,11 @@ class _Pending:
     songs: set[int] = field(default_factory=set)
 
 
+#: (user, tag) → (its slots changed, its slots as they will be stored): what a plan's
+#: (user, tag) computes leave for the user's summary compute, which runs after them.
+Board = dict[tuple[Id, Id], tuple[bool, dict[str, Any]]]
+
+
 class ListenSketches:
     """The initialize/agg/result aggregator of listens for one flush window."""
 
@@ -72,6 +84,7 @@ class ListenSketches:
         self.p = p
         self.heard = heard
         self.fields = listen_fields(mode)
+        self.top_fields = top_fields(mode)
         self.pending: dict[tuple[Id, Id], _Pending] = {}
         #: Day sketches plus whole sketches pending (``len``, kept in O(1): asked per message).
         self.items = 0
@@ -103,20 +116,32 @@ class ListenSketches:
         return self.items
 
     def documents(self) -> int:
-        """One document per touched (user, tag)."""
-        return len(self.pending)
+        """One document per touched (user, tag), one summary per touched user."""
+        return len(self.pending) + len({user for user, _ in self.pending})
 
     def plan(self) -> list[DocUpdate]:
-        """One read-modify-write upsert per touched (user, tag) document."""
-        f = self.fields
+        """One read-modify-write upsert per touched (user, tag) document, then one per user's summary."""
+        f, tf = self.fields, self.top_fields
+        board: Board = {}
         out = []
+        tags: dict[Id, list[Id]] = {}
         for (user, tag), pend in self.pending.items():
             out.append(
                 DocUpdate(
                     f["collection"],
                     listen_id(user, tag),
                     {f["user"]: user, f["tag"]: tag},
-                    compute=_merger(pend, f, self.p, self.heard),
+                    compute=_merger(pend, f, self.p, self.heard, board, (user, tag)),
+                )
+            )
+            tags.setdefault(user, []).append(tag)
+        for user, touched in tags.items():
+            out.append(
+                DocUpdate(
+                    tf["collection"],
+                    top_id(user),
+                    {tf["user"]: user},
+                    compute=_summary(user, touched, f, tf, board),
                 )
             )
         return out
@@ -131,7 +156,9 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _merger(pend: _Pending, f: dict[str, str], p: int, spec: HeardSpec) -> Any:
+def _merger(
+    pend: _Pending, f: dict[str, str], p: int, spec: HeardSpec, board: Board, key: tuple[Id, Id]
+) -> Any:
     def compute(stored: dict[str, Any] | None) -> dict[str, Any]:
         """Only the fields the union changes: in a steady stream most songs are known, so most
         sketches and filters come out as stored and are not written again (an empty result
@@ -159,6 +186,35 @@ def _merger(pend: _Pending, f: dict[str, str], p: int, spec: HeardSpec) -> Any:
         kept = grown(filters, None if whole.hashes is not None else whole.estimate(), seed, spec)
         if kept is not None and kept != filters:
             out[f["filters"]] = [Binary(b) for b in kept]
+        merged = dict(slots)
+        prefix = f["slots"] + "."
+        changed = stored is None
+        for path, value in out.items():
+            if path.startswith(prefix):
+                merged[path[len(prefix) :]] = value
+                changed = True
+        board[key] = (changed, merged)
+        return out
+
+    return compute
+
+
+def _summary(user: Id, tags: list[Id], f: dict[str, str], tf: dict[str, str], board: Board) -> Any:
+    def compute(stored: dict[str, Any] | None) -> dict[str, Any]:
+        """The entries of the user's touched tags whose slots changed (or that it lacks)."""
+        entries = (stored or {}).get(tf["tags"]) or {}
+        out: dict[str, Any] = {}
+        for tag in tags:
+            got = board.get((user, tag))
+            if got is None:  # the sink broke its order: never write a summary from nothing
+                raise RuntimeError(f"summary of user {user!r} computed before its tag {tag!r}")
+            changed, slots = got
+            key = tag_key(tag)
+            if not changed and key in entries:
+                continue
+            entry = entry_of(tag, [(s[f["date"]], bytes(s[f["sketch"]])) for s in slots.values()])
+            if entry is not None and (key not in entries or bytes(entries[key]) != entry):
+                out[f"{tf['tags']}.{key}"] = Binary(entry)
         return out
 
     return compute

@@ -1,4 +1,4 @@
-"""The listens document: one per (user, tag), its field names, ``_id`` and index."""
+"""The listens documents: one per (user, tag) and one summary per user; field names, ``_id`` and index."""
 
 from __future__ import annotations
 
@@ -12,6 +12,16 @@ FOLDER = SCHEMAS / "listens"
 def listen_fields(mode: FieldMode = "compact") -> dict[str, str]:
     """Stored names of the listens document (schemas/listens/fields.json) in schema ``mode``."""
     return field_names(FOLDER, "listens", mode)
+
+
+def top_fields(mode: FieldMode = "compact") -> dict[str, str]:
+    """Stored names of the per-user top-tags summary (:mod:`pipeline.kinds.listens.tops`)."""
+    return field_names(FOLDER, "tops", mode)
+
+
+def top_id(user: Id) -> str:
+    """``_id`` of a user's summary (type-tagged id)."""
+    return id_str(user)
 
 
 def listen_id(user: Id, tag: Id) -> str:

@@ -1,7 +1,10 @@
 """Listen queries: top tags of a user over the last N days, and "has this user heard that song".
 
-Top tags: one indexed read of the user's (user, tag) documents; per tag the union
-of the weekday slots dated within the last N days, estimated in the query layer.
+Top tags: one read of the user's summary (:mod:`pipeline.kinds.listens.tops`); a
+user without one (written before summaries existed and not yet rebuilt by
+``preagg setup``), or a window ending before some tag's latest slot, takes one indexed
+read of the user's (user, tag) documents instead: per tag the union of the weekday
+slots dated within the last N days, estimated in the query layer.
 Heard: one read of the (user, tag) document by ``_id``, answered by its exact
 sketch or its filters (:mod:`pipeline.kinds.listens.heard`): no false negatives,
 false positives below the configured rate.
@@ -9,6 +12,7 @@ false positives below the configured rate.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -19,7 +23,9 @@ from pipeline.core.hll import decode, song_hash, union_all
 from pipeline.core.ids import Id
 from pipeline.core.times import day_text
 from pipeline.kinds.listens.heard import HeardSpec, heard_in_filters
-from pipeline.kinds.listens.layout import listen_fields, listen_id
+from pipeline.kinds.listens.layout import listen_fields, listen_id, top_fields, top_id
+from pipeline.kinds.listens.tops import latest as latest_entry
+from pipeline.kinds.listens.tops import ranked
 
 
 def window(days: int, today: date | None = None) -> tuple[str, str]:
@@ -39,23 +45,47 @@ async def top_tags(
     mode: FieldMode = "compact",
 ) -> list[tuple[Id, float]]:
     """Tags of ``user`` ranked by estimated distinct songs over the last ``days`` days."""
-    f = listen_fields(mode)
+    today = today or datetime.now(UTC).date()
     lo, hi = window(days, today)
-    ranked = []
-    async for doc in db[f["collection"]].find({f["user"]: user}, {f["tag"]: 1, f["slots"]: 1}):
+    tf = top_fields(mode)
+    summary = await db[tf["collection"]].find_one({"_id": top_id(user)}, {tf["tags"]: 1, "_id": 0})
+    got = None
+    if summary is not None:
+        got = ranked(summary.get(tf["tags"]) or {}, days, today)
+    if got is None:
+        got = await _from_slots(db, user, lo, hi, listen_fields(mode))
+    got.sort(key=lambda r: (-r[1], isinstance(r[0], str), r[0]))  # ties: ids in order (numbers as numbers)
+    return got[:limit]
+
+
+async def _from_slots(
+    db: AsyncDatabase[dict[str, Any]], user: Id, lo: str, hi: str, f: dict[str, str]
+) -> list[tuple[Id, float]]:
+    """The answer without a summary: every (user, tag) document of the user, read."""
+    docs = db[f["collection"]].find({f["user"]: user}, {f["tag"]: 1, f["slots"]: 1})
+    return from_slots([doc async for doc in docs], lo, hi, f)
+
+
+def from_slots(docs: Iterable[dict[str, Any]], lo: str, hi: str, f: dict[str, str]) -> list[tuple[Id, float]]:
+    """Per tag the estimate of the union of its slots dated ``lo..hi`` (tags without one left out)."""
+    out = []
+    for doc in docs:
         slots = [
             decode(bytes(s[f["sketch"]]))
             for s in (doc.get(f["slots"]) or {}).values()
             if lo <= s[f["date"]] <= hi
         ]
         if slots:
-            ranked.append((doc[f["tag"]], union_all(slots, slots[0].p).estimate()))
-    ranked.sort(key=lambda r: (-r[1], isinstance(r[0], str), r[0]))  # ties: ids in order (numbers as numbers)
-    return ranked[:limit]
+            out.append((doc[f["tag"]], union_all(slots, slots[0].p).estimate()))
+    return out
 
 
 async def latest_day(db: AsyncDatabase[dict[str, Any]], user: Id, mode: FieldMode = "compact") -> date | None:
     """The latest day ``user`` has listens on (kept in the weekday slots), or ``None``."""
+    tf = top_fields(mode)
+    summary = await db[tf["collection"]].find_one({"_id": top_id(user)}, {tf["tags"]: 1, "_id": 0})
+    if summary is not None:
+        return latest_entry(summary.get(tf["tags"]) or {})
     f = listen_fields(mode)
     latest = ""
     async for doc in db[f["collection"]].find({f["user"]: user}, {f["slots"]: 1}):

@@ -1,0 +1,122 @@
+"""A user's top-tags summary: per tag, its distinct songs over the last 1..7 days of its slots (pure).
+
+Top tags read one document per user instead of every (user, tag) document of the
+user (issue 29: 50 documents took 2.3 ms on the embedded store, one takes 0.4 ms).
+The summary holds, per tag, an *entry*: the tag's latest slot day (its anchor) and
+the estimate of the union of its slots dated within 1, 2, ... 7 days of the anchor.
+
+A query for the ``N`` days ending on ``T`` takes, for a tag anchored on ``a ≤ T``, the
+estimate of ``N - (T - a)`` days (the slots of a tag are all dated ``≤ a``, so the
+window ``(T - N, T]`` holds exactly the slots of ``(a - N', a]``), none when that is
+``≤ 0``. A tag anchored after ``T`` (a query of the past) cannot be answered from
+the entry: the query reads the (user, tag) documents instead
+(:mod:`pipeline.kinds.listens.query`). Same slots, same union, same estimate: the
+answer is the one the slots give, not an approximation of it.
+
+Entry bytes: ``<I`` anchor day (proleptic ordinal), ``<B`` width, then seven
+estimates: unsigned integers of 1, 2 or 4 bytes while all are exact counts (explicit
+sketches), float64 (width 8) otherwise; a tag whose key had to be hashed appends its
+id bytes. About 20 bytes a (user, tag) on Last.fm.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+from datetime import date
+
+import xxhash
+
+from pipeline.core.hll import Sketch, decode
+from pipeline.core.ids import Id, id_bytes, id_of_str, id_str
+
+HEAD = struct.Struct("<IB")
+#: Width code → the struct of one estimate.
+VALUE = {1: struct.Struct("<B"), 2: struct.Struct("<H"), 4: struct.Struct("<I"), 8: struct.Struct("<d")}
+_SEVEN = {w: struct.Struct("<7" + v.format[-1]) for w, v in VALUE.items()}
+DAYS = 7
+
+
+def tag_key(tag: Id) -> str:
+    """The tag's field name in the summary: its tagged id, hashed if MongoDB would not take it."""
+    text = id_str(tag)
+    if "." in text or "\x00" in text:
+        return "x" + xxhash.xxh3_64_hexdigest(id_bytes(tag))
+    return text
+
+
+def ordinal(day: str) -> int:
+    """``YYYYMMDD`` as a day number."""
+    return date(int(day[:4]), int(day[4:6]), int(day[6:8])).toordinal()
+
+
+def window_estimates(slots: Iterable[tuple[str, bytes]]) -> tuple[int, list[float]] | None:
+    """Anchor day and the estimates of the last 1..7 days of the slots; ``None`` without slots."""
+    days = sorted(((ordinal(d), raw) for d, raw in slots), reverse=True)
+    if not days:
+        return None
+    anchor = days[0][0]
+    out: list[float] = []
+    acc: Sketch | None = None
+    i = 0
+    for k in range(1, DAYS + 1):
+        while i < len(days) and days[i][0] > anchor - k:
+            s = decode(days[i][1])
+            acc = s if acc is None else acc.union(s)
+            i += 1
+        assert acc is not None  # the anchor's own slot is in every window
+        out.append(acc.estimate())
+    return anchor, out
+
+
+def _width(values: list[float]) -> int:
+    if any(v != int(v) or v < 0 for v in values):
+        return 8
+    top = max(values)
+    return 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4 if top < 1 << 32 else 8
+
+
+def encode_entry(tag: Id, anchor: int, values: list[float]) -> bytes:
+    """One tag's entry (see the module's docstring)."""
+    w = _width(values)
+    body = HEAD.pack(anchor, w) + _SEVEN[w].pack(*(values if w == 8 else [int(v) for v in values]))
+    return body + id_bytes(tag) if tag_key(tag).startswith("x") else body
+
+
+def entry_of(tag: Id, slots: Iterable[tuple[str, bytes]]) -> bytes | None:
+    """The entry of a tag's weekday slots (``(day, sketch bytes)``), ``None`` without slots."""
+    got = window_estimates(slots)
+    return None if got is None else encode_entry(tag, *got)
+
+
+def tag_of(key: str, entry: bytes) -> Id:
+    """The tag id of an entry under ``key``."""
+    if key[:1] != "x":
+        return id_of_str(key)
+    w = entry[4]
+    return id_of_str(entry[HEAD.size + DAYS * w :].decode())
+
+
+def ranked(entries: Mapping[str, bytes], days: int, today: date) -> list[tuple[Id, float]] | None:
+    """Tags and their estimates over the ``days`` days ending ``today``, unsorted.
+
+    ``None`` when some tag is anchored after ``today``: its entry cannot say what the
+    window held, and the caller reads the slots.
+    """
+    t = today.toordinal()
+    out = []
+    for key, raw in entries.items():
+        anchor, w = HEAD.unpack_from(raw)
+        back = t - anchor
+        if back < 0:
+            return None
+        k = days - back
+        if k > 0:
+            out.append((tag_of(key, raw), float(VALUE[w].unpack_from(raw, HEAD.size + (k - 1) * w)[0])))
+    return out
+
+
+def latest(entries: Mapping[str, bytes]) -> date | None:
+    """The latest day any tag has listens on."""
+    anchors = [HEAD.unpack_from(raw)[0] for raw in entries.values()]
+    return date.fromordinal(max(anchors)) if anchors else None
