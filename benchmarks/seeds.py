@@ -51,7 +51,7 @@ from pipeline.files import Accepted
 from pipeline.kafka.producer import send_lines
 from pipeline.kinds import named
 from pipeline.kinds.listens.files import read_lastfm
-from pipeline.kinds.listens.layout import listen_fields
+from pipeline.kinds.listens.layout import listen_fields, top_fields
 from pipeline.kinds.listens.query import top_tags
 from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import free_port
@@ -235,6 +235,8 @@ def preagg_side(
             f = listen_fields(settings.schema)
             try:
                 sizes = [len(bson.encode(d)) async for d in db[f["collection"]].find()]
+                tf = top_fields(settings.schema)
+                summaries = [len(bson.encode(d)) async for d in db[tf["collection"]].find()]
                 times, lists = [], {}
                 for _ in range(reps):
                     for u in users:
@@ -251,6 +253,9 @@ def preagg_side(
                 "agreement": agreement(users, lists),
                 "documents": len(sizes),
                 "document_bytes_mean": round(statistics.mean(sizes), 1),
+                "summaries": len(summaries),
+                # The users' top-tags summaries counted too: bytes per (user, tag), all stored.
+                "bytes_per_pair": round((sum(sizes) + sum(summaries)) / len(sizes), 1),
             }
 
         return {"listens_per_s_end_to_end": round((len(events) - 1) / took), **asyncio.run(read())}
