@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import bson
 import orjson
@@ -52,9 +54,12 @@ from pipeline.kafka.producer import send_lines
 from pipeline.kinds import named
 from pipeline.kinds.listens.files import read_lastfm
 from pipeline.kinds.listens.layout import listen_fields, top_fields
-from pipeline.kinds.listens.query import top_tags
+from pipeline.kinds.listens.query import _from_slots as slots_answer
+from pipeline.kinds.listens.query import top_tags, window
 from pipeline.ops.lag import wait_caught_up
+from pipeline.serve.process import ServeProcess
 from pipeline.services.embedded import free_port
+from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 from pipeline.worker.process import WorkerProcess
 
@@ -237,19 +242,25 @@ def preagg_side(
                 sizes = [len(bson.encode(d)) async for d in db[f["collection"]].find()]
                 tf = top_fields(settings.schema)
                 summaries = [len(bson.encode(d)) async for d in db[tf["collection"]].find()]
-                times, lists = [], {}
+                times, slot_times, lists = [], [], {}
                 for _ in range(reps):
                     for u in users:
+                        today = date.fromisoformat(u["hi"])
                         t = time.perf_counter()
-                        got = await top_tags(
-                            db, u["user"], 7, 10, date.fromisoformat(u["hi"]), settings.schema
-                        )
+                        got = await top_tags(db, u["user"], 7, 10, today, settings.schema)
                         times.append((time.perf_counter() - t) * 1000)
                         lists[str(u["user"])] = [[int(tag), n] for tag, n in got]
+                        # The same answer from the user's (user, tag) documents (before the summary).
+                        lo, hi = window(7, today)
+                        t = time.perf_counter()
+                        slots = await slots_answer(db, u["user"], lo, hi, f)
+                        slot_times.append((time.perf_counter() - t) * 1000)
+                        assert sorted(slots, key=lambda r: (-r[1], r[0]))[:10] == got
             finally:
                 await client.close()
             return {
                 **latency_ms(times, digits=3),
+                "from_the_slots": latency_ms(slot_times, digits=3),
                 "agreement": agreement(users, lists),
                 "documents": len(sizes),
                 "document_bytes_mean": round(statistics.mean(sizes), 1),
@@ -258,7 +269,34 @@ def preagg_side(
                 "bytes_per_pair": round((sum(sizes) + sum(summaries)) / len(sizes), 1),
             }
 
-        return {"listens_per_s_end_to_end": round((len(events) - 1) / took), **asyncio.run(read())}
+        http_ms = http_top_tags(settings, users, reps)
+        rate = round((len(events) - 1) / took)
+        return {"listens_per_s_end_to_end": rate, **asyncio.run(read()), "http": http_ms}
+
+
+def http_top_tags(settings: Settings, users: list[dict[str, Any]], reps: int) -> dict[str, float]:
+    """``/api/top-tags`` p50/p99 through ``preagg serve``, one kept-alive connection (a warming round)."""
+    server = ServeProcess(settings).start()
+    try:
+        where = urlsplit(server.url)
+        conn = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=60)
+        times = []
+        for rep in range(reps + 1):
+            for u in users:
+                path = "/api/top-tags?" + urlencode({"user": u["user"], "days": 7, "today": u["hi"]})
+                t = time.perf_counter()
+                conn.request("GET", path)
+                resp = conn.getresponse()
+                body = resp.read()
+                took = (time.perf_counter() - t) * 1000
+                if resp.status != 200 or not orjson.loads(body):
+                    raise RuntimeError(f"/api/top-tags: {resp.status} {body[:200]!r}")
+                if rep:
+                    times.append(took)
+        conn.close()
+    finally:
+        server.terminate()
+    return latency_ms(times, digits=3)
 
 
 #: Distinct songs per (user, tag) and trials, for the estimate's error and bytes (issue 29, item 4).

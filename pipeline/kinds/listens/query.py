@@ -48,7 +48,8 @@ async def top_tags(
     today = today or datetime.now(UTC).date()
     lo, hi = window(days, today)
     tf = top_fields(mode)
-    summary = await db[tf["collection"]].find_one({"_id": top_id(user)}, {tf["tags"]: 1, "_id": 0})
+    # No projection: the summary is only its tags (and the user), and projecting costs the store.
+    summary = await db[tf["collection"]].find_one({"_id": top_id(user)})
     got = None
     if summary is not None:
         got = ranked(summary.get(tf["tags"]) or {}, days, today)
@@ -83,7 +84,7 @@ def from_slots(docs: Iterable[dict[str, Any]], lo: str, hi: str, f: dict[str, st
 async def latest_day(db: AsyncDatabase[dict[str, Any]], user: Id, mode: FieldMode = "compact") -> date | None:
     """The latest day ``user`` has listens on (kept in the weekday slots), or ``None``."""
     tf = top_fields(mode)
-    summary = await db[tf["collection"]].find_one({"_id": top_id(user)}, {tf["tags"]: 1, "_id": 0})
+    summary = await db[tf["collection"]].find_one({"_id": top_id(user)})
     if summary is not None:
         return latest_entry(summary.get(tf["tags"]) or {})
     f = listen_fields(mode)
