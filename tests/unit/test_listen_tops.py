@@ -117,3 +117,20 @@ def test_a_summary_computed_before_its_tags_refuses() -> None:
     assert top.compute is not None
     with pytest.raises(RuntimeError, match="before its tag"):
         top.compute(None)
+
+
+def test_many_new_entries_are_written_as_one_field_and_a_few_as_paths() -> None:
+    store: Store = {}
+
+    def summary_paths(events: list[tuple[Id, Id, int, int]]) -> set[str]:
+        before = dict(store)
+        plan = flush(store, events)
+        top = plan[-1]
+        assert top.compute is not None
+        return set(top.compute(before.get((top.collection, top.id))))
+
+    assert summary_paths([(5, tag, 1, 0) for tag in range(12)]) == {T["tags"]}  # a new summary
+    assert summary_paths([(5, tag, 2, 1) for tag in range(10)]) == {T["tags"]}  # more than WHOLE_AT
+    assert summary_paths([(5, tag, 3, 2) for tag in (20, 3)]) == {f"{T['tags']}.i20", f"{T['tags']}.i3"}
+    from_summary, from_docs = answers(store, 5, 7, START + timedelta(days=2))
+    assert from_summary == from_docs and len(from_docs) == 13
