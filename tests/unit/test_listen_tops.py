@@ -77,6 +77,11 @@ def test_the_summary_answers_as_the_slots_do(
     today = last + timedelta(days=ahead)
     from_summary, from_docs = answers(store, 7, days, today)
     assert from_summary == from_docs
+    # With a limit only the tags that can rank are decoded; ties at the boundary are kept.
+    order = lambda r: (-r[1], isinstance(r[0], str), r[0])  # noqa: E731 (top_tags' order)
+    full = sorted(ranked(summary[T["tags"]], days, today) or [], key=order)
+    for limit in (1, 2, 3):
+        assert sorted(ranked(summary[T["tags"]], days, today, limit) or [], key=order)[:limit] == full[:limit]
     # A window ending before a tag's latest slot cannot be answered by the summary.
     assert ranked(summary[T["tags"]], days, last - timedelta(days=1)) is None
 

@@ -46,13 +46,13 @@ async def top_tags(
 ) -> list[tuple[Id, float]]:
     """Tags of ``user`` ranked by estimated distinct songs over the last ``days`` days."""
     today = today or datetime.now(UTC).date()
-    lo, hi = window(days, today)
+    lo, hi = window(days, today)  # checks days before any read
     tf = top_fields(mode)
     # No projection: the summary is only its tags (and the user), and projecting costs the store.
     summary = await db[tf["collection"]].find_one({"_id": top_id(user)})
     got = None
     if summary is not None:
-        got = ranked(summary.get(tf["tags"]) or {}, days, today)
+        got = ranked(summary.get(tf["tags"]) or {}, days, today, limit)
     if got is None:
         got = await _from_slots(db, user, lo, hi, listen_fields(mode))
     got.sort(key=lambda r: (-r[1], isinstance(r[0], str), r[0]))  # ties: ids in order (numbers as numbers)

@@ -97,14 +97,18 @@ def tag_of(key: str, entry: bytes) -> Id:
     return id_of_str(entry[HEAD.size + DAYS * w :].decode())
 
 
-def ranked(entries: Mapping[str, bytes], days: int, today: date) -> list[tuple[Id, float]] | None:
+def ranked(
+    entries: Mapping[str, bytes], days: int, today: date, limit: int | None = None
+) -> list[tuple[Id, float]] | None:
     """Tags and their estimates over the ``days`` days ending ``today``, unsorted.
 
+    With ``limit``, only the tags that can be among the ``limit`` largest (ties at the
+    boundary kept: the caller orders them by id), so that only those ids are decoded.
     ``None`` when some tag is anchored after ``today``: its entry cannot say what the
     window held, and the caller reads the slots.
     """
     t = today.toordinal()
-    out = []
+    found = []
     for key, raw in entries.items():
         anchor, w = HEAD.unpack_from(raw)
         back = t - anchor
@@ -112,8 +116,11 @@ def ranked(entries: Mapping[str, bytes], days: int, today: date) -> list[tuple[I
             return None
         k = days - back
         if k > 0:
-            out.append((tag_of(key, raw), float(VALUE[w].unpack_from(raw, HEAD.size + (k - 1) * w)[0])))
-    return out
+            found.append((VALUE[w].unpack_from(raw, HEAD.size + (k - 1) * w)[0], key, raw))
+    if limit is not None and len(found) > limit:
+        least = sorted((v for v, _, _ in found), reverse=True)[limit - 1]
+        found = [x for x in found if x[0] >= least]
+    return [(tag_of(key, raw), float(v)) for v, key, raw in found]
 
 
 def latest(entries: Mapping[str, bytes]) -> date | None:
