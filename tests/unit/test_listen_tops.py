@@ -92,9 +92,13 @@ def test_wide_sets_and_big_counts_keep_their_estimates() -> None:
     from_summary, from_docs = answers(store, 1, 7, START + timedelta(days=1))
     assert from_summary == from_docs and len(from_docs) == 2
     assert window_estimates([]) is None
-    for values in ([3.0] * 7, [300.0] * 7, [70_000.0] * 7, [2.5] * 7):
+    for values in ([3.0] * 7, [300.0] * 7, [70_000.0] * 7, [2.5] * 7, [1.0, 2.0, 2.0, 5.0, 5.0, 5.0, 5.0]):
         entry = encode_entry(4, 738_000, values)
-        assert ranked({tag_key(4): entry}, 7, date.fromordinal(738_000)) == [(4, values[-1])]
+        for k in range(1, 8):
+            assert ranked({tag_key(4): entry}, k, date.fromordinal(738_000)) == [(4, values[k - 1])]
+    # Trailing equal estimates are stored once: a tag heard on one day is 5 bytes.
+    assert len(encode_entry(4, 738_000, [3.0] * 7)) == 5
+    assert len(encode_entry(4, 738_000, [1.0, 2.0, 2.0, 5.0, 5.0, 5.0, 5.0])) == 4 + 4
 
 
 def test_tags_mongodb_would_refuse_as_field_names_are_hashed_and_kept() -> None:
