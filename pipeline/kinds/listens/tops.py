@@ -28,6 +28,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from datetime import date
+from functools import lru_cache
 
 import xxhash
 
@@ -49,6 +50,7 @@ def tag_key(tag: Id) -> str:
     return text
 
 
+@lru_cache(maxsize=8192)
 def ordinal(day: str) -> int:
     """``YYYYMMDD`` as a day number."""
     return date(int(day[:4]), int(day[4:6]), int(day[6:8])).toordinal()
