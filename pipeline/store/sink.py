@@ -30,12 +30,12 @@ from typing import Any
 import bson
 import pymongo
 from bson import Int64
-from pymongo import AsyncMongoClient, ReturnDocument, UpdateOne
+from pymongo import AsyncMongoClient, InsertOne, ReturnDocument, UpdateOne
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
 from pipeline.core.marks import DUPLICATE_KEY, marked
-from pipeline.core.updates import DocUpdate
+from pipeline.core.updates import DocUpdate, new_document
 from pipeline.settings import CommitMode
 from pipeline.store.client import primary, reach, start_transaction
 from pipeline.store.errors import CommitTooLarge, StoreUnreachable
@@ -92,11 +92,21 @@ def update_document(u: DocUpdate) -> dict[str, Any]:
     return update
 
 
-def group_operations(updates: Sequence[DocUpdate]) -> tuple[dict[str, list[UpdateOne]], int]:
-    """Upserts grouped by collection, in plan order, and their size in BSON bytes."""
-    by_collection: dict[str, list[UpdateOne]] = defaultdict(list)
+#: One statement of a flush: an upsert, or the insert of a document found absent.
+Operation = UpdateOne | InsertOne[dict[str, Any]]
+
+
+def group_operations(updates: Sequence[DocUpdate]) -> tuple[dict[str, list[Operation]], int]:
+    """Upserts (and inserts of documents found absent) grouped by collection, in plan order,
+    and their size in BSON bytes."""
+    by_collection: dict[str, list[Operation]] = defaultdict(list)
     size = 0
     for u in updates:
+        if u.insert:
+            doc = new_document(u)
+            size += len(bson.encode(doc)) + 16
+            by_collection[u.collection].append(InsertOne(doc))
+            continue
         update = update_document(u)
         # q, u and the statement's own framing (upsert flag, keys): what the server receives.
         flt = u.filter()
@@ -417,7 +427,7 @@ class MongoSink:
             }
         return check_fences(fences, stored, flush_id)
 
-    def _operations(self, updates: Sequence[DocUpdate]) -> tuple[dict[str, list[UpdateOne]], int]:
+    def _operations(self, updates: Sequence[DocUpdate]) -> tuple[dict[str, list[Operation]], int]:
         ops, size = group_operations(updates)
         if size > self.max_bytes:
             raise CommitTooLarge(size, self.max_bytes)
@@ -445,7 +455,10 @@ class MongoSink:
             if found is not None and not (fields or u.set or u.inc or u.bit_or):
                 continue  # the stored document already holds the result: nothing to write
             merged = {**u.set, **fields}
-            out.append(DocUpdate(u.collection, u.id, u.set_on_insert, u.inc, merged, u.bit_or, key=u.key))
+            new = found is None and not (u.inc or u.bit_or or u.max)
+            out.append(
+                DocUpdate(u.collection, u.id, u.set_on_insert, u.inc, merged, u.bit_or, key=u.key, insert=new)
+            )
         return out
 
     async def _record_offsets(self, fences: Sequence[Fence], flush_id: str) -> None:

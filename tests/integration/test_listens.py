@@ -160,3 +160,33 @@ def test_setup_builds_the_summaries_of_documents_written_before_them(settings: S
         assert {u: await top_tags(db, u, 7, today=TODAY) for u in (1, 2, 3)} == before
 
     with_db(settings, after)
+
+
+def test_a_document_found_absent_is_inserted_as_its_upsert_would_create_it(settings: Settings) -> None:
+    """The sink inserts read-modify-writes that found no document; the store must hold what
+    the upsert would have made (dotted slots as embedded documents, BinData as sent)."""
+    from pymongo import MongoClient, UpdateOne
+
+    from pipeline.core.updates import DocUpdate, new_document
+    from pipeline.kinds.listens.aggregate import ListenSketches
+    from pipeline.kinds.listens.decode import ListenDecoder
+    from pipeline.store.sink import update_document
+
+    agg = ListenSketches(ListenDecoder(10**6, 300, clock=lambda: 2e9), 12, settings.of(LISTENS).heard())
+    for song in range(200):  # past the explicit form: filters too
+        assert agg.ingest(orjson.dumps({"user": 4, "tag": "a.b", "song": song, "ts": 1.7e9})) is None
+    assert agg.ingest(orjson.dumps({"user": 4, "tag": 9, "song": 1, "ts": 1.7e9 - 86400})) is None
+    resolved = []
+    for u in agg.plan():
+        assert u.compute is not None
+        resolved.append(DocUpdate(u.collection, u.id, u.set_on_insert, set=u.compute(None), key=u.key))
+    client: MongoClient[dict[str, object]] = MongoClient(settings.mongo_url, timeoutMS=30_000)
+    try:
+        db = client[settings.db]
+        for u in resolved:
+            db["upserted"].bulk_write([UpdateOne(u.filter(), update_document(u), upsert=True)])
+            db["inserted"].insert_one(new_document(u))
+        assert len(resolved) == 3
+        assert list(db["inserted"].find().sort("_id")) == list(db["upserted"].find().sort("_id"))
+    finally:
+        client.close()

@@ -6,6 +6,8 @@
 * No flush creates a collection: every collection a plan writes is one ``preagg setup``
   creates (collection creation is refused inside cross-shard transactions).
 * Workers read from the primary whatever the URL says (transactions require it).
+* A read-modify-write that found no document is sent as an insert of the document the
+  upsert would have created: it holds the full shard key (MongoDB routes an insert by it).
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pymongo import AsyncMongoClient, ReadPreference
+from pymongo import AsyncMongoClient, InsertOne, ReadPreference
 
-from pipeline.core.updates import DocUpdate
+from pipeline.core.updates import DocUpdate, new_document
 from pipeline.kinds import REGISTRY, StreamContext, kind_named
 from pipeline.ops.setup import collections, shard_keys
 from pipeline.settings import Settings
@@ -80,6 +82,37 @@ def test_every_upsert_carries_its_full_shard_key_and_does_not_set_it(name: str, 
                 written = [p for operator in doc.values() for p in operator]
                 assert not any(overlaps(field, p) for p in written if field != "_id"), (coll, field, written)
             assert op._upsert
+
+
+@pytest.mark.parametrize("mode", ["compact", "readable"])
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_documents_found_absent_are_inserted_whole_with_their_shard_key(name: str, mode: str) -> None:
+    s = Settings(schema=mode)  # type: ignore[arg-type]
+    keys = {k.collection: [f for f, _ in k.keys] for k in shard_keys(s, s.schema)}
+    fresh = [
+        DocUpdate(u.collection, u.id, u.set_on_insert, set=u.set, key=u.key, insert=True)
+        for u in planned(name, mode)
+        if not (u.inc or u.bit_or or u.max)
+    ]
+    ops, _ = group_operations(fresh)
+    for coll, inserts in ops.items():
+        for op in inserts:
+            assert isinstance(op, InsertOne)
+            doc = op._doc
+            for field in keys[coll]:
+                assert field in doc and not isinstance(doc[field], dict), (coll, field, doc)
+
+
+def test_a_new_document_is_what_the_upsert_would_create() -> None:
+    u = DocUpdate("c", "i1|i2", {"u": 1, "t": 2}, set={"w.4": {"d": "20261120"}, "a": b"x"}, key={"k": 3})
+    want = {"_id": "i1|i2", "k": 3, "u": 1, "t": 2, "w": {"4": {"d": "20261120"}}, "a": b"x"}
+    assert new_document(u) == want
+    with pytest.raises(ValueError, match="set twice"):
+        new_document(DocUpdate("c", 1, {"a": 1}, set={"a": 2}))
+    with pytest.raises(ValueError, match="not a document"):
+        new_document(DocUpdate("c", 1, {"a": 1}, set={"a.b": 2}))
+    with pytest.raises(ValueError, match=r"\$inc"):
+        new_document(DocUpdate("c", 1, {}, {"n": 1}))
 
 
 def test_the_ledger_is_not_sharded_so_one_flush_touches_one_ledger_shard() -> None:
