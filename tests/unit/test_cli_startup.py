@@ -57,6 +57,12 @@ def test_import_pipeline_loads_no_client_library() -> None:
     assert loaded("import pipeline, pipeline.kinds, pipeline.settings") == set()
 
 
+def test_queries_load_no_sketch_library() -> None:
+    """datasketch imports scipy (0.3 s): a query loads it only when a sketch has registers."""
+    code = "import pipeline.kinds.listens.query, pipeline.kinds.listens.api, pipeline.kinds.hits.query"
+    assert not loaded(code) & {"datasketch", "scipy"}
+
+
 def test_version_prints_the_installed_version() -> None:
     import subprocess
     import sys
