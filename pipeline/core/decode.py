@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any
 
 import jsonschema_rs
@@ -174,6 +175,10 @@ class TimedDecoder(FormatDecoder):
     ) -> None:
         super().__init__(label, schema, max_bytes, fmt)
         self.fields = fields
+        # A tuple of the fields, whatever their number (itemgetter of one field gives the value).
+        self._pick: Callable[[Any], tuple[Any, ...]] = (
+            itemgetter(*fields) if len(fields) > 1 else lambda obj: (obj[fields[0]],)
+        )
         self._future_skew = future_skew
         self._clock = clock
         #: Seconds after which an event is ``late`` (0: never); see :mod:`pipeline.core.replay`.
@@ -207,4 +212,4 @@ class TimedDecoder(FormatDecoder):
         if isinstance(got, Rejection):
             return got
         obj, ts = got
-        return (*(obj[f] for f in self.fields), ts)
+        return (*self._pick(obj), ts)

@@ -56,6 +56,9 @@ def new_document(u: DocUpdate) -> dict[str, Any]:
         raise ValueError("an update with $inc, $bit or $max is not a new document")
     doc: dict[str, Any] = {"_id": u.id, **u.key}
     for path, value in (*u.set_on_insert.items(), *u.set.items()):
+        if "." not in path and path not in doc:  # the common case, without splitting
+            doc[path] = value
+            continue
         *parents, last = path.split(".")
         at = doc
         for part in parents:

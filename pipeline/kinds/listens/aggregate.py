@@ -107,6 +107,8 @@ class ListenSketches:
         self.pending: dict[tuple[Id, Id], _Pending] = {}
         #: Day sketches plus whole sketches pending (``len``, kept in O(1): asked per message).
         self.items = 0
+        #: Users with pending listens: one summary each (``documents`` is asked per message too).
+        self.users: set[Id] = set()
 
     def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
         """Add one listen to its (user, tag) day sketch, whole sketch and heard filter."""
@@ -117,6 +119,7 @@ class ListenSketches:
         pend = self.pending.get((user, tag))
         if pend is None:
             pend = self.pending[(user, tag)] = _Pending()
+            self.users.add(user)
         h = song_hash(song)
         day, _ = day_and_slot(ts)
         sketch = pend.days.get(day)
@@ -136,7 +139,7 @@ class ListenSketches:
 
     def documents(self) -> int:
         """One document per touched (user, tag), one summary per touched user."""
-        return len(self.pending) + len({user for user, _ in self.pending})
+        return len(self.pending) + len(self.users)
 
     def plan(self) -> list[DocUpdate]:
         """One read-modify-write upsert per touched (user, tag) document, then one per user's summary."""
