@@ -45,6 +45,8 @@ from pipeline.kinds.listens.heard import HeardSpec, grown
 from pipeline.kinds.listens.layout import listen_fields, listen_id, top_fields, top_id
 from pipeline.kinds.listens.tops import entry_of, tag_key
 
+EPOCH = date(1970, 1, 1)
+
 
 def day_and_slot(ts: float) -> tuple[str, str]:
     """UTC day ``YYYYMMDD`` and its ISO weekday slot ``"1"`` (Monday) to ``"7"``."""
@@ -84,7 +86,6 @@ class _Pending:
     songs: set[int] = field(default_factory=set)
 
 
-EPOCH = date(1970, 1, 1)
 #: A summary taking more new entries than this is written as one field (``$set`` of the whole
 #: ``tags``), not one path per entry: the embedded store's update cost grows with the square
 #: of the paths, and a user's first flush brings all its tags at once.
