@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import json
 import random
 import shutil
@@ -19,11 +18,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import orjson
 
-from benchmarks.common import embedded, header, latency_ms, step, timed_worker_run, write_results
+from benchmarks.common import (
+    embedded,
+    header,
+    http_connection,
+    latency_ms,
+    step,
+    timed_request,
+    timed_worker_run,
+    write_results,
+)
 from pipeline.core.ids import id_bytes
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings
@@ -153,10 +161,7 @@ def latencies(urls: dict[str, str], requests: int, only: tuple[str, ...] = ()) -
     With several servers (``--baseline``) each request goes to each in turn, so both
     see the same store at the same moment of a noisy machine.
     """
-    conns = {}
-    for label, url in urls.items():
-        where = urlsplit(url)
-        conns[label] = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=60)
+    conns = {label: http_connection(url) for label, url in urls.items()}
     rng = random.Random(9)
     out: dict[str, Any] = {}
     for name, make in endpoints(rng).items():
@@ -168,13 +173,7 @@ def latencies(urls: dict[str, str], requests: int, only: tuple[str, ...] = ()) -
             method, path, body = make()
             data = json.dumps(body).encode() if body is not None else None
             for label, conn in conns.items():
-                began = time.perf_counter()
-                conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                payload = resp.read()
-                took = (time.perf_counter() - began) * 1000
-                if resp.status != 200:
-                    raise RuntimeError(f"{label} {name}: {resp.status} {payload[:300]!r}")
+                took, payload = timed_request(conn, method, path, data)
                 if i >= 3:  # the first three warm the path
                     times[label].append(took)
                     sizes.append(len(payload))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import platform
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pipeline.kafka.producer import send_lines
 from pipeline.ops.lag import wait_caught_up
@@ -139,3 +141,23 @@ def side_venv(venv: Path, packages: list[str], what: str) -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
     return python
+
+
+def http_connection(url: str) -> http.client.HTTPConnection:
+    """A kept-alive connection to the server of ``url`` (``preagg serve``)."""
+    where = urlsplit(url)
+    return http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=60)
+
+
+def timed_request(
+    conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None
+) -> tuple[float, bytes]:
+    """One request's milliseconds and answer; anything but a 200 is a ``RuntimeError``."""
+    began = time.perf_counter()
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    payload = resp.read()
+    took = (time.perf_counter() - began) * 1000
+    if resp.status != 200:
+        raise RuntimeError(f"{method} {path}: {resp.status} {payload[:300]!r}")
+    return took, payload

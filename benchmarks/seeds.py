@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import json
 import os
 import shutil
@@ -34,7 +33,7 @@ from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import bson
 import orjson
@@ -43,8 +42,10 @@ from benchmarks.common import (
     add_data_option,
     data_file,
     embedded,
+    http_connection,
     latency_ms,
     side_venv,
+    timed_request,
     use_data,
     write_results,
 )
@@ -54,8 +55,7 @@ from pipeline.kafka.producer import send_lines
 from pipeline.kinds import named
 from pipeline.kinds.listens.files import read_lastfm
 from pipeline.kinds.listens.layout import listen_fields, top_fields
-from pipeline.kinds.listens.query import _from_slots as slots_answer
-from pipeline.kinds.listens.query import top_tags, window
+from pipeline.kinds.listens.query import read_from_slots, top_tags, window
 from pipeline.ops.lag import wait_caught_up
 from pipeline.serve.process import ServeProcess
 from pipeline.services.embedded import free_port
@@ -253,7 +253,7 @@ def preagg_side(
                         # The same answer from the user's (user, tag) documents (before the summary).
                         lo, hi = window(7, today)
                         t = time.perf_counter()
-                        slots = await slots_answer(db, u["user"], lo, hi, f)
+                        slots = await read_from_slots(db, u["user"], lo, hi, f)
                         slot_times.append((time.perf_counter() - t) * 1000)
                         assert sorted(slots, key=lambda r: (-r[1], r[0]))[:10] == got
             finally:
@@ -278,19 +278,14 @@ def http_top_tags(settings: Settings, users: list[dict[str, Any]], reps: int) ->
     """``/api/top-tags`` p50/p99 through ``preagg serve``, one kept-alive connection (a warming round)."""
     server = ServeProcess(settings).start()
     try:
-        where = urlsplit(server.url)
-        conn = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=60)
+        conn = http_connection(server.url)
         times = []
         for rep in range(reps + 1):
             for u in users:
                 path = "/api/top-tags?" + urlencode({"user": u["user"], "days": 7, "today": u["hi"]})
-                t = time.perf_counter()
-                conn.request("GET", path)
-                resp = conn.getresponse()
-                body = resp.read()
-                took = (time.perf_counter() - t) * 1000
-                if resp.status != 200 or not orjson.loads(body):
-                    raise RuntimeError(f"/api/top-tags: {resp.status} {body[:200]!r}")
+                took, body = timed_request(conn, "GET", path)
+                if not orjson.loads(body):
+                    raise RuntimeError(f"{path}: no tags")
                 if rep:
                     times.append(took)
         conn.close()

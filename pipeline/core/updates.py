@@ -39,6 +39,11 @@ class DocUpdate:
     #: another transaction makes this one fail and be retried, as a write conflict would.
     insert: bool = False
 
+    @property
+    def merging(self) -> bool:
+        """Whether it merges into stored values (``$inc``, ``$bit or``, ``$max``): never a plain insert."""
+        return bool(self.inc or self.bit_or or self.max)
+
     def filter(self) -> dict[str, Any]:
         """The upsert's filter: ``_id`` and the shard key's equalities."""
         return {"_id": self.id, **self.key} if self.key else {"_id": self.id}
@@ -48,26 +53,34 @@ class DocUpdate:
         self.inc[path] = self.inc.get(path, 0) + n
 
 
+def put_path(doc: dict[str, Any], path: str, value: Any) -> bool:
+    """Set dotted ``path`` in ``doc`` as ``$set`` does, creating the parent documents;
+    whether it held a value before. A parent that is not a document is a ``ValueError``."""
+    if "." not in path:  # the common case, without splitting
+        had = path in doc
+        doc[path] = value
+        return had
+    *parents, last = path.split(".")
+    at = doc
+    for part in parents:
+        at = at.setdefault(part, {})
+        if not isinstance(at, dict):
+            raise ValueError(f"{path}: {part} is not a document")
+    had = last in at
+    at[last] = value
+    return had
+
+
 def new_document(u: DocUpdate) -> dict[str, Any]:
     """The document the upsert of ``u`` would create: ``_id``, the filter's equalities,
     ``$setOnInsert`` and ``$set`` (dotted paths as embedded documents). Only for updates
-    without ``$inc``, ``$bit`` or ``$max``."""
-    if u.inc or u.bit_or or u.max:
+    that do not merge (:attr:`DocUpdate.merging`)."""
+    if u.merging:
         raise ValueError("an update with $inc, $bit or $max is not a new document")
     doc: dict[str, Any] = {"_id": u.id, **u.key}
     for path, value in (*u.set_on_insert.items(), *u.set.items()):
-        if "." not in path and path not in doc:  # the common case, without splitting
-            doc[path] = value
-            continue
-        *parents, last = path.split(".")
-        at = doc
-        for part in parents:
-            at = at.setdefault(part, {})
-            if not isinstance(at, dict):
-                raise ValueError(f"{path}: {part} is not a document")
-        if last in at:
+        if put_path(doc, path, value):
             raise ValueError(f"{path}: set twice")
-        at[last] = value
     return doc
 
 

@@ -455,7 +455,7 @@ class MongoSink:
             if found is not None and not (fields or u.set or u.inc or u.bit_or):
                 continue  # the stored document already holds the result: nothing to write
             merged = {**u.set, **fields}
-            new = found is None and not (u.inc or u.bit_or or u.max)
+            new = found is None and not u.merging
             out.append(
                 DocUpdate(u.collection, u.id, u.set_on_insert, u.inc, merged, u.bit_or, key=u.key, insert=new)
             )

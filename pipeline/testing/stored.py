@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline.core.updates import put_path
+
 
 def as_read(value: Any) -> Any:
     """``value`` as PyMongo reads it back: BinData of subtype 0 as ``bytes``, nested ones too."""
@@ -21,9 +23,5 @@ def after_set(stored: Mapping[str, Any] | None, paths: Mapping[str, Any]) -> dic
     """``stored`` after ``{"$set": paths}`` (dotted paths create their sub-documents), as read back."""
     doc: dict[str, Any] = as_read(dict(stored or {}))
     for path, value in paths.items():
-        *parents, last = path.split(".")
-        at = doc
-        for part in parents:
-            at = at.setdefault(part, {})
-        at[last] = as_read(value)
+        put_path(doc, path, as_read(value))
     return doc

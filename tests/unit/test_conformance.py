@@ -92,7 +92,7 @@ def test_documents_found_absent_are_inserted_whole_with_their_shard_key(name: st
     fresh = [
         DocUpdate(u.collection, u.id, u.set_on_insert, set=u.set, key=u.key, insert=True)
         for u in planned(name, mode)
-        if not (u.inc or u.bit_or or u.max)
+        if not u.merging
     ]
     ops, _ = group_operations(fresh)
     for coll, inserts in ops.items():

@@ -28,7 +28,7 @@ without the song ever having been added.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -43,7 +43,7 @@ from pipeline.core.updates import DocUpdate
 from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.heard import HeardSpec, grown
 from pipeline.kinds.listens.layout import listen_fields, listen_id, top_fields, top_id
-from pipeline.kinds.listens.tops import entry_of, tag_key
+from pipeline.kinds.listens.tops import entry_of, ordinal, tag_key
 
 EPOCH = date(1970, 1, 1)
 
@@ -60,10 +60,9 @@ def _day_and_slot(days: int) -> tuple[str, str]:
     return day_text(d), str(d.isoweekday())
 
 
-@lru_cache(maxsize=8192)
 def slot_of(day: str) -> str:
-    """The weekday slot of a ``YYYYMMDD`` day."""
-    return str(datetime.strptime(day, "%Y%m%d").isoweekday())
+    """The weekday slot of a ``YYYYMMDD`` day (day number 1, 0001-01-01, was a Monday)."""
+    return str((ordinal(day) - 1) % 7 + 1)
 
 
 def merge_slot(
@@ -235,7 +234,7 @@ def _summary(user: Id, tags: list[Id], f: dict[str, str], tf: dict[str, str], bo
             key = tag_key(tag)
             if not changed and key in entries:
                 continue
-            entry = entry_of(tag, [(s[f["date"]], bytes(s[f["sketch"]])) for s in slots.values()])
+            entry = entry_of(tag, slots.values(), f)
             if entry is not None and (key not in entries or bytes(entries[key]) != entry):
                 out[key] = Binary(entry)
         if stored is None or len(out) > WHOLE_AT:  # read in this transaction: the rest is as stored

@@ -47,19 +47,25 @@ async def top_tags(
     """Tags of ``user`` ranked by estimated distinct songs over the last ``days`` days."""
     today = today or datetime.now(UTC).date()
     lo, hi = window(days, today)  # checks days before any read
-    tf = top_fields(mode)
-    # No projection: the summary is only its tags (and the user), and projecting costs the store.
-    summary = await db[tf["collection"]].find_one({"_id": top_id(user)})
-    got = None
-    if summary is not None:
-        got = ranked(summary.get(tf["tags"]) or {}, days, today, limit)
+    entries = await summary_entries(db, user, mode)
+    got = None if entries is None else ranked(entries, days, today, limit)
     if got is None:
-        got = await _from_slots(db, user, lo, hi, listen_fields(mode))
+        got = await read_from_slots(db, user, lo, hi, listen_fields(mode))
     got.sort(key=lambda r: (-r[1], isinstance(r[0], str), r[0]))  # ties: ids in order (numbers as numbers)
     return got[:limit]
 
 
-async def _from_slots(
+async def summary_entries(
+    db: AsyncDatabase[dict[str, Any]], user: Id, mode: FieldMode = "compact"
+) -> dict[str, bytes] | None:
+    """The entries of ``user``'s top-tags summary, ``None`` without one."""
+    tf = top_fields(mode)
+    # No projection: the summary is only its tags (and the user), and projecting costs the store.
+    summary = await db[tf["collection"]].find_one({"_id": top_id(user)})
+    return None if summary is None else summary.get(tf["tags"]) or {}
+
+
+async def read_from_slots(
     db: AsyncDatabase[dict[str, Any]], user: Id, lo: str, hi: str, f: dict[str, str]
 ) -> list[tuple[Id, float]]:
     """The answer without a summary: every (user, tag) document of the user, read."""
@@ -83,10 +89,9 @@ def from_slots(docs: Iterable[dict[str, Any]], lo: str, hi: str, f: dict[str, st
 
 async def latest_day(db: AsyncDatabase[dict[str, Any]], user: Id, mode: FieldMode = "compact") -> date | None:
     """The latest day ``user`` has listens on (kept in the weekday slots), or ``None``."""
-    tf = top_fields(mode)
-    summary = await db[tf["collection"]].find_one({"_id": top_id(user)})
-    if summary is not None:
-        return latest_entry(summary.get(tf["tags"]) or {})
+    entries = await summary_entries(db, user, mode)
+    if entries is not None:
+        return latest_entry(entries)
     f = listen_fields(mode)
     latest = ""
     async for doc in db[f["collection"]].find({f["user"]: user}, {f["slots"]: 1}):

@@ -41,8 +41,7 @@ async def build_missing(db: AsyncDatabase[dict[str, Any]], mode: FieldMode) -> i
         user, tag = doc[f["user"]], doc[f["tag"]]
         if top_id(user) in have:
             continue
-        slots = (doc.get(f["slots"]) or {}).values()
-        entry = entry_of(tag, [(s[f["date"]], bytes(s[f["sketch"]])) for s in slots])
+        entry = entry_of(tag, (doc.get(f["slots"]) or {}).values(), f)
         got = entries.setdefault(user, {})
         if entry is not None:
             got[tag_key(tag)] = entry

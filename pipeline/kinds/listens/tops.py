@@ -29,6 +29,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from datetime import date
 from functools import lru_cache
+from typing import Any
 
 import xxhash
 
@@ -100,9 +101,9 @@ def _head(raw: bytes) -> tuple[int, int, int]:
     return raw[0] | raw[1] << 8 | raw[2] << 16, code & 0x0F, (code >> 4) + 1
 
 
-def entry_of(tag: Id, slots: Iterable[tuple[str, bytes]]) -> bytes | None:
-    """The entry of a tag's weekday slots (``(day, sketch bytes)``), ``None`` without slots."""
-    got = window_estimates(slots)
+def entry_of(tag: Id, slots: Iterable[Mapping[str, Any]], f: Mapping[str, str]) -> bytes | None:
+    """The entry of a tag's weekday slots as stored (field names ``f``), ``None`` without slots."""
+    got = window_estimates((s[f["date"]], bytes(s[f["sketch"]])) for s in slots)
     return None if got is None else encode_entry(tag, *got)
 
 
