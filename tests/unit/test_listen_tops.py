@@ -143,3 +143,24 @@ def test_many_new_entries_are_written_as_one_field_and_a_few_as_paths() -> None:
     assert summary_paths([(5, tag, 3, 2) for tag in (20, 3)]) == {f"{T['tags']}.i20", f"{T['tags']}.i3"}
     from_summary, from_docs = answers(store, 5, 7, START + timedelta(days=2))
     assert from_summary == from_docs and len(from_docs) == 13
+
+
+def test_a_summary_that_would_grow_too_big_is_given_up_and_the_slots_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pipeline.kinds.listens import tops
+    from pipeline.kinds.listens.query import usable_entries
+    from pipeline.kinds.listens.summaries import whole
+
+    monkeypatch.setattr(tops, "MAX_BYTES", 100)  # about 5 entries
+    store: Store = {}
+    flush(store, [(6, tag, 1, 0) for tag in range(3)])
+    summary = store[(T["collection"], "i6")]
+    assert usable_entries(summary, T) is not None and not summary.get(T["full"])
+    plan = flush(store, [(6, tag, 2, 1) for tag in range(3, 12)])
+    summary = store[(T["collection"], "i6")]
+    assert summary[T["full"]] is True and summary[T["tags"]] == {}
+    assert usable_entries(summary, T) is None  # top tags read the (user, tag) documents
+    top = plan[-1]
+    assert top.compute is not None and top.compute(summary) == {}  # given up for good
+    assert whole(6, {tag_key(t): encode_entry(t, 738_000, [1.0] * 7) for t in range(12)}, T)[T["full"]]

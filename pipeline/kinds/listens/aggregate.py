@@ -43,7 +43,7 @@ from pipeline.core.updates import DocUpdate
 from pipeline.kinds.listens.decode import ListenDecoder
 from pipeline.kinds.listens.heard import HeardSpec, grown
 from pipeline.kinds.listens.layout import listen_fields, listen_id, top_fields, top_id
-from pipeline.kinds.listens.tops import entry_of, ordinal, tag_key
+from pipeline.kinds.listens.tops import entry_of, ordinal, tag_key, too_big
 
 EPOCH = date(1970, 1, 1)
 
@@ -224,6 +224,8 @@ def _merger(
 def _summary(user: Id, tags: list[Id], f: dict[str, str], tf: dict[str, str], board: Board) -> Any:
     def compute(stored: dict[str, Any] | None) -> dict[str, Any]:
         """The entries of the user's touched tags whose slots changed (or that it lacks)."""
+        if stored is not None and stored.get(tf["full"]):
+            return {}  # given up (too big): this user's top tags read the slots
         entries = (stored or {}).get(tf["tags"]) or {}
         out: dict[str, Any] = {}
         for tag in tags:
@@ -237,6 +239,8 @@ def _summary(user: Id, tags: list[Id], f: dict[str, str], tf: dict[str, str], bo
             entry = entry_of(tag, slots.values(), f)
             if entry is not None and (key not in entries or bytes(entries[key]) != entry):
                 out[key] = Binary(entry)
+        if out and too_big({**entries, **out}):
+            return {tf["full"]: True, tf["tags"]: {}}
         if stored is None or len(out) > WHOLE_AT:  # read in this transaction: the rest is as stored
             return {tf["tags"]: {**entries, **out}} if out else {}
         return {f"{tf['tags']}.{key}": entry for key, entry in out.items()}

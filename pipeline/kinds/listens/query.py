@@ -58,11 +58,18 @@ async def top_tags(
 async def summary_entries(
     db: AsyncDatabase[dict[str, Any]], user: Id, mode: FieldMode = "compact"
 ) -> dict[str, bytes] | None:
-    """The entries of ``user``'s top-tags summary, ``None`` without one."""
+    """The entries of ``user``'s top-tags summary, ``None`` without a usable one."""
     tf = top_fields(mode)
     # No projection: the summary is only its tags (and the user), and projecting costs the store.
-    summary = await db[tf["collection"]].find_one({"_id": top_id(user)})
-    return None if summary is None else summary.get(tf["tags"]) or {}
+    return usable_entries(await db[tf["collection"]].find_one({"_id": top_id(user)}), tf)
+
+
+def usable_entries(summary: dict[str, Any] | None, tf: dict[str, str]) -> dict[str, bytes] | None:
+    """A stored summary's entries; ``None`` without one or when it was given up (too big)."""
+    if summary is None or summary.get(tf["full"]):
+        return None
+    entries: dict[str, bytes] = summary.get(tf["tags"]) or {}
+    return entries
 
 
 async def read_from_slots(

@@ -18,7 +18,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pipeline.core.fields import FieldMode
 from pipeline.core.ids import Id
 from pipeline.kinds.listens.layout import listen_fields, top_fields, top_id
-from pipeline.kinds.listens.tops import entry_of, tag_key
+from pipeline.kinds.listens.tops import entry_of, tag_key, too_big
 from pipeline.store.meta import META_COLLECTION
 
 #: The record (in ``preagg_meta``) that every user's summary exists.
@@ -47,12 +47,19 @@ async def build_missing(db: AsyncDatabase[dict[str, Any]], mode: FieldMode) -> i
             got[tag_key(tag)] = entry
     ops = [
         # $setOnInsert: a summary that exists (an earlier, interrupted setup) is whole already.
-        UpdateOne({"_id": top_id(u)}, {"$setOnInsert": {tf["user"]: u, tf["tags"]: e}}, upsert=True)
+        UpdateOne({"_id": top_id(u)}, {"$setOnInsert": whole(u, e, tf)}, upsert=True)
         for u, e in entries.items()
     ]
     for i in range(0, len(ops), CHUNK):
         await db[tf["collection"]].bulk_write(ops[i : i + CHUNK], ordered=False)
     return len(ops)
+
+
+def whole(user: Id, entries: dict[str, bytes], tf: dict[str, str]) -> dict[str, Any]:
+    """A user's summary built at once (given up when too big, as a worker does)."""
+    if too_big(entries):
+        return {tf["user"]: user, tf["full"]: True, tf["tags"]: {}}
+    return {tf["user"]: user, tf["tags"]: entries}
 
 
 async def prepare(db: AsyncDatabase[dict[str, Any]], mode: FieldMode) -> list[str]:

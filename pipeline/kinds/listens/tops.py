@@ -41,6 +41,11 @@ HEAD = 4
 #: Width → the struct of one estimate.
 VALUE = {1: struct.Struct("<B"), 2: struct.Struct("<H"), 4: struct.Struct("<I"), 8: struct.Struct("<d")}
 DAYS = 7
+#: Bytes of a user's entries (field names and BSON framing included) past which its
+#: summary is given up: a user with hundreds of thousands of tags, or very long tag ids,
+#: would otherwise grow it toward MongoDB's 16 MB document limit. Such a user's top tags
+#: read its (user, tag) documents instead.
+MAX_BYTES = 4_000_000
 
 
 def tag_key(tag: Id) -> str:
@@ -105,6 +110,11 @@ def entry_of(tag: Id, slots: Iterable[Mapping[str, Any]], f: Mapping[str, str]) 
     """The entry of a tag's weekday slots as stored (field names ``f``), ``None`` without slots."""
     got = window_estimates((s[f["date"]], bytes(s[f["sketch"]])) for s in slots)
     return None if got is None else encode_entry(tag, *got)
+
+
+def too_big(entries: Mapping[str, bytes]) -> bool:
+    """Whether the entries, as BSON fields, pass :data:`MAX_BYTES`."""
+    return sum(len(k) + len(v) + 7 for k, v in entries.items()) > MAX_BYTES
 
 
 def tag_of(key: str, entry: bytes) -> Id:
