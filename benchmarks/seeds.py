@@ -338,6 +338,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10, help="top-10 queries per user")
     ap.add_argument("--pg-venv", type=Path, default=REPO / ".venv-pg")
     ap.add_argument("--out", default="bench-results/seeds.json")
+    ap.add_argument(
+        "--only",
+        choices=("postgresql", "preagg"),
+        help="one side (e.g. preagg alone, run from two worktrees in turn to compare two trees)",
+    )
     add_data_option(ap)
     args = ap.parse_args()
     use_data(args.data)
@@ -351,15 +356,16 @@ def main() -> None:
         "pairs": len({(u, t) for u, t, _, _ in listens}),
         "users": [{k: u[k] for k in ("user", "lo", "hi", "tags_in_window")} for u in users],
     }
-    print("PostgreSQL + hll, the seed's design ...", flush=True)
-    results["postgresql"] = postgres_side(listens, users, args.pg_venv, args.reps)
-    print(
-        json.dumps({k: v for k, v in results["postgresql"].items() if not k.startswith("after")}), flush=True
-    )
-    print("preagg ...", flush=True)
-    results["preagg"] = preagg_side(events, users, args.reps)
-    results["preagg"]["estimation"] = estimation()
-    print(json.dumps(results["preagg"]), flush=True)
+    if args.only != "preagg":
+        print("PostgreSQL + hll, the seed's design ...", flush=True)
+        results["postgresql"] = postgres_side(listens, users, args.pg_venv, args.reps)
+        shown = {k: v for k, v in results["postgresql"].items() if not k.startswith("after")}
+        print(json.dumps(shown), flush=True)
+    if args.only != "postgresql":
+        print("preagg ...", flush=True)
+        results["preagg"] = preagg_side(events, users, args.reps)
+        results["preagg"]["estimation"] = estimation()
+        print(json.dumps(results["preagg"]), flush=True)
     write_results(results, args.out)
 
 
