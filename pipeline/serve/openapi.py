@@ -12,6 +12,7 @@ ERROR_SCHEMA: Mapping[str, Any] = {
     "properties": {
         "error": {"type": "string", "description": "what is wrong, naming the parameter"},
         "parameter": {"type": "string", "description": "the parameter at fault, when one is"},
+        "request_id": {"type": "string", "description": "a 500's id, also in the server's log line"},
     },
     "required": ["error"],
 }
@@ -22,6 +23,7 @@ def _responses(route_returns: Mapping[str, Any], guarded: bool) -> dict[str, Any
     out: dict[str, Any] = {
         "200": {"description": "the rows", "content": {"application/json": {"schema": dict(route_returns)}}},
         "400": {"description": "a bad parameter (named in the answer)", **err},
+        "500": {"description": "a server bug (the answer and the log carry its request id)", **err},
         "503": {"description": "the store did not answer within the deadline", **err},
     }
     if guarded:

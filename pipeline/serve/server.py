@@ -2,7 +2,8 @@
 
 A process of its own (aiohttp), apart from the workers: it only reads, so it scales
 with analysts, not with ingestion, and its load never delays a flush. Every request
-is hostile until parsed: a bad parameter or body is a 400 naming it, never a 500.
+is hostile until parsed: a bad parameter or body is a 400 naming it; an exception nobody foresaw is a
+500 with a request id and one log line (a bug to fix, never the client's fault).
 Each request has one deadline (``query_timeout``) covering its wait for one of
 ``serve_concurrency`` read slots and all its reads: past it the answer is 503 with
 ``Retry-After``, logged, never a hung request or an unbounded pile of reads on the
@@ -17,6 +18,8 @@ import json
 import logging
 import re
 import signal
+import traceback
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -192,11 +195,34 @@ def _middlewares(settings: Settings, slots: asyncio.Semaphore) -> list[Any]:
         except (PyMongoError, TimeoutError) as exc:
             log.warning("%s %s: store error %s: %s", request.method, request.path, type(exc).__name__, exc)
             return _busy(f"the store did not answer ({type(exc).__name__}); try again")
-        except Exception as exc:  # a request no check foresaw: a 400, one log line, never a 500
-            log.warning("%s %s: refused after %s: %s", request.method, request.path, type(exc).__name__, exc)
-            return _error(400, f"the request cannot be answered ({type(exc).__name__})")
+        except Exception as exc:  # an exception no check foresaw is our bug, not the client's: a 500
+            return _server_error(request, exc)
 
     return [headers, cors, auth, bounded, errors]
+
+
+def _server_error(request: web.Request, exc: Exception) -> web.Response:
+    """A 500 with a request id, and one log line with the same id, the exception and where it arose.
+
+    Answering such a request with a 400 blamed the client for a server bug and hid it from
+    the fuzz (which asserts no 5xx): the bug must surface, and be fixed where it is.
+    """
+    rid = uuid.uuid4().hex[:16]
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    log.error(
+        "%s %s: request %s failed: %s: %s (at %s)",
+        request.method,
+        request.path,
+        rid,
+        type(exc).__name__,
+        str(exc)[:300].replace("\n", " "),
+        where,
+    )
+    body = {"error": f"internal error ({type(exc).__name__}); request id {rid}", "request_id": rid}
+    response = _json(body, 500)
+    response.headers["X-Request-Id"] = rid
+    return response
 
 
 def _busy(message: str) -> web.Response:

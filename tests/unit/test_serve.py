@@ -139,7 +139,7 @@ def test_a_route_without_parameters_still_documents_its_errors() -> None:
         return []
 
     doc = openapi_document([Route("/api/x", "x", (), handler)], False, "1")
-    assert set(doc["paths"]["/api/x"]["get"]["responses"]) == {"200", "400", "503"}
+    assert set(doc["paths"]["/api/x"]["get"]["responses"]) == {"200", "400", "500", "503"}
 
 
 def test_requests_wait_for_a_bounded_number_of_read_slots_then_503_with_retry_after() -> None:
@@ -209,6 +209,36 @@ def test_one_deadline_per_request_answers_503() -> None:
 
     status, retry, body = asyncio.run(scenario())
     assert (status, retry) == (503, "1") and "deadline" in body["error"]
+
+
+def test_an_unforeseen_exception_is_a_500_with_a_request_id_and_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server bug is answered 500, never blamed on the client with a 400 (issue 37, item 9)."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from pipeline.serve.server import build_app
+
+    async def broken(db: Any, a: Any) -> Any:
+        return None + 1  # type: ignore[operator]
+
+    async def scenario() -> tuple[int, str | None, Any]:
+        app = build_app(Settings(), None, [Route("/api/broken", "a bug", (), broken)])  # type: ignore[arg-type]
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        try:
+            r = await client.get("/api/broken")
+            return r.status, r.headers.get("X-Request-Id"), await r.json()
+        finally:
+            await client.close()
+
+    with caplog.at_level("ERROR", logger="pipeline.serve.server"):
+        status, rid, body = asyncio.run(scenario())
+    assert status == 500 and rid and body["request_id"] == rid and "TypeError" in body["error"]
+    lines = [r.getMessage() for r in caplog.records if rid in r.getMessage()]
+    assert len(lines) == 1 and "TypeError" in lines[0] and "\n" not in lines[0], lines
 
 
 def test_host_names_served_by_bind_address() -> None:
