@@ -7,6 +7,12 @@ filter matches only a document whose mark for the partition is below the sequenc
 (or missing); the update sets the mark. Written twice (a retry, a crash and a redo of
 the same range, a zombie racing the new owner), the second upsert finds no match and
 its insert fails on the ``_id`` (duplicate key, code 11000): nothing is counted twice.
+
+A duplicate key says only that *some* document has the ``_id``: another worker may have
+inserted it first (two workers creating one new document race, and MongoDB retries the
+upsert itself only for a filter of equalities on ``_id``, SERVER-14322). So an upsert
+refused that way is "already applied" only if the stored document holds its marks
+(:func:`missing_sources`); otherwise it is sent again.
 """
 
 from __future__ import annotations
@@ -30,6 +36,30 @@ def mark_key(topic: str, partition: int, part: int = 0) -> str:
     """
     key = f"{topic.replace('.', '%2E')}|{partition}"
     return f"{key}~{part}" if part else key
+
+
+def applied_seq(doc: Mapping[str, Any] | None, topic: str, partition: int, part: int = 0) -> int:
+    """The sequence of the last flush of a partition that ``doc`` holds (0: none)."""
+    if doc is None:
+        return 0
+    marks = doc.get(MARKS)
+    if not isinstance(marks, Mapping):
+        return 0
+    seq = marks.get(mark_key(topic, partition, part))
+    return int(seq) if isinstance(seq, int | float) else 0
+
+
+def missing_sources(
+    u: DocUpdate, doc: Mapping[str, Any] | None, seqs: Mapping[tuple[str, int], int]
+) -> tuple[tuple[str, int], ...]:
+    """The source partitions of ``u`` whose share the stored ``doc`` does not hold yet.
+
+    Empty: every share is applied (a retry, a redo or a zombie's second write). Not
+    empty after a duplicate key: another writer inserted the document first, or one
+    source of a merged update had been written apart (a redo of its range); those
+    shares still have to be written.
+    """
+    return tuple(tp for tp in u.sources if applied_seq(doc, tp[0], tp[1], u.part) < seqs[tp])
 
 
 def marked(

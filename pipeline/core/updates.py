@@ -38,6 +38,9 @@ class DocUpdate:
     #: insert; on MongoDB it adds the query phase). A document inserted meanwhile by
     #: another transaction makes this one fail and be retried, as a write conflict would.
     insert: bool = False
+    #: A merged update (:func:`merge_sources`): the per-partition updates it adds up, so that
+    #: a source whose share a document already holds can be left out and the others sent apart.
+    shares: tuple[DocUpdate, ...] = ()
 
     @property
     def merging(self) -> bool:
@@ -155,6 +158,7 @@ def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpda
                 max=dict(u.max),
             )
             m.sources = u.sources
+            m.shares = (u,)
             out.append(m)
             continue
         for path, n in u.inc.items():
@@ -166,6 +170,7 @@ def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpda
         for path, v in u.max.items():
             m.max[path] = max(m.max[path], v) if path in m.max else v
         m.sources = tuple(dict.fromkeys((*m.sources, *u.sources)))
+        m.shares = (*m.shares, u)
     if max_fields <= 0:
         return out
     wide = {id(m) for m in out if len(m.sources) > 1 and len(m.inc) > max_fields}

@@ -45,6 +45,14 @@ class StoreUnreachable(PyMongoError):
     """
 
 
+class DuplicateKeyUnresolved(PyMongoError):
+    """Upserts still refused with a duplicate key after bounded rounds of reading their documents.
+
+    Not "already applied": their documents lack the marks. The flusher's retry (logged,
+    metered, backed off) runs the flush again; its writes are idempotent.
+    """
+
+
 def shrinks(exc: BaseException) -> bool:
     """True when a smaller batch is the remedy: too large, or timed out while the store answered."""
     if isinstance(exc, CommitTooLarge):

@@ -144,6 +144,13 @@ class Committed:
     already: bool = False
     #: BSON bytes of the update statements sent (0 when nothing was written).
     bytes: int = 0
+    #: Idempotent writes: upserts refused with a duplicate key whose documents held their marks.
+    applied: int = 0
+    #: Idempotent writes: upserts refused with a duplicate key whose documents lacked their
+    #: marks (another writer inserted them first), sent again.
+    raced: int = 0
+    #: Idempotent writes: merged upserts some of whose partitions were applied; the others sent apart.
+    split: int = 0
 
 
 class FenceConflict(Exception):

@@ -34,11 +34,11 @@ from pymongo import AsyncMongoClient, InsertOne, ReturnDocument, UpdateOne
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
-from pipeline.core.marks import DUPLICATE_KEY, marked
+from pipeline.core.marks import DUPLICATE_KEY, marked, missing_sources
 from pipeline.core.updates import DocUpdate, new_document
 from pipeline.settings import CommitMode
 from pipeline.store.client import primary, reach, start_transaction
-from pipeline.store.errors import CommitTooLarge, StoreUnreachable
+from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreUnreachable
 from pipeline.store.offsets import (
     OFFSETS_COLLECTION,
     TP,
@@ -64,6 +64,11 @@ REACH_TIMEOUT = 10.0
 
 #: ``commitTransaction`` attempts while its outcome is unknown (the label below).
 COMMIT_RETRIES = 3
+#: Rounds of "read the refused documents, send what they lack" after duplicate keys. A
+#: round's upserts meet existing documents, so only a document deleted and inserted again
+#: in between (or a writer racing every round) needs another; past the bound the flush fails,
+#: logged, and the flusher's retry runs it again (idempotent).
+RACE_ROUNDS = 4
 #: The error label of a ``commitTransaction`` that may or may not have applied.
 UNKNOWN_COMMIT = "UnknownTransactionCommitResult"
 
@@ -147,8 +152,14 @@ class MongoSink:
         self.read_chunk = read_chunk
         #: ``commitTransaction`` calls run again because their outcome was unknown.
         self.unknown_commits = 0
-        #: Marked upserts a document had already applied (a flush written again).
+        #: Marked upserts a document had already applied (a flush written again): its marks seen.
         self.already_applied = 0
+        #: Marked upserts refused with a duplicate key whose document lacked their marks
+        #: (another writer inserted it first): sent again.
+        self.raced_inserts = 0
+        #: Merged upserts refused because some of their partitions were applied: the other
+        #: partitions' shares sent apart.
+        self.split_shares = 0
 
     @property
     def exactly_once(self) -> bool:
@@ -220,9 +231,16 @@ class MongoSink:
         seqs, done = await self._intent(fences, flush_id)
         if fences and len(done) == len(fences):
             return Committed(already=True)
+        applied, raced, split = self.already_applied, self.raced_inserts, self.split_shares
         size = await self._marked_writes(updates, seqs)
         await self._finish([f for f in fences if (f.topic, f.partition) not in done], flush_id)
-        return Committed(False, size)
+        return Committed(
+            False,
+            size,
+            self.already_applied - applied,
+            self.raced_inserts - raced,
+            self.split_shares - split,
+        )
 
     async def _intent(self, fences: Sequence[Fence], flush_id: str) -> tuple[dict[TP, int], set[TP]]:
         """Record the flush on each partition's ledger; its sequence per partition, and those already done.
@@ -274,30 +292,83 @@ class MongoSink:
         raise FenceConflict([(f, (current or {}).get("next"))])
 
     async def _marked_writes(self, updates: Sequence[DocUpdate], seqs: dict[TP, int]) -> int:
-        """Unordered bulk writes of the marked upserts; "duplicate key" means already applied."""
-        by_collection: dict[str, list[UpdateOne]] = defaultdict(list)
+        """Unordered bulk writes of the marked upserts, then the ones refused with "duplicate key" resolved.
+
+        A duplicate key (E11000) says that a document with the ``_id`` exists, not that it
+        holds this flush's marks: another worker may have inserted it first (docs/exactly-once.md,
+        "A duplicate key"). Each refused upsert is checked against the stored document's
+        marks: all there, it was already applied (counted); none there, it is sent again (the
+        document exists now, so the upsert applies or meets its marks); some there (a merged
+        update one of whose partitions was written apart), its other partitions' shares are
+        sent apart, each on its own mark. Bounded by :data:`RACE_ROUNDS`.
+        """
         size = 0
+        first: list[tuple[DocUpdate, UpdateOne]] = []
         for u in updates:
             flt, update = marked(u, update_document(u), seqs)
             size += len(bson.encode({"q": flt, "u": update})) + 16
-            by_collection[u.collection].append(UpdateOne(flt, update, upsert=True))
+            first.append((u, UpdateOne(flt, update, upsert=True)))
+        refused = await self._bulk(first, fault=True)
+        for _ in range(RACE_ROUNDS):
+            if not refused:
+                return size
+            again = await self._unapplied(refused, seqs)
+            refused = await self._bulk(
+                [(u, UpdateOne(*marked(u, update_document(u), seqs), upsert=True)) for u in again]
+            )
+        raise DuplicateKeyUnresolved(
+            f"{len(refused)} upserts still refused with a duplicate key after {RACE_ROUNDS} rounds "
+            f"of reading their documents (first: {refused[0].collection} {refused[0].id!r})"
+        )
+
+    async def _bulk(
+        self, statements: Sequence[tuple[DocUpdate, UpdateOne]], fault: bool = False
+    ) -> list[DocUpdate]:
+        """Unordered bulk writes of :attr:`statement_ops` per collection; the updates refused with E11000."""
+        by_collection: dict[str, list[tuple[DocUpdate, UpdateOne]]] = defaultdict(list)
+        for st in statements:
+            by_collection[st[0].collection].append(st)
         chunks = [
             (name, ops[i : i + self.statement_ops])
             for name, ops in by_collection.items()
             for i in range(0, len(ops), self.statement_ops)
         ]
+        refused: list[DocUpdate] = []
         for n, (name, chunk) in enumerate(chunks):
             with pymongo.timeout(self.commit_timeout):
                 try:
-                    await self.db[name].bulk_write(chunk, ordered=False)
+                    await self.db[name].bulk_write([op for _, op in chunk], ordered=False)
                 except BulkWriteError as exc:
                     errors = exc.details.get("writeErrors", [])
                     if not errors or any(e.get("code") != DUPLICATE_KEY for e in errors):
                         raise
-                    self.already_applied += len(errors)
-            if n == 0:
+                    refused.extend(chunk[e["index"]][0] for e in errors)
+            if fault and n == 0:
                 self._fault("mid-commit")
-        return size
+        return refused
+
+    async def _unapplied(self, refused: Sequence[DocUpdate], seqs: dict[TP, int]) -> list[DocUpdate]:
+        """What of the refused upserts their documents do not hold yet (read on the primary)."""
+        ids: dict[str, list[Any]] = defaultdict(list)
+        for u in refused:
+            ids[u.collection].append(u.id)
+        stored: dict[tuple[str, Any], dict[str, Any]] = {}
+        for name, keys in ids.items():
+            with pymongo.timeout(self.commit_timeout):
+                async for d in find_in(self.db[name], list(dict.fromkeys(keys)), chunk=self.read_chunk):
+                    stored[(name, d["_id"])] = d
+        again: list[DocUpdate] = []
+        for u in refused:
+            missing = missing_sources(u, stored.get((u.collection, u.id)), seqs)
+            if not missing:
+                self.already_applied += 1
+            elif len(missing) == len(u.sources) or not u.shares:
+                self.raced_inserts += 1  # inserted by another writer (or none of it applied): again
+                again.append(u)
+            else:  # a merged update, part of it applied: the missing partitions' shares apart
+                self.split_shares += 1
+                again.extend(s for s in u.shares if any(tp in missing for tp in s.sources))
+        return again
 
     async def _finish(self, fences: Sequence[Fence], flush_id: str) -> None:
         """Move each ledger past the range, clear its intent; one no longer this flush's: a conflict."""

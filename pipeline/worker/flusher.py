@@ -164,6 +164,12 @@ class FlushStats:
     token_commits: int = 0
     #: Cut-short flushes whose range this worker wrote again (idempotent writes).
     redone: int = 0
+    #: Idempotent writes: upserts refused with a duplicate key that their documents' marks
+    #: showed applied; upserts sent again after another writer's insert; merged upserts
+    #: sent again per partition (pipeline.store.sink, "_marked_writes").
+    marks_applied: int = 0
+    inserts_raced: int = 0
+    shares_split: int = 0
 
     def observe(self, seconds: float) -> None:
         """Record one flush's latency in the histogram."""
@@ -647,6 +653,7 @@ class Flusher(Generic[A]):
                 if not (outcome_unknown(exc) and await self._committed_after_all(fences, flush_id, batch)):
                     return self._split(batch, docs, exc)
                 result = Committed(already=True)
+            self._count_marks(result, flush_id)
             if result.already:
                 self.stats.replayed_commits += 1
                 log.warning(
@@ -791,6 +798,22 @@ class Flusher(Generic[A]):
             commit_seconds,
             {f"{t}[{p}]": r for (t, p), r in batch.offsets.items()},
         )
+
+    def _count_marks(self, result: Committed, flush_id: str) -> None:
+        """Meter (and log) the upserts an idempotent flush found applied, sent again, or split."""
+        s = self.stats
+        s.marks_applied += result.applied
+        s.inserts_raced += result.raced
+        s.shares_split += result.split
+        if result.raced or result.split:
+            log.info(
+                "flush %s: %d upserts met another writer's insert and were sent again, %d merged upserts "
+                "were sent again per partition, %d were already applied",
+                flush_id,
+                result.raced,
+                result.split,
+                result.applied,
+            )
 
     async def _retry(
         self,

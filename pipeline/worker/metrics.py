@@ -94,6 +94,24 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
         lambda f: f.stats.redone,
     ),
     (
+        "counter",
+        "preagg_upserts_already_applied",
+        "Upserts refused with a duplicate key whose document held the flush's marks (a flush written again)",
+        lambda f: f.stats.marks_applied,
+    ),
+    (
+        "counter",
+        "preagg_upserts_raced",
+        "Upserts refused with a duplicate key: another writer inserted the document first (sent again)",
+        lambda f: f.stats.inserts_raced,
+    ),
+    (
+        "counter",
+        "preagg_upserts_split_by_partition",
+        "Merged upserts some of whose partitions were applied: the other partitions' shares sent apart",
+        lambda f: f.stats.shares_split,
+    ),
+    (
         "gauge",
         "preagg_idempotent_writes",
         "1 when the stream's flushes are marked bulk writes, 0 when transactions",

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.core.marks import MARKS, mark_key, marked
+from pipeline.core.marks import MARKS, mark_key, marked, missing_sources
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
@@ -168,6 +168,26 @@ def test_wide_merged_documents_stay_apart_and_split_parts_have_marks_of_their_ow
     assert [u.part for u in parts] == [0, 1, 2]
     keys = {next(k for k in marked(u, {}, {P0: 1})[0] if k.startswith(MARKS)) for u in parts}
     assert keys == {f"{MARKS}.hits|0", f"{MARKS}.hits|0~1", f"{MARKS}.hits|0~2"}
+
+
+def test_a_duplicate_key_is_applied_only_where_the_document_holds_the_marks() -> None:
+    """Issue 37, items 1 and 2: E11000 says someone inserted the _id, not that our share is there."""
+    a = DocUpdate("c", "d", {"m": 1}, {"t": 2}, sources=(P0,))
+    b = DocUpdate("c", "d", {"m": 1}, {"t": 3}, sources=(P1,))
+    (merged,) = merge_sources([a, b])
+    assert merged.shares == (a, b)  # each partition's own share, to send apart
+    seqs = {P0: 7, P1: 3}
+    rival = {"_id": "d", "m": 1}  # another worker's insert: no marks of ours
+    assert missing_sources(merged, rival, seqs) == (P0, P1)
+    assert missing_sources(merged, None, seqs) == (P0, P1)
+    redone = {"_id": "d", MARKS: {"hits|0": 7}}  # P0's range was written apart (a redo)
+    assert missing_sources(merged, redone, seqs) == (P1,)
+    older = {"_id": "d", MARKS: {"hits|0": 6, "hits|1": 3}}
+    assert missing_sources(merged, older, seqs) == (P0,)
+    assert missing_sources(merged, {"_id": "d", MARKS: {"hits|0": 9, "hits|1": 3}}, seqs) == ()
+    part = DocUpdate("c", "d", {}, {"t": 1}, sources=(P0,), part=2)
+    assert missing_sources(part, {MARKS: {"hits|0": 7}}, seqs) == (P0,)  # the part's own mark
+    assert missing_sources(part, {MARKS: {"hits|0~2": 7}}, seqs) == ()
 
 
 def test_mark_keys_escape_dots_of_topic_names() -> None:

@@ -1,0 +1,402 @@
+"""A MongoDB wire-protocol proxy that plays, from a seed, the outcomes a real server returns and the
+embedded store never does.
+
+The embedded SecantusDB answers one request at a time and never fails the way a replica set
+does, so tests that only run on it never meet what preagg must handle on a real cluster. This
+proxy sits between the real driver (PyMongo, in real worker processes) and the store, parses
+each ``OP_MSG`` (MongoDB's wire protocol: a 16-byte header, flag bits, a body section and
+document-sequence sections), and on demand:
+
+* **rival insert**: before a marked upsert (a flush's idempotent write) of a document that does
+  not exist yet, inserts that document as another worker would (the filter's equalities and
+  ``$setOnInsert``, none of our counts or marks) and answers the upsert with E11000, as MongoDB
+  does when two upserts race to insert one ``_id`` and the filter is more than equalities on it
+  (SERVER-14322, SERVER-37124);
+* **lost reply**: forwards a write, lets the server apply it, then drops the connection instead
+  of delivering the answer (a network error after the write applied; the driver's retryable
+  write runs it again, and when that answer is lost too the caller sees the error);
+* **write conflict**: answers a statement inside a transaction with ``WriteConflict`` (code 112,
+  label ``TransientTransactionError``) without forwarding it, as a server does when another
+  transaction wrote the same document.
+
+Everything else passes through unchanged (handshakes, monitoring's streamed ``hello``, reads).
+Each decision draws from one ``random.Random(seed)``, so a schedule is reproducible for the same
+order of requests. Counts of what was injected are in :attr:`MongoFaultProxy.injected`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import struct
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import bson
+from pymongo import AsyncMongoClient
+from pymongo.errors import DuplicateKeyError
+
+log = logging.getLogger(__name__)
+
+OP_MSG = 2013
+HEADER = struct.Struct("<iiii")
+CHECKSUM_PRESENT = 1
+MORE_TO_COME = 2
+#: What :meth:`_Connection._outgoing` returns for a request the proxy answered itself.
+ANSWERED = b""
+#: Our own replies' request ids (any value the client has not used; it only reads responseTo).
+REPLY_IDS = 1 << 30
+
+
+@dataclass
+class FaultRates:
+    """The share of eligible requests that meet each fault (0: never)."""
+
+    #: Marked upserts of a document that does not exist yet, raced by a rival insert.
+    rival_insert: float = 0.0
+    #: ``update`` / ``findAndModify`` commands (outside transactions) whose answer is lost.
+    lost_reply: float = 0.0
+    #: ``update`` statements inside a transaction answered ``WriteConflict``.
+    write_conflict: float = 0.0
+
+
+@dataclass
+class Msg:
+    """One parsed ``OP_MSG``: its header fields, flags, body and document sequences."""
+
+    request_id: int
+    response_to: int
+    flags: int
+    body: dict[str, Any]
+    sequences: dict[str, list[dict[str, Any]]]
+
+    def encode(self) -> bytes:
+        parts = [struct.pack("<I", self.flags & ~CHECKSUM_PRESENT), b"\x00", bson.encode(self.body)]
+        for ident, docs in self.sequences.items():
+            payload = ident.encode() + b"\x00" + b"".join(bson.encode(d) for d in docs)
+            parts += [b"\x01", struct.pack("<i", 4 + len(payload)), payload]
+        data = b"".join(parts)
+        return HEADER.pack(16 + len(data), self.request_id, self.response_to, OP_MSG) + data
+
+
+def parse_msg(request_id: int, response_to: int, data: bytes) -> Msg | None:
+    """An ``OP_MSG`` body (after the header); ``None`` for one with a checksum (passed as it is)."""
+    (flags,) = struct.unpack_from("<I", data, 0)
+    if flags & CHECKSUM_PRESENT:
+        return None
+    at, body, sequences = 4, None, {}
+    while at < len(data):
+        kind = data[at]
+        at += 1
+        if kind == 0:
+            (size,) = struct.unpack_from("<i", data, at)
+            body = bson.decode(data[at : at + size])
+            at += size
+        else:
+            (size,) = struct.unpack_from("<i", data, at)
+            end = at + size
+            name_end = data.index(b"\x00", at + 4)
+            ident = data[at + 4 : name_end].decode()
+            sequences[ident] = bson.decode_all(data[name_end + 1 : end])
+            at = end
+    if body is None:
+        return None
+    return Msg(request_id, response_to, flags, body, sequences)
+
+
+def rival_document(statement: dict[str, Any]) -> dict[str, Any] | None:
+    """What another worker's upsert of the same document would have inserted, without its counts.
+
+    The filter's equalities (``_id`` and the shard key) and ``$setOnInsert``: the fields every
+    writer of the document puts there alike. ``None`` when the filter has no ``_id``.
+    """
+    q, u = statement.get("q", {}), statement.get("u", {})
+    if "_id" not in q or not isinstance(u, dict):
+        return None
+    doc: dict[str, Any] = {}
+    equalities = {
+        k: v for k, v in q.items() if not (isinstance(v, dict) and any(str(key).startswith("$") for key in v))
+    }
+    for path, value in (*equalities.items(), *(u.get("$setOnInsert") or {}).items()):
+        at = doc
+        *parents, last = path.split(".")
+        for p in parents:
+            at = at.setdefault(p, {})
+        at[last] = value
+    return doc
+
+
+def is_marked_upsert(statement: dict[str, Any]) -> bool:
+    """A flush's idempotent write: an upsert that sets marks (``_a.<topic>|<partition>``)."""
+    u = statement.get("u")
+    return bool(
+        statement.get("upsert")
+        and isinstance(u, dict)
+        and any(k.startswith("_a.") for k in (u.get("$set") or {}))
+    )
+
+
+class MongoFaultProxy:
+    """A TCP proxy on 127.0.0.1 in front of one MongoDB server, injecting faults at :attr:`rates`."""
+
+    def __init__(self, upstream_url: str, rates: FaultRates, seed: int = 0) -> None:
+        host_port = upstream_url.split("://", 1)[1].split("/", 1)[0].split(",")[0]
+        host, _, port = host_port.rpartition(":")
+        self.upstream = (host or "127.0.0.1", int(port))
+        self.upstream_url = upstream_url
+        self.rates = rates
+        self.random = random.Random(seed)
+        #: What was injected, by fault.
+        self.injected: Counter[str] = Counter()
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._rival: AsyncMongoClient[dict[str, Any]] | None = None
+        self._ready = threading.Event()
+        self._ids = REPLY_IDS
+
+    @property
+    def url(self) -> str:
+        """The URL workers use: straight to the proxy (no discovery of the store's own address)."""
+        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+
+    def start(self) -> MongoFaultProxy:
+        """Serve in a thread of its own (its own event loop) until :meth:`stop`."""
+        self._thread = threading.Thread(target=self._run, name="mongo-fault-proxy", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the fault proxy did not start")
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every connection, and end the thread."""
+        loop = self._loop
+        if loop is not None and self._thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(10)
+
+    def set_rates(self, rates: FaultRates) -> None:
+        """Change the rates from now on (``FaultRates()``: pass everything through, to let work finish)."""
+        self.rates = rates
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+
+        async def open_() -> None:
+            self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+            self.port = self._server.sockets[0].getsockname()[1]
+            self._rival = AsyncMongoClient(self.upstream_url, directConnection=True, timeoutMS=20_000)
+
+        loop.run_until_complete(open_())
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            if self._server is not None:
+                self._server.close()
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+    async def _connection(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        try:
+            sreader, swriter = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            cwriter.close()
+            return
+        conn = _Connection(self, creader, cwriter, sreader, swriter)
+        await conn.run()
+
+    def next_reply_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def draw(self, rate: float) -> bool:
+        return rate > 0 and self.random.random() < rate
+
+    async def exists(self, db: str, collection: str, _id: Any) -> bool:
+        assert self._rival is not None
+        return await self._rival[db][collection].find_one({"_id": _id}, {"_id": 1}) is not None
+
+    async def insert_rival(self, db: str, collection: str, doc: dict[str, Any]) -> bool:
+        assert self._rival is not None
+        try:
+            await self._rival[db][collection].insert_one(doc)
+        except DuplicateKeyError:
+            return False
+        return True
+
+
+@dataclass
+class _Rewrite:
+    """How to turn the server's answer to an altered ``update`` into the answer to the original."""
+
+    forwarded: list[int]  # original index of each statement forwarded, in order
+    injected: list[dict[str, Any]]  # write errors of the statements not forwarded (original indexes)
+
+
+class _Connection:
+    """One client connection and its upstream connection, with the requests in flight."""
+
+    def __init__(
+        self,
+        proxy: MongoFaultProxy,
+        creader: asyncio.StreamReader,
+        cwriter: asyncio.StreamWriter,
+        sreader: asyncio.StreamReader,
+        swriter: asyncio.StreamWriter,
+    ) -> None:
+        self.proxy = proxy
+        self.creader, self.cwriter = creader, cwriter
+        self.sreader, self.swriter = sreader, swriter
+        self.rewrites: dict[int, _Rewrite] = {}
+        self.lose: set[int] = set()
+
+    async def run(self) -> None:
+        up = asyncio.ensure_future(self._client_to_server())
+        down = asyncio.ensure_future(self._server_to_client())
+        try:
+            await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (up, down):
+                t.cancel()
+            for w in (self.cwriter, self.swriter):
+                with contextlib.suppress(Exception):
+                    w.close()
+
+    async def _client_to_server(self) -> None:
+        while True:
+            header, data = await _read_message(self.creader)
+            _, request_id, response_to, op = HEADER.unpack(header)
+            if op == OP_MSG:
+                msg = parse_msg(request_id, response_to, data)
+                out = await self._outgoing(msg) if msg is not None else None
+                if out == ANSWERED:
+                    await self.cwriter.drain()
+                    continue
+                if out is not None:
+                    self.swriter.write(out)
+                    await self.swriter.drain()
+                    continue
+            self.swriter.write(header + data)  # unchanged: the bytes the client sent
+            await self.swriter.drain()
+
+    async def _server_to_client(self) -> None:
+        while True:
+            header, data = await _read_message(self.sreader)
+            _, request_id, response_to, op = HEADER.unpack(header)
+            if response_to in self.lose:
+                self.lose.discard(response_to)
+                self.proxy.injected["lost_reply"] += 1
+                return  # the write applied; its answer never arrives: the connection drops
+            rewrite = self.rewrites.pop(response_to, None)
+            if rewrite is not None and op == OP_MSG:
+                msg = parse_msg(request_id, response_to, data)
+                if msg is not None:
+                    self.cwriter.write(_merge_reply(msg, rewrite).encode())
+                    await self.cwriter.drain()
+                    continue
+            self.cwriter.write(header + data)
+            await self.cwriter.drain()
+
+    async def _outgoing(self, msg: Msg) -> bytes | None:
+        """The altered request to forward, :data:`ANSWERED` when the proxy answered it, ``None``: as sent."""
+        body = msg.body
+        command = next(iter(body), "")
+        rates = self.proxy.rates
+        in_txn = body.get("autocommit") is False
+        if command == "update":
+            statements = msg.sequences.get("updates", body.get("updates", []))
+            if in_txn:
+                if statements and self.proxy.draw(rates.write_conflict):
+                    self.proxy.injected["write_conflict"] += 1
+                    self._answer(msg, _write_conflict())
+                    return ANSWERED
+            else:
+                raced = await self._race(body, statements)
+                if raced:
+                    return self._forward_without(msg, statements, raced)
+        if command in ("update", "findAndModify") and not in_txn and self.proxy.draw(rates.lost_reply):
+            self.lose.add(msg.request_id)
+        return None
+
+    async def _race(self, body: dict[str, Any], statements: list[dict[str, Any]]) -> list[int]:
+        """Indexes of the statements a rival insert beat (their documents inserted now)."""
+        rate = self.proxy.rates.rival_insert
+        if rate <= 0:
+            return []
+        db, collection = body.get("$db", ""), body["update"]
+        raced = []
+        for i, st in enumerate(statements):
+            if not is_marked_upsert(st) or not self.proxy.draw(rate):
+                continue
+            doc = rival_document(st)
+            if doc is None or await self.proxy.exists(db, collection, doc["_id"]):
+                continue  # only a new document's insert races
+            if await self.proxy.insert_rival(db, collection, doc):
+                self.proxy.injected["rival_insert"] += 1
+                raced.append(i)
+        return raced
+
+    def _forward_without(self, msg: Msg, statements: list[dict[str, Any]], raced: list[int]) -> bytes | None:
+        skip = set(raced)
+        forwarded = [i for i in range(len(statements)) if i not in skip]
+        injected = [
+            {
+                "index": i,
+                "code": 11000,
+                "errmsg": f"E11000 duplicate key error collection: {msg.body.get('$db')}.{msg.body['update']}"
+                f" index: _id_ dup key: {{ _id: {statements[i]['q'].get('_id')!r} }}",
+            }
+            for i in raced
+        ]
+        if not forwarded:
+            self._answer(msg, {"n": 0, "nModified": 0, "writeErrors": injected, "ok": 1.0})
+            return ANSWERED
+        kept = [statements[i] for i in forwarded]
+        if "updates" in msg.sequences:
+            msg.sequences["updates"] = kept
+        else:
+            msg.body["updates"] = kept
+        self.rewrites[msg.request_id] = _Rewrite(forwarded, injected)
+        return msg.encode()
+
+    def _answer(self, request: Msg, body: dict[str, Any]) -> None:
+        reply = Msg(self.proxy.next_reply_id(), request.request_id, 0, body, {})
+        self.cwriter.write(reply.encode())
+
+
+def _merge_reply(reply: Msg, rewrite: _Rewrite) -> Msg:
+    """The server's answer to the forwarded statements, as the answer to the original command."""
+    body = dict(reply.body)
+    errors = [{**e, "index": rewrite.forwarded[e["index"]]} for e in body.get("writeErrors", [])]
+    body["writeErrors"] = sorted([*errors, *rewrite.injected], key=lambda e: e["index"])
+    if "upserted" in body:
+        body["upserted"] = [{**u, "index": rewrite.forwarded[u["index"]]} for u in body["upserted"]]
+    return Msg(reply.request_id, reply.response_to, reply.flags, body, reply.sequences)
+
+
+def _write_conflict() -> dict[str, Any]:
+    return {
+        "ok": 0.0,
+        "code": 112,
+        "codeName": "WriteConflict",
+        "errmsg": "WriteConflict error: this operation conflicted with another operation. "
+        "Please retry your operation or multi-document transaction.",
+        "errorLabels": ["TransientTransactionError"],
+    }
+
+
+async def _read_message(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    header = await reader.readexactly(16)
+    (length,) = struct.unpack_from("<i", header, 0)
+    return header, await reader.readexactly(length - 16)
