@@ -9,14 +9,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from pipeline.core.updates import DocUpdate, merge_sources
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.services.embedded import Endpoints
 from pipeline.settings import Settings
+from pipeline.store.client import mongo_client
+from pipeline.store.offsets import Fence
+from pipeline.store.sink import MongoSink
 from pipeline.testing.audit import audit_hits
 from pipeline.testing.mongofault import FaultRates, MongoFaultProxy
 from pipeline.testing.traffic import Traffic, generate
@@ -75,3 +80,42 @@ def test_rival_inserts_of_new_documents_are_sent_again_not_taken_as_applied(
     assert problems == [], problems[:10]
     assert events == len(traffic.lines)
     assert any("met another writer's insert and were sent again" in log for log in logs)
+
+
+def test_a_merged_upsert_whose_partition_was_redone_apart_still_writes_the_other_shares(
+    settings: Settings,
+) -> None:
+    """Issue 37, item 2: the old owner's flush is still writing when the new owner redid one partition.
+
+    The document then holds partition 0's mark; the merged upsert of partitions 0 and 1 matches
+    nothing and its insert fails on ``_id``. Before the fix the whole statement counted as
+    applied and partition 1's share was lost.
+    """
+
+    async def run() -> dict[str, Any]:
+        client = mongo_client(settings.mongo_url or "", timeout=20)
+        try:
+            old = MongoSink(client, settings.db, settings.group_id, "old-owner")
+            new = MongoSink(client, settings.db, settings.group_id, "new-owner")
+            p0 = DocUpdate("counts", "doc", {"site": "s"}, {"n": 2, "a": 2}, sources=(("hits", 0),))
+            p1 = DocUpdate("counts", "doc", {"site": "s"}, {"n": 3, "b": 3}, sources=(("hits", 1),))
+            (merged,) = merge_sources([p0, p1])
+            fences = [Fence("hits", 0, None, 10, begin=0), Fence("hits", 1, None, 7, begin=0)]
+            seqs, done = await old._intent(fences, "F")  # the old owner's flush starts...
+            assert not done
+            # ...and loses partition 0, whose new owner finds the intent and writes its range alone.
+            assert not (await new.commit([p0], fences[:1], "F", marked=True)).already
+            await old._marked_writes([merged], seqs)  # the old owner's writes go on
+            await old._finish(fences, "F")
+            assert old.split_shares == 1  # partition 1's share sent apart, partition 0's left out
+            # Written again whole (a retry): nothing more, and seen as applied.
+            await old._marked_writes([merged], seqs)
+            assert old.already_applied == 1
+            doc = await client[settings.db]["counts"].find_one({"_id": "doc"})
+            assert doc is not None
+            return doc
+        finally:
+            await client.close()
+
+    doc = asyncio.run(run())
+    assert (doc["n"], doc["a"], doc["b"], doc["site"]) == (5, 2, 3, "s")
