@@ -14,13 +14,25 @@ from pymongo.read_concern import ReadConcern
 Db = AsyncDatabase[dict[str, Any]]
 
 
-def primary(client: AsyncMongoClient[dict[str, Any]], db: str) -> AsyncDatabase[dict[str, Any]]:
+def primary(
+    client: AsyncMongoClient[dict[str, Any]], db: str, majority: bool = False
+) -> AsyncDatabase[dict[str, Any]]:
     """``db`` read from the primary whatever the URL's ``readPreference`` says.
 
     Workers and operator commands read ledgers, the name store and documents they are
     about to write: a secondary's lagging copy would be wrong, and PyMongo refuses a
     transaction with a non-primary read preference. Analysts' queries keep the URL's.
+
+    ``majority``: writes acknowledged by a majority of the replica set, whatever the URL's
+    ``w`` says. A flush's idempotent writes and the ledger moves after them must both survive
+    a failover: with ``w:1`` a new primary can roll back the documents' writes while the
+    ledger's move (acknowledged later, after replication) survives, and the range is lost
+    (MongoDB's manual, "Rollbacks During Replica Set Failover"; "Write Concern": majority).
     """
+    if majority:
+        return client.get_database(
+            db, read_preference=ReadPreference.PRIMARY, write_concern=WriteConcern("majority")
+        )
     return client.get_database(db, read_preference=ReadPreference.PRIMARY)
 
 

@@ -139,7 +139,8 @@ class MongoSink:
         if mode not in (EXACTLY_ONCE, AT_LEAST_ONCE):
             raise ValueError(f"unknown commit mode {mode!r} (use {EXACTLY_ONCE} or {AT_LEAST_ONCE})")
         self.client = client
-        self.db = primary(client, db)
+        #: Majority writes whatever the URL says (:func:`~pipeline.store.client.primary`).
+        self.db = primary(client, db, majority=True)
         self.group = group
         self.worker = worker
         self.mode = mode

@@ -136,3 +136,13 @@ def test_workers_read_from_the_primary_whatever_the_url_says() -> None:
     assert c["db"].read_preference != ReadPreference.PRIMARY  # what the URL asks for
     assert primary(c, "db").read_preference == ReadPreference.PRIMARY
     assert MongoSink(c, "db", "group", "worker").db.read_preference == ReadPreference.PRIMARY
+
+
+def test_flush_writes_and_ledger_moves_are_majority_writes_whatever_the_url_says() -> None:
+    """Issue 37, item 8: with w:1 a failover could roll back a flush's documents but keep its ledger."""
+    c = client("mongodb://127.0.0.1:1/?w=1")
+    assert c["db"].write_concern.document == {"w": 1}  # what the URL asks for
+    sink = MongoSink(c, "db", "group", "worker")
+    assert sink.db.write_concern.document == {"w": "majority"}
+    assert sink.db["hits_daily"].write_concern.document == {"w": "majority"}
+    assert sink.db[OFFSETS_COLLECTION].write_concern.document == {"w": "majority"}
