@@ -350,6 +350,12 @@ class Flusher(Generic[A]):
         stored = found.positions
         if self.marked:
             for tp, cut in found.pending.items():
+                # The partition's log first: a topic deleted and recreated holds other records at
+                # the intent's offsets, and a redo would count them (and store the new log's
+                # fingerprint, so the check after it would pass). Diverged, it is held back and
+                # the operator's `positions reset` drops the intent.
+                if not await self._same_log(tp):
+                    continue
                 await self._redo(tp, cut)
                 stored[tp] = cut.end
         self.positions.load(stored)

@@ -16,6 +16,7 @@ import pytest
 
 from pipeline.core.marks import MARKS, mark_key, marked, missing_sources
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
+from pipeline.core.incarnation import Verdict
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
@@ -115,7 +116,10 @@ def hit(ts: int, page: str = "/") -> bytes:
 
 
 def flusher(
-    store: MarkStore, log: list[Any], records: dict[tuple[str, int], list[Any]]
+    store: MarkStore,
+    log: list[Any],
+    records: dict[tuple[str, int], list[Any]],
+    check_incarnation: Any = None,
 ) -> Flusher[HitCounts]:
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
         log.append(("dead", len(letters)))
@@ -138,6 +142,7 @@ def flusher(
         max_backoff=0.01,
         marked=True,
         read_range=read_range,
+        check_incarnation=check_incarnation,
     )
 
 
@@ -232,6 +237,41 @@ def test_a_flush_cut_short_is_written_again_by_the_next_owner_exactly_once() -> 
     assert {tp: led["next"] for tp, led in store.stored_ledgers.items()} == {P0: 6, P1: 5}
     assert not any("pending" in led for led in store.stored_ledgers.values())
     assert ("read", P0, 0, 6) in log and ("read", P1, 0, 5) in log  # from each intent's first offset
+
+
+def test_a_recreated_topic_is_checked_before_a_cut_short_flush_is_redone() -> None:
+    """Issue 37, item 3: the intent's range names offsets of the old log; a recreated topic holds
+    other records there. The check comes first: the partition is held back, nothing is redone."""
+    records = {P0: [(o, hit(60 * o, f"/p{o % 3}")) for o in range(6)]}
+    store, log = MarkStore(), []
+
+    async def first() -> None:
+        f = flusher(store, log, records)
+        await f.receive_many(P0, [(o, v, o, 0) for o, v in records[P0]])
+        store.die_after = 1
+        with pytest.raises(Died):
+            await f.flush()
+
+    asyncio.run(first())
+    written = store.total()
+    checked: list[Any] = []
+
+    async def diverged(tp: tuple[str, int]) -> Verdict:
+        checked.append(tp)
+        return Verdict("diverged", "the topic was recreated")
+
+    records[P0] = [(o, hit(60 * o + 7, "/new")) for o in range(6)]  # the new log's records
+
+    async def successor() -> Flusher[HitCounts]:
+        f = flusher(store, log, records, check_incarnation=diverged)
+        await f.load_positions([P0])
+        return f
+
+    f = asyncio.run(successor())
+    assert checked == [P0] and P0 in f.diverged
+    assert not [e for e in log if e[0] == "read"], "nothing of the new log was read as the old range"
+    assert f.stats.redone == 0 and store.total() == written
+    assert "pending" in store.stored_ledgers[P0], "the intent stays for the operator's reset"
 
 
 def test_a_retried_flush_writes_nothing_twice() -> None:
