@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-store bench-seeds bench-first-answer chaos clean
+.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-store bench-seeds bench-first-answer chaos simulate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +89,9 @@ bench-store: $(STAMP)  ## the store's document updates per second by document si
 bench-rollups: $(STAMP)  ## site charts before/after site rollups at 100..100k pages; ingest with and without rollups; a 1M-URL crawl
 	git worktree add -f .bench-before 4a8ca27 >/dev/null 2>&1 || true
 	$(PY) -m benchmarks.rollups --compare-tree .bench-before --out bench-results/rollups.json
+
+simulate: $(STAMP)  ## seeded fault schedules (rival inserts, lost answers, kills, crashes at commit points): faults per kind, mismatches must be 0
+	$(PY) -m benchmarks.simulate --schedules 20 --seed 1 --out bench-results/simulate.json
 
 chaos: $(STAMP)  ## kill -9 / injected crashes / scaling during ingest, 5 seeds; then the store down 90 s during a scale-up and one poison event per 1,000; mismatches must be 0
 	$(PY) -m benchmarks.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json

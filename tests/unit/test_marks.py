@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from pipeline.core.incarnation import Verdict
 from pipeline.core.marks import MARKS, mark_key, marked, missing_sources
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
-from pipeline.core.incarnation import Verdict
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
