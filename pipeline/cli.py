@@ -178,6 +178,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_deadletters(args: argparse.Namespace) -> int:
     from pipeline.ops.deadletters import replay
+    from pipeline.ops.lease import LeaseHeld
     from pipeline.ops.replay_recovery import ReadBackFailed
     from pipeline.worker.faults import fault_hook
 
@@ -192,6 +193,9 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
         out = on_db(s, run, primary_reads=True)
     except ReadBackFailed as exc:  # a replay cut short could not be checked: sending now could count twice
         print(f"preagg deadletters {args.action}: {exc}; run it again", file=sys.stderr)
+        return 1
+    except LeaseHeld as exc:  # two replays at once would send events twice or drop live claims
+        print(f"preagg deadletters {args.action}: {exc}", file=sys.stderr)
         return 1
     others = ", ".join(f"{r} {n}" for r, n in sorted(out.by_reason.items())) or "none"
     print(f"read {out.read} dead letters not yet replayed for {args.reason!r} ({others})")

@@ -39,6 +39,7 @@ from pipeline.core.replay import natural_key, origin, wrap
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import groupless_consumer, read_to_end, topic_partitions
 from pipeline.kafka.producer import EventProducer
+from pipeline.ops.lease import Lease
 from pipeline.ops.replay_recovery import (
     KEY_PREFIX,
     Marks,
@@ -208,13 +209,42 @@ async def replay(
 ) -> Replay:
     """Send the dead letters of ``reason`` (not yet replayed) back to their topics.
 
+    One run at a time per dead-letter topic (:class:`~pipeline.ops.lease.Lease`, renewed before
+    each step that writes): a second run refuses at once with
+    :class:`~pipeline.ops.lease.LeaseHeld`. A dry run reads only and takes no lease.
+
     ``fault`` is the chaos tests' hook, called at ``replay-sent`` after each topic's sends.
     """
+    if dry_run:
+        return await _replay(settings, db, reason, since, topic, True, fault, None)
+    lease = Lease(db, f"deadletters replay of {settings.deadletter_topic}")
+    await lease.take()
+    try:
+        return await _replay(settings, db, reason, since, topic, False, fault, lease)
+    finally:
+        await asyncio.shield(lease.release())
+
+
+async def _replay(
+    settings: Settings,
+    db: AsyncDatabase[dict[str, Any]],
+    reason: str,
+    since: float | None,
+    topic: str | None,
+    dry_run: bool,
+    fault: Callable[[str], None] | None,
+    lease: Lease | None,
+) -> Replay:
+    async def renew() -> None:
+        if lease is not None:
+            await lease.take()
+
     dlq = settings.deadletter_topic
     progress = await load_progress(db, dlq, reason)
     already = await sent_since(settings, progress.pending) if progress.pending else set()
     sent_keys = {s[len(KEY_PREFIX) :] for s in already if s.startswith(KEY_PREFIX)}
     if progress.runs and not dry_run:
+        await renew()
         await release_unsent(db, reason, progress.runs, sent_keys)
     records, positions = await read_dead_letters(settings, progress.next)
     out = Replay(read=len(records), positions=positions)
@@ -245,6 +275,7 @@ async def replay(
         return out
     if picked:
         run = uuid.uuid4().hex
+        await renew()
         await save_pending(
             db, dlq, reason, merge_marks(progress.pending, await end_marks(settings, picked)), run
         )
@@ -256,6 +287,7 @@ async def replay(
             if not kept:
                 del picked[t]
     for t, recs in picked.items():
+        await renew()
         async with EventProducer(settings, t, pack_size=1) as p:
             for rec in recs:
                 await p.send_raw(wrap(reason, rec, origin(dlq, rec["_partition"], rec["_offset"])), None)

@@ -1,0 +1,76 @@
+"""The operator runs' lease on the embedded store: one holder at a time, taken atomically."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.ops.lease import Lease, LeaseHeld
+from pipeline.settings import Settings
+from pipeline.store.client import mongo_client
+from pipeline.store.meta import META_COLLECTION
+
+from .helpers import cli, run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_one_of_many_concurrent_takers_holds_the_lease_until_it_releases_or_expires(
+    settings: Settings,
+) -> None:
+    """Issue 37, item 6: two `deadletters replay` runs at once must not both go on."""
+
+    async def run() -> None:
+        client = mongo_client(settings.mongo_url or "", timeout=20)
+        db = client[settings.db]
+        try:
+            leases = [Lease(db, "replay") for _ in range(8)]
+            got = await asyncio.gather(*(lease.take() for lease in leases), return_exceptions=True)
+            winners = [lease for lease, g in zip(leases, got, strict=True) if g is None]
+            assert len(winners) == 1 and all(isinstance(g, LeaseHeld) or g is None for g in got), got
+            holder = winners[0]
+            await holder.take()  # renewing is taking again
+            other = next(lease for lease in leases if lease is not holder)
+            with pytest.raises(LeaseHeld, match="holds its lease"):
+                await other.take()
+            await holder.release()
+            await other.take()
+            # Expired: the next taker wins, and the old holder's renewal fails.
+            await db[META_COLLECTION].update_one({"_id": other.id}, {"$set": {"until": 0}})
+            await holder.take()
+            with pytest.raises(LeaseHeld):
+                await other.take()
+            await holder.release()
+            # A holder of this machine whose process has ended frees the lease at once.
+            done = subprocess.run(
+                [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True
+            )
+            dead = done.stdout.decode().strip()
+            await db[META_COLLECTION].update_one(
+                {"_id": holder.id},
+                {"$set": {"owner": "gone", "host": f"{holder.host.rpartition(':')[0]}:{dead}", "until": 2e9}},
+                upsert=True,
+            )
+            await other.take()
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_a_second_replay_refuses_while_another_holds_the_lease(settings: Settings) -> None:
+    async def hold() -> Lease:
+        client = mongo_client(settings.mongo_url or "", timeout=20)
+        lease = Lease(client[settings.db], f"deadletters replay of {settings.deadletter_topic}")
+        await lease.take()
+        await client.close()
+        return lease
+
+    asyncio.run(hold())  # held by this (live) test process
+    busy = run_cli(settings, "deadletters", "replay", "--reason", "late")
+    assert busy.returncode == 1 and "holds its lease" in busy.stderr, busy
+    assert len(busy.stderr.strip().splitlines()) == 1
+    assert "nothing to send" in cli(settings, "deadletters", "show", "--reason", "late")  # reads only
