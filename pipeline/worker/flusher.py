@@ -376,6 +376,7 @@ class Flusher(Generic[A]):
         if self._read_range is None:
             raise RuntimeError(f"{tp[0]}[{tp[1]}]: a flush was cut short and this flusher cannot read ranges")
         reader = self._read_range
+        epoch = self._epoch
         records: list[tuple[int, bytes | None, int]] = []
 
         async def read() -> None:
@@ -394,6 +395,8 @@ class Flusher(Generic[A]):
             batch.events,
             cut.seq,
         )
+        if self._epoch != epoch:
+            return  # abandoned meanwhile (a rebalance's bound): the partition's next owner redoes it
         self.stats.redone += 1
         await self._flush(batch, redo=(tp, cut))
 

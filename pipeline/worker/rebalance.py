@@ -56,12 +56,30 @@ def bound_revoke_drain(app: faust.App, flushers: list[Flusher[Any]], bound: floa
             return
         log.info("rebalance: committing what was delivered (at most %.0fs)", bound)
         watchdog = asyncio.ensure_future(give_up(consumer))
+        # Commit at once: in a backlog the batch being filled is otherwise written only when it
+        # is `backlog_flush_interval` old, and the drain (which waits for every delivered
+        # message's ack) overran its bound and dropped it (issue 37, item 7).
+        now = asyncio.ensure_future(flush_all(flushers))
         try:
             await waits(consumer, logger)
         finally:
             watchdog.cancel()
+            if not now.done():
+                now.cancel()
 
     app._consumer_wait_empty = bounded  # type: ignore[method-assign]
+
+
+async def flush_all(flushers: list[Flusher[Any]]) -> None:
+    """Flush every stream now (sealed batches and the one being filled); failures are the flush's
+    own to log and retry, and an abandon (the drain's bound) cancels this."""
+    for f in flushers:
+        try:
+            await f.flush()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # logged by the flusher's retry loop; the drain's bound still holds
+            log.warning("rebalance: flush of %s failed (%s: %s)", f.stream, type(exc).__name__, exc)
 
 
 def leave_group(app: faust.App, timeout: float) -> None:
