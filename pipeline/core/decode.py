@@ -180,7 +180,8 @@ class TimedDecoder(FormatDecoder):
             itemgetter(*fields) if len(fields) > 1 else lambda obj: (obj[fields[0]],)
         )
         self._future_skew = future_skew
-        self._clock = clock
+        #: "Now" for lateness and future skew (a worker pins a batch's instant: pipeline.core.clock).
+        self.clock = clock
         #: Seconds after which an event is ``late`` (0: never); see :mod:`pipeline.core.replay`.
         self.lateness = lateness
 
@@ -201,7 +202,7 @@ class TimedDecoder(FormatDecoder):
         obj = self.open(raw)
         if isinstance(obj, Rejection):
             return obj
-        ts = event_time(obj["ts"], raw, self._clock(), self._future_skew, lateness)
+        ts = event_time(obj["ts"], raw, self.clock(), self._future_skew, lateness)
         if isinstance(ts, Rejection):
             return ts
         return obj, ts

@@ -11,6 +11,7 @@ else about them.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -68,6 +69,9 @@ class StreamContext:
     settings: Settings
     mode: FieldMode
     db: AsyncDatabase[dict[str, Any]]
+    #: "Now" for the decoders' lateness and future skew: the worker's
+    #: :class:`~pipeline.core.clock.DecisionClock`, so that a redo decides as its flush did.
+    clock: Callable[[], float] = time.time
 
 
 class Kind(Generic[S]):

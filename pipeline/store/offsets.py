@@ -67,6 +67,9 @@ class Fence:
     begin: int | None = None
     #: The writing worker's resident memory, bytes (stored as the ledger's ``rss``).
     rss: int | None = None
+    #: The batch's "now" for its decisions (pipeline.core.clock): an intent records it, so
+    #: that a redo of the range refuses and accepts exactly what the flush did.
+    decided_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class Pending:
     #: The ledger's position (where the range starts) and the intent's end.
     start: int | None
     end: int
+    #: The flush's "now" for its decisions (``None``: an intent written before it was recorded).
+    decided_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,8 +101,13 @@ def pending_of(doc: Mapping[str, Any] | None) -> Pending | None:
         return None
     assert doc is not None
     start = doc.get("next")
+    clock = p.get("clock")
     return Pending(
-        p["flush"], int(doc.get("seq", 0)), start if start is not None else p.get("begin"), int(p["end"])
+        p["flush"],
+        int(doc.get("seq", 0)),
+        start if start is not None else p.get("begin"),
+        int(p["end"]),
+        float(clock) if isinstance(clock, int | float) else None,
     )
 
 
@@ -122,6 +132,7 @@ def intent_update(
                     "begin": fence.begin,
                     "at": now,
                     "worker": worker,
+                    **({"clock": fence.decided_at} if fence.decided_at is not None else {}),
                 },
             },
             "$inc": {"seq": 1},

@@ -201,6 +201,9 @@ class MongoFaultProxy:
         finally:
             if self._server is not None:
                 self._server.close()
+            if self._rival is not None:
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(self._rival.close())
             for task in asyncio.all_tasks(loop):
                 task.cancel()
             with contextlib.suppress(Exception):

@@ -28,6 +28,7 @@ from prometheus_client.core import Metric
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
+from pipeline.core.clock import DecisionClock
 from pipeline.core.fields import check_mode
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe
@@ -145,7 +146,8 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         return await ranges.read_range(tp[0], tp[1], start, end)
 
     kinds = load_kinds(settings.kinds)
-    ctx = StreamContext(settings, check_mode(settings.schema), db)
+    clock = DecisionClock()  # one per worker: each batch pins its instant while it ingests
+    ctx = StreamContext(settings, check_mode(settings.schema), db, clock)
     streams = [(kind, kind.stream(ctx, settings.of(kind))) for kind in kinds]
     flushers: list[Flusher[Any]] = []
     #: Set when a batch is sealed at its commit bound: the flush loop commits it at once.
@@ -179,6 +181,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             on_sealed=sealed.set,
             marked=marked,
             read_range=read_range,
+            clock=clock,
         )
         flushers.append(flusher)
         _subscribe(app, settings.of(kind).topic, settings.partitions, flusher)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from pipeline.core.aggregator import Aggregator
+from pipeline.core.clock import DecisionClock
 from pipeline.core.decode import raised
 from pipeline.core.incarnation import Fingerprint, digest
 from pipeline.store.offsets import TP, Fence
@@ -68,6 +69,11 @@ class PendingBatch(Generic[A]):
     #: One aggregate per source partition (idempotent writes), made by :attr:`factory`.
     by_tp: dict[TP, A] | None = None
     factory: Callable[[], A] | None = None
+    #: The decoders' clock, pinned to :attr:`decided_at` while this batch ingests.
+    clock: DecisionClock | None = None
+    #: The batch's "now" (epoch seconds, taken at its first message): every lateness and
+    #: future-skew decision of the batch reads it, and its intent records it for a redo.
+    decided_at: float = 0.0
 
     def aggregates(self) -> list[A]:
         """Every aggregate of the batch: one, or one per source partition."""
@@ -94,14 +100,23 @@ class PendingBatch(Generic[A]):
             self.start[tp] = start
         if not self.opened:
             self.opened = time.monotonic()
+        clock = self.clock
+        if not self.decided_at:
+            self.decided_at = clock.wall() if clock is not None else time.time()
         ingest, part = self._aggregate_of(tp).ingest, tp[1]
-        for i, raw in enumerate(lines):
-            try:
-                rejection = ingest(raw, part)
-            except Exception as exc:  # a decoder's bug: a dead letter, not a crash loop on this offset
-                rejection = raised(exc, raw)
-            if rejection is not None:
-                self.dead.append(DeadLetter(rejection, tp[0], part, offset, i))
+        if clock is not None:
+            clock.at = self.decided_at
+        try:
+            for i, raw in enumerate(lines):
+                try:
+                    rejection = ingest(raw, part)
+                except Exception as exc:  # a decoder's bug: a dead letter, not a crash loop on this offset
+                    rejection = raised(exc, raw)
+                if rejection is not None:
+                    self.dead.append(DeadLetter(rejection, tp[0], part, offset, i))
+        finally:
+            if clock is not None:
+                clock.at = None
         n = len(lines)
         self.events += n
         self.events_by_tp[tp] = self.events_by_tp.get(tp, 0) + n
@@ -138,6 +153,7 @@ class PendingBatch(Generic[A]):
                     docs=docs if first else 0,
                     flushes=1 if first else 0,
                     last=self._fingerprint((t, p), last),
+                    decided_at=self.decided_at or None,
                 )
             )
         return out
@@ -180,9 +196,10 @@ class PendingBatch(Generic[A]):
             raise ValueError("a batch of one message cannot be split")
         cut = counted[len(counted) // 2]
         per_tp = self.by_tp is not None
-        first, second = new_batch(factory, per_tp), new_batch(factory, per_tp)
+        first, second = new_batch(factory, per_tp, self.clock), new_batch(factory, per_tp, self.clock)
         for half, part in ((first, self.messages[:cut]), (second, self.messages[cut:])):
             half.dead_sent = self.dead_sent
+            half.decided_at = self.decided_at  # the halves decide as the whole did
             for m in part:
                 if m.skipped:
                     half.skip(m.ack)
@@ -199,8 +216,10 @@ class PendingBatch(Generic[A]):
         return out
 
 
-def new_batch(factory: Callable[[], A], per_partition: bool = False) -> PendingBatch[A]:
+def new_batch(
+    factory: Callable[[], A], per_partition: bool = False, clock: DecisionClock | None = None
+) -> PendingBatch[A]:
     """An empty batch around a fresh aggregate (or, ``per_partition``, one per source partition)."""
     if per_partition:
-        return PendingBatch(aggregate=factory(), by_tp={}, factory=factory)
-    return PendingBatch(aggregate=factory())
+        return PendingBatch(aggregate=factory(), by_tp={}, factory=factory, clock=clock)
+    return PendingBatch(aggregate=factory(), clock=clock)

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol
 
+from pipeline.core.clock import DecisionClock
 from pipeline.core.envelope import unpack
 from pipeline.core.incarnation import Verdict
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
@@ -202,8 +203,11 @@ class Flusher(Generic[A]):
         on_diverged: OnDiverged | None = None,
         marked: bool = False,
         read_range: ReadRange | None = None,
+        clock: DecisionClock | None = None,
     ) -> None:
         self.stream = stream
+        #: The decoders' clock (the kind's StreamContext.clock): pinned to each batch's instant.
+        self.clock = clock
         #: Idempotent writes (exactly-once without a transaction; docs/exactly-once.md): one
         #: aggregate per source partition, marked upserts, a cut-short flush written again.
         self.marked = marked and sink.exactly_once
@@ -238,7 +242,7 @@ class Flusher(Generic[A]):
         #: Partitions whose log is not the one their ledger describes: nothing of them is counted
         #: until an operator resets the ledger (``preagg positions reset``); reason per partition.
         self.diverged: dict[TP, str] = {}
-        self.batch: PendingBatch[A] = new_batch(factory, self.marked)
+        self.batch: PendingBatch[A] = new_batch(factory, self.marked, clock)
         #: Batches sealed and not yet committed, oldest first (contiguous per partition).
         self.sealed: collections.deque[PendingBatch[A]] = collections.deque()
         #: The batch being committed (taken off ``sealed``), for the memory bound and the stop report.
@@ -383,7 +387,9 @@ class Flusher(Generic[A]):
             records[:] = await reader(tp, cut.start, cut.end)
 
         await self._retry(f"re-read of {tp[0]}[{tp[1]}] {cut.start}..{cut.end}", read, 0)
-        batch = new_batch(self._factory, True)
+        batch = new_batch(self._factory, True, self.clock)
+        if cut.decided_at is not None:
+            batch.decided_at = cut.decided_at  # decide as the flush did (pipeline.core.clock)
         for offset, value, ts in records:
             batch.ingest_message(tp, offset, self._lines(value), None, cut.start, ts)
         log.warning(
@@ -473,7 +479,7 @@ class Flusher(Generic[A]):
         """Close the batch being filled: it commits on its own, after the sealed ones before it."""
         if not self.batch.empty():
             self.sealed.append(self.batch)
-            self.batch = new_batch(self._factory, self.marked)
+            self.batch = new_batch(self._factory, self.marked, self.clock)
 
     def forget_positions(self, tps: Sequence[TP]) -> None:
         """After a rebalance: drop cached positions of partitions with nothing pending."""
@@ -553,7 +559,7 @@ class Flusher(Generic[A]):
                 await task
         self.sealed.clear()
         self.in_flight = None
-        self.batch = new_batch(self._factory, self.marked)
+        self.batch = new_batch(self._factory, self.marked, self.clock)
         self.positions.forget(self.positions.assigned())
         self._fresh.clear()
         self.consumed.clear()

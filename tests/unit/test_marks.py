@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.core.clock import DecisionClock
 from pipeline.core.incarnation import Verdict
 from pipeline.core.marks import MARKS, mark_key, marked, missing_sources
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
@@ -52,7 +53,7 @@ class MarkStore:
             if "pending" in led:
                 p = led["pending"]
                 start = led.get("next", p["begin"])
-                out.pending[tp] = Pending(p["flush"], led["seq"], start, p["end"])
+                out.pending[tp] = Pending(p["flush"], led["seq"], start, p["end"], p.get("clock"))
         return out
 
     async def commit(
@@ -73,7 +74,7 @@ class MarkStore:
                 seqs[tp] = led["seq"]
             elif "pending" not in led and led.get("next") == f.expected:
                 led["seq"] += 1
-                led["pending"] = {"flush": flush_id, "end": f.next, "begin": f.begin}
+                led["pending"] = {"flush": flush_id, "end": f.next, "begin": f.begin, "clock": f.decided_at}
                 seqs[tp] = led["seq"]
             else:
                 raise FenceConflict([(f, led.get("next"))])
@@ -120,6 +121,8 @@ def flusher(
     log: list[Any],
     records: dict[tuple[str, int], list[Any]],
     check_incarnation: Any = None,
+    clock: DecisionClock | None = None,
+    lateness: float = 0.0,
 ) -> Flusher[HitCounts]:
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
         log.append(("dead", len(letters)))
@@ -131,7 +134,8 @@ def flusher(
         log.append(("read", tp, start, end))
         return [(o, v, 0) for o, v in records[tp] if (start is None or o >= start) and o < end]
 
-    dec = HitDecoder(1000, 300, clock=lambda: 2e9)
+    dec = HitDecoder(1000, 300, clock=clock or (lambda: 2e9))
+    dec.lateness = lateness
     return Flusher(
         "hits",
         lambda: HitCounts(dec, hits_fields("readable")),
@@ -143,6 +147,7 @@ def flusher(
         marked=True,
         read_range=read_range,
         check_incarnation=check_incarnation,
+        clock=clock,
     )
 
 
@@ -272,6 +277,38 @@ def test_a_recreated_topic_is_checked_before_a_cut_short_flush_is_redone() -> No
     assert not [e for e in log if e[0] == "read"], "nothing of the new log was read as the old range"
     assert f.stats.redone == 0 and store.total() == written
     assert "pending" in store.stored_ledgers[P0], "the intent stays for the operator's reset"
+
+
+def test_a_redo_decides_lateness_as_the_flush_did_not_by_the_clock_of_its_run() -> None:
+    """Issue 37, item 4: a flush counted events 50 minutes old (lateness 1 h) and was cut short;
+    its range is redone 2 hours later. Read at the redo's clock they would be late: refused,
+    dead-lettered, and counted twice by a later `deadletters replay`."""
+    t0 = 2e9
+    wall = [t0]
+    clock = DecisionClock(lambda: wall[0])
+    records = {P0: [(o, hit(int(t0) - 3000 + o, f"/p{o}")) for o in range(6)]}
+    store, log = MarkStore(), []
+
+    async def first() -> None:
+        f = flusher(store, log, records, clock=clock, lateness=3600)
+        await f.receive_many(P0, [(o, v, o, 0) for o, v in records[P0]])
+        store.die_after = 2
+        with pytest.raises(Died):
+            await f.flush()
+
+    asyncio.run(first())
+    assert not [e for e in log if e[0] == "dead"], "the flush counted every event"
+    assert store.stored_ledgers[P0]["pending"]
+    wall[0] = t0 + 7200
+
+    async def successor() -> None:
+        f = flusher(store, log, records, clock=clock, lateness=3600)
+        await f.load_positions([P0])
+        assert f.stats.redone == 1
+
+    asyncio.run(successor())
+    assert not [e for e in log if e[0] == "dead"], "the redo refused what the flush had counted"
+    assert store.total() == 6
 
 
 def test_a_retried_flush_writes_nothing_twice() -> None:

@@ -64,7 +64,9 @@ class Hits(Kind[HitsSettings]):
         # PyMongo and prometheus_client, which `preagg --help` and queries never need.
         from pipeline.kinds.hits.stream import hits_stream
 
-        return hits_stream(ctx, s, self.decoder(ctx.settings, s))
+        decoder = self.decoder(ctx.settings, s)
+        decoder.clock = ctx.clock
+        return hits_stream(ctx, s, decoder)
 
     def collections(self) -> list[str]:
         return [*super().collections(), SITES_COLLECTION]

@@ -35,6 +35,7 @@ class Impressions(Kind[ImpressionsSettings]):
         )
 
         decoder, fields = self.decoder(ctx.settings, s), layout.impression_fields(ctx.mode)
+        decoder.clock = ctx.clock
         return Stream(lambda: ImpressionCounts(decoder, fields))
 
     def indexes(self, mode: FieldMode) -> list[Index]:

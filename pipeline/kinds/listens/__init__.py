@@ -41,6 +41,7 @@ class Listens(Kind[ListensSettings]):
         from pipeline.kinds.listens.aggregate import ListenSketches  # its libraries load with a worker only
 
         decoder = self.decoder(ctx.settings, s)
+        decoder.clock = ctx.clock
         heard = s.heard()
         # Sketches are merged read-modify-write: one transaction per batch (Stream.writes).
         return Stream(lambda: ListenSketches(decoder, s.hll_precision, heard, ctx.mode), writes="transaction")
