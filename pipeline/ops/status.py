@@ -35,14 +35,22 @@ async def group_status(
     stored = {(d["topic"], d["partition"]): d for d in ledger}
     partitions = []
     problems = []
+    positional = False  # a problem `preagg positions reset` decides
     for p in lags:
         doc = stored.get((p.topic, p.partition), {})
         position = max(p.committed, doc.get("next", 0))
         where = f"{p.topic}[{p.partition}]"
+        if stuck := doc.get("stuck"):
+            problems.append(
+                f"{where}: worker {stuck.get('worker')} cannot write its flush: {stuck.get('reason')} "
+                "(fix or remove that document; the flush then goes through by itself)"
+            )
         if diverged := doc.get("diverged"):
+            positional = True
             by = diverged.get("worker")
             problems.append(f"{where}: held back by worker {by}: {diverged.get('reason')}")
         elif doc.get("next") is not None and p.end < doc["next"]:
+            positional = True
             problems.append(
                 f"{where}: Kafka's log ends at {p.end} but the ledger counted up to {doc['next']} "
                 "(topic recreated or data lost?)"
@@ -66,7 +74,7 @@ async def group_status(
     for d in ledger:
         workers.setdefault(d.get("worker", "?"), []).append(d["partition"])
     notes = [line for k in settings.kinds for line in await kind_named(k).status_notes(db, settings)]
-    if problems:
+    if positional:
         problems.append(
             "decide with: preagg positions reset --topic T [--partition P] --to earliest|latest|OFFSET"
         )

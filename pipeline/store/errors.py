@@ -11,7 +11,7 @@ store that is down, so those errors are retried as they are.
 
 from __future__ import annotations
 
-from pymongo.errors import OperationFailure, PyMongoError, ServerSelectionTimeoutError
+from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError, ServerSelectionTimeoutError
 
 #: Server error codes that a smaller or shorter transaction avoids.
 SHRINK_CODES = frozenset(
@@ -73,3 +73,39 @@ def outcome_unknown(exc: BaseException) -> bool:
     the ping. Any other failure may have happened during or after ``commitTransaction``.
     """
     return not isinstance(exc, CommitTooLarge | StoreUnreachable)
+
+
+#: Write errors that the same statement meets again however often it is sent: the document or
+#: the update is at fault, not the store's state (MongoDB's ``error_codes.yml``).
+PERMANENT_CODES = {
+    2: "BadValue",
+    9: "FailedToParse",
+    14: "TypeMismatch",  # $inc on a field a manual edit made a string
+    28: "PathNotViable",  # a path through a field that is not a document
+    40: "ConflictingUpdateOperators",
+    52: "DollarPrefixedFieldName",
+    56: "EmptyFieldName",
+    57: "DottedFieldName",
+    66: "ImmutableField",
+    10334: "BSONObjectTooLarge",  # a document over 16 MB
+    17419: "DocumentTooLarge",  # "Resulting document after update is larger than 16777216"
+}
+
+
+def permanent(exc: BaseException) -> str | None:
+    """What makes a failed write permanent (sending it again cannot help), or ``None``.
+
+    A bulk write is permanent when one of its write errors is: the others are retried with
+    it, and a retry that fixed them would still meet that one. A transaction's
+    ``BSONObjectTooLarge`` is the transaction's size (:func:`shrinks`), not a document's.
+    """
+    if isinstance(exc, BulkWriteError):
+        for e in exc.details.get("writeErrors", []):
+            name = PERMANENT_CODES.get(int(e.get("code", 0)))
+            if name is not None:
+                doc = (e.get("op") or {}).get("q", {}).get("_id")
+                return f"{name} (code {e.get('code')}) writing {doc!r}: {str(e.get('errmsg', ''))[:200]}"
+        return None
+    if isinstance(exc, OperationFailure) and exc.code in PERMANENT_CODES and exc.code != 10334:
+        return f"{PERMANENT_CODES[exc.code]} (code {exc.code}): {str(exc)[:200]}"
+    return None

@@ -33,6 +33,10 @@ OFFSETS_COLLECTION = "preagg_offsets"
 TP = tuple[str, int]
 
 
+#: A ledger's field naming a permanent write error that stops its partition's flushes:
+#: ``{reason, worker, at}`` (``preagg status`` shows it as a PROBLEM).
+STUCK = "stuck"
+
 def offset_id(group: str, topic: str, partition: int) -> str:
     """``_id`` of the offsets document of one partition for one group."""
     return f"{group}|{topic}|{partition}"
@@ -145,7 +149,7 @@ def finish_update(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Filter and update ending a flush's intent: ``next`` past the range, its figures added."""
     flt, update = offset_doc_update(group, fence, flush_id, now, worker)
-    return {**flt, "pending.flush": flush_id}, {**update, "$unset": {"pending": ""}}
+    return {**flt, "pending.flush": flush_id}, {**update, "$unset": {"pending": "", STUCK: ""}}
 
 
 @dataclass(frozen=True)
@@ -220,5 +224,7 @@ def offset_doc_update(
                 **({"rss": fence.rss} if fence.rss is not None else {}),
             },
             "$inc": inc,
+            # A flush that went through ends any permanent error a worker recorded here.
+            "$unset": {STUCK: ""},
         },
     )

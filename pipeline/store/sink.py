@@ -41,6 +41,7 @@ from pipeline.store.client import primary, reach, start_transaction
 from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreUnreachable
 from pipeline.store.offsets import (
     OFFSETS_COLLECTION,
+    STUCK,
     TP,
     Committed,
     Fence,
@@ -482,6 +483,17 @@ class MongoSink:
                     attempt,
                     COMMIT_RETRIES,
                 )
+
+    async def note_stuck(self, tps: Sequence[TP], reason: str | None) -> None:
+        """Record on the partitions' ledgers that their flush fails for good (``None``: it went through)."""
+        ids = [offset_id(self.group, t, p) for t, p in tps]
+        update: dict[str, Any] = (
+            {"$unset": {STUCK: ""}}
+            if reason is None
+            else {"$set": {STUCK: {"reason": reason, "worker": self.worker, "at": time.time()}}}
+        )
+        with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+            await self.db[OFFSETS_COLLECTION].update_many({"_id": {"$in": ids}}, update)
 
     async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
         """Did flush ``flush_id`` commit? Read from the ledgers on the primary.

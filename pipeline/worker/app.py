@@ -182,6 +182,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             marked=marked,
             read_range=read_range,
             clock=clock,
+            on_stuck=sink.note_stuck,
         )
         flushers.append(flusher)
         _subscribe(app, settings.of(kind).topic, settings.partitions, flusher)
@@ -330,7 +331,13 @@ def _add_web_pages(
     async def liveness(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
         """Liveness: the process's event loop answers. 200 through a store outage on purpose:
         restarting a worker does not bring a store back, and a restart during the outage's
-        rebalance is what fences healthy workers (docs/operations.md)."""
+        rebalance is what fences healthy workers (docs/operations.md). 503 when a flush fails
+        for good (a permanent write error, escalated): nothing but an operator helps then."""
+        stuck = {f.stream: f.stuck for f in flushers if f.stuck is not None}
+        if stuck:  # a write that fails for good: retrying cannot help, an operator must act
+            return self.json(
+                {"live": False, "worker": settings.worker_id, "stuck": stuck}, status=503
+            )
         return self.json(
             {"live": True, "worker": settings.worker_id, "uptime": round(time.time() - started, 1)}
         )

@@ -21,6 +21,7 @@ from pipeline.core.aggregator import Aggregator
 from pipeline.core.clock import DecisionClock
 from pipeline.core.decode import raised
 from pipeline.core.incarnation import Fingerprint, digest
+from pipeline.core.rejection import Rejection
 from pipeline.store.offsets import TP, Fence
 from pipeline.worker.deadletter import DeadLetter
 
@@ -125,6 +126,28 @@ class PendingBatch(Generic[A]):
         self.acks.append(ack)
         self.last[tp] = (ts, lines)
         self.messages.append(Received(tp, offset, lines, ack, start, ts=ts))
+
+    def refuse_message(self, m: Received, reason: str, detail: str, kept: list[DeadLetter]) -> None:
+        """Take message ``m`` with every event refused (``reason``): counted as dead letters, not aggregated.
+
+        ``kept``: the message's own earlier refusals (a decoder's), kept as they were.
+        """
+        if m.tp not in self.start:
+            self.start[m.tp] = m.start
+        if not self.opened:
+            self.opened = time.monotonic()
+        own = {d.line: d for d in kept if (d.topic, d.partition, d.offset) == (m.tp[0], m.tp[1], m.offset)}
+        for i, raw in enumerate(m.lines):
+            letter = own.get(i) or DeadLetter(Rejection(reason, detail, raw), m.tp[0], m.tp[1], m.offset, i)
+            self.dead.append(letter)
+        n = len(m.lines)
+        self.events += n
+        self.events_by_tp[m.tp] = self.events_by_tp.get(m.tp, 0) + n
+        span = self.offsets.get(m.tp)
+        self.offsets[m.tp] = (m.offset, m.offset) if span is None else (span[0], m.offset)
+        self.acks.append(m.ack)
+        self.last[m.tp] = (m.ts, m.lines)
+        self.messages.append(m)
 
     def skip(self, ack: object) -> None:
         """A replayed message already counted in MongoDB: ack it with the batch, count nothing."""

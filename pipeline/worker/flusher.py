@@ -39,7 +39,7 @@ from pipeline.core.clock import DecisionClock
 from pipeline.core.envelope import unpack
 from pipeline.core.incarnation import Verdict
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
-from pipeline.store.errors import CommitTooLarge, outcome_unknown, shrinks
+from pipeline.store.errors import CommitTooLarge, outcome_unknown, permanent, shrinks
 from pipeline.store.offsets import TP, Committed, Fence, FenceConflict, Ledgers, Pending
 from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
@@ -101,6 +101,15 @@ class Sink(Protocol):
         """Whether flush ``flush_id`` committed (its ledgers), or ``FenceConflict``."""
         ...
 
+
+#: Records a permanent write error (``None``: cleared) on the ledgers of some partitions.
+OnStuck = Callable[[Sequence[TP], str | None], Awaitable[None]]
+
+#: Attempts of a write that fails with a permanent error (pipeline.store.errors.permanent)
+#: before it is escalated: logged as an ERROR with what to do, ``/health/live`` failing and a
+#: PROBLEM in ``preagg status``. It is still retried (at the longest backoff), so that an
+#: operator's fix of the document lets the flush through without a restart.
+PERMANENT_ATTEMPTS = 5
 
 #: Sealed batches waiting for their commit before consumption pauses (backpressure).
 MAX_SEALED = 2
@@ -165,6 +174,10 @@ class FlushStats:
     token_commits: int = 0
     #: Cut-short flushes whose range this worker wrote again (idempotent writes).
     redone: int = 0
+    #: Write failures escalated as permanent (see ``PERMANENT_ATTEMPTS``), and events
+    #: dead-lettered because the store refused their one-message batch for good.
+    permanent_errors: int = 0
+    unwritable: int = 0
     #: Idempotent writes: upserts refused with a duplicate key that their documents' marks
     #: showed applied; upserts sent again after another writer's insert; merged upserts
     #: sent again per partition (pipeline.store.sink, "_marked_writes").
@@ -204,8 +217,15 @@ class Flusher(Generic[A]):
         marked: bool = False,
         read_range: ReadRange | None = None,
         clock: DecisionClock | None = None,
+        on_stuck: OnStuck | None = None,
     ) -> None:
         self.stream = stream
+        #: Records (or clears, ``None``) a permanent write error on the partitions' ledgers, for status.
+        self._on_stuck = on_stuck
+        #: A permanent write error met :data:`PERMANENT_ATTEMPTS` times in a row, escalated
+        #: (``/health/live`` fails, ``preagg status`` shows a PROBLEM); ``None``: none.
+        self.stuck: str | None = None
+        self._permanent_in_a_row = 0
         #: The decoders' clock (the kind's StreamContext.clock): pinned to each batch's instant.
         self.clock = clock
         #: Idempotent writes (exactly-once without a transaction; docs/exactly-once.md): one
@@ -610,8 +630,9 @@ class Flusher(Generic[A]):
 
     async def _flush(
         self, batch: PendingBatch[A], redo: tuple[TP, Pending] | None = None
-    ) -> tuple[PendingBatch[A], PendingBatch[A]] | None:
-        """Commit one batch and ack it; or return its two halves when it must be split.
+    ) -> tuple[PendingBatch[A], ...] | None:
+        """Commit one batch and ack it; or return its two halves when it must be split (or the one
+        batch that dead-letters an unwritable message).
 
         ``redo``: the batch is a cut-short flush's range read again (its flush id, its end).
         """
@@ -659,12 +680,16 @@ class Flusher(Generic[A]):
 
             try:
                 await self._retry(
-                    "MongoDB commit", commit, batch.events, give_up=lambda e: self._give_up(e, batch, docs)
+                    "MongoDB commit",
+                    commit,
+                    batch.events,
+                    give_up=lambda e: self._give_up(e, batch, docs),
+                    tps=[(f.topic, f.partition) for f in fences],
                 )
             except FenceConflict as conflict:
                 self._on_fenced(conflict)
                 raise
-            except Exception as exc:  # _give_up chose to split: too large or too slow, and splittable
+            except Exception as exc:  # _give_up chose to split: too large, too slow or unwritable
                 if not (outcome_unknown(exc) and await self._committed_after_all(fences, flush_id, batch)):
                     return self._split(batch, docs, exc)
                 result = Committed(already=True)
@@ -729,6 +754,10 @@ class Flusher(Generic[A]):
     def _give_up(self, exc: Exception, batch: PendingBatch[A], docs: int) -> bool:
         """After a failed commit: ``True`` to split the batch, ``False`` to retry it as it is."""
         self.stats.failed_commits += 1
+        if not self.marked and permanent(exc) is not None:
+            # The transaction aborted, nothing of it applied: halve it until the message whose
+            # events cannot be written is alone, and dead-letter that message (_split).
+            return True
         if self.marked or not shrinks(exc):
             return False  # idempotent writes: no transaction to shrink, the same flush is retried
         self.bound.failed(docs, exc.size if isinstance(exc, CommitTooLarge) else 0)
@@ -751,7 +780,10 @@ class Flusher(Generic[A]):
 
     def _split(
         self, batch: PendingBatch[A], docs: int, exc: Exception
-    ) -> tuple[PendingBatch[A], PendingBatch[A]]:
+    ) -> tuple[PendingBatch[A], ...]:
+        reason = permanent(exc)
+        if reason is not None and not batch.splittable():
+            return (self._unwritable(batch, reason),)
         self.stats.splits += 1
         halves = batch.split(self._factory)
         log.warning(
@@ -830,27 +862,87 @@ class Flusher(Generic[A]):
                 result.applied,
             )
 
+    async def _escalate(self, tps: Sequence[TP], reason: str) -> None:
+        """A write failed the same permanent way :data:`PERMANENT_ATTEMPTS` times: say so everywhere."""
+        self.stuck = reason
+        self.stats.permanent_errors += 1
+        where = ", ".join(f"{t}[{p}]" for t, p in tps)
+        log.error(
+            "%s: a flush of %s fails for good: %s. Retrying stops helping: /health/live fails and "
+            "`preagg status` shows it until the document is fixed (or removed); the flush then goes "
+            "through by itself (docs/operations.md, 'A flush the store refuses').",
+            self.stream,
+            where,
+            reason,
+        )
+        if self._on_stuck is not None:
+            with contextlib.suppress(Exception):  # best effort: the store may refuse this too
+                await self._on_stuck(tps, f"{self.stream}: {reason}")
+
+    async def _unstick(self, tps: Sequence[TP]) -> None:
+        log.warning("%s: the flush that failed for good (%s) went through", self.stream, self.stuck)
+        self.stuck = None
+        self._permanent_in_a_row = 0
+        if self._on_stuck is not None:
+            with contextlib.suppress(Exception):
+                await self._on_stuck(tps, None)
+
+    def _unwritable(self, batch: PendingBatch[A], reason: str) -> PendingBatch[A]:
+        """The batch of one message the store refuses for good, as a batch that dead-letters its events.
+
+        Transactions only: the refused transaction applied nothing, so the message's events
+        can be refused as a whole (reason ``unwritable``, the store's error as the detail)
+        and the partition moves on; ``deadletters replay`` sends them again once the
+        document is fixed.
+        """
+        out = new_batch(self._factory, self.marked, self.clock)
+        out.decided_at = batch.decided_at
+        for m in batch.messages:
+            if m.skipped:
+                out.skip(m.ack)
+            else:
+                out.refuse_message(m, "unwritable", reason, batch.dead)
+        self.stats.unwritable += out.events
+        log.error(
+            "%s: the store refuses the writes of one message for good (%s); its %d events are "
+            "dead-lettered as 'unwritable' and the partition goes on. Fix the document, then "
+            "`preagg deadletters replay --reason unwritable`.",
+            self.stream,
+            reason,
+            out.events,
+        )
+        return out
+
     async def _retry(
         self,
         what: str,
         op: Callable[[], Awaitable[object]],
         events: int,
         give_up: Callable[[Exception], bool] | None = None,
+        tps: Sequence[TP] = (),
     ) -> None:
         """Run ``op`` until it succeeds, logging and counting each failure, backing off.
 
         ``give_up`` may end the loop by re-raising a failure (the commit splits its batch).
+        A permanent write error (:func:`~pipeline.store.errors.permanent`) met
+        :data:`PERMANENT_ATTEMPTS` times in a row is escalated (:meth:`_escalate`).
         """
         delay = min(0.5, self.max_backoff)
         while True:
             try:
                 await op()
+                if tps and self.stuck is not None:
+                    await self._unstick(tps)
                 return
             except (asyncio.CancelledError, FenceConflict):
                 raise
             except Exception as exc:  # any store/broker failure: keep the batch, back off
                 if give_up is not None and give_up(exc):
                     raise
+                reason = permanent(exc) if tps else None
+                self._permanent_in_a_row = self._permanent_in_a_row + 1 if reason else 0
+                if reason is not None and self._permanent_in_a_row == PERMANENT_ATTEMPTS:
+                    await self._escalate(tps, reason)
                 self.stats.retries += 1
                 # Jittered: workers whose commits conflicted must not retry in step and meet again.
                 pause = random.uniform(delay / 2, delay)

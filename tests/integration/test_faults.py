@@ -7,7 +7,10 @@ Every test ends with an audit of every stored counter against the truth.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +22,7 @@ from pipeline.kinds import named
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
-from pipeline.services.embedded import Endpoints
+from pipeline.services.embedded import Endpoints, free_port
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 from pipeline.store.offsets import Fence
@@ -30,7 +33,7 @@ from pipeline.testing.simulate import draw_rates, run_schedule
 from pipeline.testing.traffic import Traffic, generate
 from pipeline.worker.process import WorkerProcess
 
-from .helpers import produce, with_db
+from .helpers import cli, produce, run_worker_to_end, with_db
 
 pytestmark = pytest.mark.integration
 
@@ -153,3 +156,61 @@ def test_seeded_fault_schedules_stay_exact(settings: Settings) -> None:
         assert report.mismatches == [], (report.mismatches, lines)
         seen.update(report.faults)
     assert seen["rival_insert"] > 0 and seen["lost_reply"] > 0 and seen["kill -9"] > 0, (seen, lines)
+
+
+def get_json(url: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+    except OSError:  # not listening yet
+        return 0, {}
+
+
+def test_a_write_that_fails_for_good_is_escalated_and_goes_through_once_fixed(settings: Settings) -> None:
+    """Issue 37, item 5: a manual edit made a counter a string; $inc then fails with TypeMismatch
+    on every attempt. After a bounded number of attempts /health/live fails and `preagg status`
+    names the problem; fixed, the same flush goes through by itself, exactly."""
+    traffic = generate(600, end=time.time(), days=1, seed=41, bad_share=0.0)
+    asyncio.run(produce(settings, traffic.lines, pack=10))
+    run_worker_to_end(settings)
+    daily = hits_fields().daily
+
+    async def break_one(db):  # type: ignore[no-untyped-def]
+        doc = await db[daily.collection].find_one({daily.total: {"$gt": 0}})
+        await db[daily.collection].update_one({"_id": doc["_id"]}, {"$set": {daily.total: "edited by hand"}})
+        return doc["_id"], doc[daily.total]
+
+    broken, total = with_db(settings, break_one)
+    asyncio.run(produce(settings, traffic.lines, pack=10))  # the same pages again: that document too
+    web = free_port()
+    w = WorkerProcess(settings.with_(web_port=web), "stuck").start()
+    try:
+        deadline = time.monotonic() + 180
+        status, live = get_json(f"http://127.0.0.1:{web}/health/live")
+        while status != 503 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            status, live = get_json(f"http://127.0.0.1:{web}/health/live")
+        assert status == 503 and "TypeMismatch" in live["stuck"]["hits"], live
+        shown = cli(settings, "status", "--interval", "0")
+        assert "PROBLEM" in shown and "cannot write its flush" in shown and "TypeMismatch" in shown, shown
+
+        async def fix(db):  # type: ignore[no-untyped-def]
+            await db[daily.collection].update_one({"_id": broken}, {"$set": {daily.total: total}})
+
+        with_db(settings, fix)
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
+        status, live = get_json(f"http://127.0.0.1:{web}/health/live")
+        while status != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            status, live = get_json(f"http://127.0.0.1:{web}/health/live")
+        assert status == 200, live
+    finally:
+        assert w.terminate() == 0, w.log_path.read_text()[-3000:]
+    assert "fails for good" in w.log_path.read_text()
+    twice = Traffic(per_minute=Counter({k: 2 * n for k, n in traffic.per_minute.items()}))
+    problems, events = audit(settings, twice)
+    assert problems == [], problems[:10]
+    assert events == 2 * len(traffic.lines)
+    assert "PROBLEM" not in cli(settings, "status", "--interval", "0")
