@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from pymongo.errors import ExecutionTimeout, OperationFailure, PyMongoError
+from pymongo.errors import BulkWriteError, ExecutionTimeout, OperationFailure, PyMongoError
 
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.aggregate import HitCounts
@@ -695,3 +695,46 @@ def test_health_allows_a_backlog_its_deferred_flushes() -> None:
     assert not health([f], 30.0, now - 100, now=now, backlog_interval=20.0)["ok"]
     f.deferring = True
     assert health([f], 30.0, now - 100, now=now, backlog_interval=20.0)["ok"]
+
+
+class RefusingStore(ModelStore):
+    """A store on which one document cannot be written (a manual edit made its counter a string)."""
+
+    def __init__(self, log: list[str], refused: str) -> None:
+        super().__init__(log)
+        self.refused = refused
+
+    async def commit(
+        self, updates: Sequence[DocUpdate], fences: Sequence[Fence], *a: Any, **k: Any
+    ) -> Committed:
+        for i, u in enumerate(updates):
+            if self.refused in str(u.id):
+                self.log.append("refused")
+                err = {"index": i, "code": 14, "errmsg": "Cannot apply $inc to a value of non-numeric type"}
+                raise BulkWriteError({"writeErrors": [err], "op": {"q": {"_id": u.id}}})
+        return await super().commit(updates, fences, *a, **k)
+
+
+def test_a_message_the_store_refuses_for_good_is_dead_lettered_alone_in_transactions() -> None:
+    """Issue 37, item 5: a permanent write error halves the batch down to the one message whose
+    document is refused; its events are dead-lettered ('unwritable'), every other one counted."""
+    store = RefusingStore([], refused="/bad")
+    f, log, _ = make(store, commit=CommitBound(max_docs=10_000, max_bytes=10**9, target_seconds=60))
+    letters: list[DeadLetter] = []
+
+    async def send_dead(dead: Sequence[DeadLetter]) -> None:
+        letters.extend(dead)
+
+    f._send_dead = send_dead
+
+    async def go() -> None:
+        for o in range(10):
+            await f.receive(TP0, o, hit(ts=60 * o, page="/bad" if o == 5 else f"/p{o}"), f"m{o}")
+        await drain(f)
+
+    asyncio.run(go())
+    assert [(d.rejection.reason, d.offset) for d in letters] == [("unwritable", 5)]
+    assert "TypeMismatch" in letters[0].rejection.detail
+    assert store.total() == 9 and f.stats.unwritable == 1
+    assert [e for e in log if e.startswith("ack")] == [f"ack:m{o}" for o in range(10)]
+    assert_contiguous(store, TP0, 0, 10)
