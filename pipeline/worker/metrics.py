@@ -112,6 +112,24 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
         lambda f: f.stats.shares_split,
     ),
     (
+        "counter",
+        "preagg_commit_permanent_errors",
+        "Flushes escalated after failing the same permanent way (a document the store refuses for good)",
+        lambda f: f.stats.permanent_errors,
+    ),
+    (
+        "gauge",
+        "preagg_commit_stuck",
+        "1 while a flush fails for good (escalated: /health/live 503 until the document is fixed)",
+        lambda f: float(f.stuck is not None),
+    ),
+    (
+        "counter",
+        "preagg_unwritable_events",
+        "Events dead-lettered because the store refused their message's writes for good (transactions)",
+        lambda f: f.stats.unwritable,
+    ),
+    (
         "gauge",
         "preagg_idempotent_writes",
         "1 when the stream's flushes are marked bulk writes, 0 when transactions",
