@@ -62,6 +62,21 @@ class FaultRates:
     lost_reply: float = 0.0
     #: ``update`` statements inside a transaction answered ``WriteConflict``.
     write_conflict: float = 0.0
+    #: ``commitTransaction`` answered with ``UnknownTransactionCommitResult``, half of them
+    #: after the server committed (the answer lost in a failover), half without forwarding.
+    commit_unknown: float = 0.0
+    #: ``update`` commands (outside transactions) of two statements or more of which only the
+    #: first half reaches the server, answered ``InterruptedDueToReplStateChange`` (a primary
+    #: stepping down in the middle of an unordered bulk write).
+    partial_bulk: float = 0.0
+    #: Commands held :attr:`SLOW_SECONDS` before they are forwarded (a slow or paused server).
+    slow: float = 0.0
+
+
+#: How long a "slow" command is held.
+SLOW_SECONDS = 2.0
+#: Commands that write (their write concern is recorded in ``MongoFaultProxy.write_concerns``).
+WRITES = frozenset({"insert", "update", "delete", "findAndModify", "commitTransaction"})
 
 
 @dataclass
@@ -152,6 +167,11 @@ class MongoFaultProxy:
         self.random = random.Random(seed)
         #: What was injected, by fault.
         self.injected: Counter[str] = Counter()
+        #: The write concern of every write outside a transaction (and of every commit), by ``w``:
+        #: what the server would have waited for before answering.
+        self.write_concerns: Counter[str] = Counter()
+        #: The same by ``(w, command, collection)``.
+        self.writes_by_concern: Counter[tuple[str, str, str]] = Counter()
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -263,6 +283,10 @@ class _Connection:
         self.sreader, self.swriter = sreader, swriter
         self.rewrites: dict[int, _Rewrite] = {}
         self.lose: set[int] = set()
+        #: Commits the server applied whose answer becomes "outcome unknown".
+        self.unknown: set[int] = set()
+        #: Bulk writes cut in the middle: the server's answer becomes a step-down error.
+        self.interrupted: set[int] = set()
 
     async def run(self) -> None:
         up = asyncio.ensure_future(self._client_to_server())
@@ -301,6 +325,14 @@ class _Connection:
                 self.lose.discard(response_to)
                 self.proxy.injected["lost_reply"] += 1
                 return  # the write applied; its answer never arrives: the connection drops
+            if response_to in self.unknown or response_to in self.interrupted:
+                body = _unknown_commit() if response_to in self.unknown else _stepped_down()
+                self.unknown.discard(response_to)
+                self.interrupted.discard(response_to)
+                reply = Msg(self.proxy.next_reply_id(), response_to, 0, body, {})
+                self.cwriter.write(reply.encode())
+                await self.cwriter.drain()
+                continue
             rewrite = self.rewrites.pop(response_to, None)
             if rewrite is not None and op == OP_MSG:
                 msg = parse_msg(request_id, response_to, data)
@@ -317,6 +349,27 @@ class _Connection:
         command = next(iter(body), "")
         rates = self.proxy.rates
         in_txn = body.get("autocommit") is False
+        if command in WRITES and (not in_txn or command == "commitTransaction"):
+            w = str((body.get("writeConcern") or {}).get("w", "default"))
+            self.proxy.write_concerns[w] += 1
+            self.proxy.writes_by_concern[(w, command, str(body.get(command, "")))] += 1
+        if command in WRITES and self.proxy.draw(rates.slow):
+            self.proxy.injected["slow"] += 1
+            await asyncio.sleep(SLOW_SECONDS)
+        if command == "commitTransaction" and self.proxy.draw(rates.commit_unknown):
+            applied = self.proxy.random.random() < 0.5
+            self.proxy.injected["commit_unknown_applied" if applied else "commit_unknown_not_applied"] += 1
+            if applied:
+                self.unknown.add(msg.request_id)
+                return None
+            self._answer(msg, _unknown_commit())
+            return ANSWERED
+        if command == "update" and not in_txn and self.proxy.rates.partial_bulk > 0:
+            statements = msg.sequences.get("updates", body.get("updates", []))
+            if len(statements) >= 2 and self.proxy.draw(rates.partial_bulk):
+                self.proxy.injected["partial_bulk"] += 1
+                self.interrupted.add(msg.request_id)
+                return self._forward_only(msg, statements[: len(statements) // 2])
         if command == "update":
             statements = msg.sequences.get("updates", body.get("updates", []))
             if in_txn:
@@ -373,6 +426,13 @@ class _Connection:
         self.rewrites[msg.request_id] = _Rewrite(forwarded, injected)
         return msg.encode()
 
+    def _forward_only(self, msg: Msg, kept: list[dict[str, Any]]) -> bytes:
+        if "updates" in msg.sequences:
+            msg.sequences["updates"] = kept
+        else:
+            msg.body["updates"] = kept
+        return msg.encode()
+
     def _answer(self, request: Msg, body: dict[str, Any]) -> None:
         reply = Msg(self.proxy.next_reply_id(), request.request_id, 0, body, {})
         self.cwriter.write(reply.encode())
@@ -386,6 +446,29 @@ def _merge_reply(reply: Msg, rewrite: _Rewrite) -> Msg:
     if "upserted" in body:
         body["upserted"] = [{**u, "index": rewrite.forwarded[u["index"]]} for u in body["upserted"]]
     return Msg(reply.request_id, reply.response_to, reply.flags, body, reply.sequences)
+
+
+def _unknown_commit() -> dict[str, Any]:
+    """What a commit whose outcome the server could not confirm answers (a write concern timeout
+    during a failover): the drivers' rule is to run ``commitTransaction`` again."""
+    return {
+        "ok": 0.0,
+        "code": 50,
+        "codeName": "MaxTimeMSExpired",
+        "errmsg": "operation exceeded time limit",
+        "errorLabels": ["UnknownTransactionCommitResult"],
+    }
+
+
+def _stepped_down() -> dict[str, Any]:
+    """A primary that stepped down in the middle of a command (no retryable label: the driver
+    does not run it again; the caller sees the error, part of the bulk applied)."""
+    return {
+        "ok": 0.0,
+        "code": 11602,
+        "codeName": "InterruptedDueToReplStateChange",
+        "errmsg": "operation was interrupted because a client disconnected (stepdown)",
+    }
 
 
 def _write_conflict() -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Seeded fault schedules: the chaos drill's kills and crashes, with the store's answers played by the
-fault proxy (rival inserts, lost answers), then every counter and ledger audited.
+fault proxy (rival inserts, lost answers, bulk writes cut by a step-down, slow commands), then every
+counter and ledger audited.
 
 A schedule is drawn from its seed: the proxy's fault rates, and (through
 :func:`pipeline.testing.chaos.run_chaos`) when workers are killed, crashed inside or right after a
@@ -26,6 +27,8 @@ from pipeline.testing.mongofault import FaultRates, MongoFaultProxy
 #: The rates a schedule draws from (0 included: some schedules meet a fault, others not).
 RIVAL_INSERT_RATES = (0.0, 0.1, 0.3, 0.5)
 LOST_REPLY_RATES = (0.0, 0.05, 0.15)
+PARTIAL_BULK_RATES = (0.0, 0.03, 0.1)
+SLOW_RATES = (0.0, 0.0, 0.01)
 
 
 @dataclass
@@ -52,7 +55,12 @@ class ScheduleReport:
 def draw_rates(seed: int) -> FaultRates:
     """The proxy's rates of schedule ``seed`` (pure)."""
     rng = random.Random(f"rates-{seed}")
-    return FaultRates(rival_insert=rng.choice(RIVAL_INSERT_RATES), lost_reply=rng.choice(LOST_REPLY_RATES))
+    return FaultRates(
+        rival_insert=rng.choice(RIVAL_INSERT_RATES),
+        lost_reply=rng.choice(LOST_REPLY_RATES),
+        partial_bulk=rng.choice(PARTIAL_BULK_RATES),
+        slow=rng.choice(SLOW_RATES),
+    )
 
 
 def run_schedule(
@@ -67,7 +75,10 @@ def run_schedule(
     rates = draw_rates(seed)
     proxy = MongoFaultProxy(upstream, rates, seed=seed).start()
     try:
-        say(f"rates: rival insert {rates.rival_insert}, lost answer {rates.lost_reply}")
+        say(
+            f"rates: rival insert {rates.rival_insert}, lost answer {rates.lost_reply}, "
+            f"bulk cut by a step-down {rates.partial_bulk}, slow {rates.slow}"
+        )
         chaos = run_chaos(settings.with_(mongo_url=proxy.url), seed, events, duration, pack=20, say=say)
     finally:
         proxy.stop()
