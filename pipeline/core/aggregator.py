@@ -27,3 +27,10 @@ class Aggregator(Protocol):
         ...
 
     def plan(self) -> list[DocUpdate]: ...
+
+    # Optional (looked up with getattr, so kinds defined elsewhere need not have them):
+    #
+    # ``decisions() -> bytes | None``: what the last plan decided from the worker's own state
+    # rather than from the events (hits: the pages refused a document past the day's cap).
+    # A flush's intent records it; ``assume(decisions)`` makes a later plan of the same
+    # events decide the same way (a redo on another worker: docs/exactly-once.md).

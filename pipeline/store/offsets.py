@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bson import Binary
+
 OFFSETS_COLLECTION = "preagg_offsets"
 
 TP = tuple[str, int]
@@ -74,6 +76,9 @@ class Fence:
     #: The batch's "now" for its decisions (pipeline.core.clock): an intent records it, so
     #: that a redo of the range refuses and accepts exactly what the flush did.
     decided_at: float | None = None
+    #: What the partition's plan decided from the worker's own state (hits: the pages it
+    #: refused a document past the day's cap), recorded with the intent for a redo.
+    decisions: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,8 @@ class Pending:
     end: int
     #: The flush's "now" for its decisions (``None``: an intent written before it was recorded).
     decided_at: float | None = None
+    #: The plan's recorded decisions (``Fence.decisions``).
+    decisions: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -106,12 +113,14 @@ def pending_of(doc: Mapping[str, Any] | None) -> Pending | None:
     assert doc is not None
     start = doc.get("next")
     clock = p.get("clock")
+    decisions = p.get("decisions")
     return Pending(
         p["flush"],
         int(doc.get("seq", 0)),
         start if start is not None else p.get("begin"),
         int(p["end"]),
         float(clock) if isinstance(clock, int | float) else None,
+        bytes(decisions) if isinstance(decisions, bytes) else None,
     )
 
 
@@ -137,6 +146,7 @@ def intent_update(
                     "at": now,
                     "worker": worker,
                     **({"clock": fence.decided_at} if fence.decided_at is not None else {}),
+                    **({"decisions": Binary(fence.decisions)} if fence.decisions else {}),
                 },
             },
             "$inc": {"seq": 1},

@@ -75,6 +75,11 @@ class PendingBatch(Generic[A]):
     #: The batch's "now" (epoch seconds, taken at its first message): every lateness and
     #: future-skew decision of the batch reads it, and its intent records it for a redo.
     decided_at: float = 0.0
+    #: Per partition, what its aggregate's plan decided from the worker's own state
+    #: (``Aggregator.decisions``, hits: page-cap refusals): recorded with the intent.
+    decisions: dict[TP, bytes] = field(default_factory=dict)
+    #: A redo's: the decisions its flush recorded, which the plan assumes (``Aggregator.assume``).
+    assumed: dict[TP, bytes | None] = field(default_factory=dict)
 
     def aggregates(self) -> list[A]:
         """Every aggregate of the batch: one, or one per source partition."""
@@ -177,6 +182,7 @@ class PendingBatch(Generic[A]):
                     flushes=1 if first else 0,
                     last=self._fingerprint((t, p), last),
                     decided_at=self.decided_at or None,
+                    decisions=self.decisions.get((t, p)),
                 )
             )
         return out

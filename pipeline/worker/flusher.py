@@ -408,8 +408,9 @@ class Flusher(Generic[A]):
 
         await self._retry(f"re-read of {tp[0]}[{tp[1]}] {cut.start}..{cut.end}", read, 0)
         batch = new_batch(self._factory, True, self.clock)
-        if cut.decided_at is not None:
+        if cut.decided_at is not None:  # an intent that recorded its decisions
             batch.decided_at = cut.decided_at  # decide as the flush did (pipeline.core.clock)
+            batch.assumed[tp] = cut.decisions
         for offset, value, ts in records:
             batch.ingest_message(tp, offset, self._lines(value), None, cut.start, ts)
         log.warning(
@@ -746,9 +747,20 @@ class Flusher(Generic[A]):
             return batch.aggregate.plan()
         plan: list[DocUpdate] = []
         for tp, aggregate in batch.by_tp.items():
+            # Optional hooks of a kind's aggregator: decide as the flush being redone did, and
+            # say what this plan decided from the worker's own state (recorded with the intent).
+            assume = getattr(aggregate, "assume", None)
+            if tp in batch.assumed and assume is not None:
+                assume(batch.assumed[tp])
             for u in aggregate.plan():
                 u.sources = (tp,)
                 plan.append(u)
+            decided = getattr(aggregate, "decisions", None)
+            made = decided() if decided is not None else None
+            if made:
+                batch.decisions[tp] = made
+            else:
+                batch.decisions.pop(tp, None)
         return merge_sources(plan, self.max_fields_per_update)
 
     def _give_up(self, exc: Exception, batch: PendingBatch[A], docs: int) -> bool:

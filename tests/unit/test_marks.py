@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
+from datetime import date
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from pipeline.core.updates import DocUpdate, merge_sources, split_wide
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.sites.caps import PageCaps
 from pipeline.store.offsets import Committed, Fence, FenceConflict, Ledgers, Pending
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
@@ -53,7 +55,9 @@ class MarkStore:
             if "pending" in led:
                 p = led["pending"]
                 start = led.get("next", p["begin"])
-                out.pending[tp] = Pending(p["flush"], led["seq"], start, p["end"], p.get("clock"))
+                out.pending[tp] = Pending(
+                    p["flush"], led["seq"], start, p["end"], p.get("clock"), p.get("decisions")
+                )
         return out
 
     async def commit(
@@ -74,7 +78,13 @@ class MarkStore:
                 seqs[tp] = led["seq"]
             elif "pending" not in led and led.get("next") == f.expected:
                 led["seq"] += 1
-                led["pending"] = {"flush": flush_id, "end": f.next, "begin": f.begin, "clock": f.decided_at}
+                led["pending"] = {
+                    "flush": flush_id,
+                    "end": f.next,
+                    "begin": f.begin,
+                    "clock": f.decided_at,
+                    "decisions": f.decisions,
+                }
                 seqs[tp] = led["seq"]
             else:
                 raise FenceConflict([(f, led.get("next"))])
@@ -123,6 +133,7 @@ def flusher(
     check_incarnation: Any = None,
     clock: DecisionClock | None = None,
     lateness: float = 0.0,
+    caps: PageCaps | None = None,
 ) -> Flusher[HitCounts]:
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
         log.append(("dead", len(letters)))
@@ -138,7 +149,7 @@ def flusher(
     dec.lateness = lateness
     return Flusher(
         "hits",
-        lambda: HitCounts(dec, hits_fields("readable")),
+        lambda: HitCounts(dec, hits_fields("readable"), caps=caps),
         store,  # type: ignore[arg-type]
         send_dead,
         ack,
@@ -309,6 +320,35 @@ def test_a_redo_decides_lateness_as_the_flush_did_not_by_the_clock_of_its_run() 
     asyncio.run(successor())
     assert not [e for e in log if e[0] == "dead"], "the redo refused what the flush had counted"
     assert store.total() == 6
+
+
+def test_a_redo_admits_the_pages_its_flush_admitted_whatever_its_own_caps_say() -> None:
+    """Issue 37, item 4: page caps are per worker. The flush admitted /a (the day's one page) and
+    refused /b; the worker redoing it knows another page of that day and would refuse /a too,
+    losing /a's page counts. The intent records the refusals; the redo refuses exactly those."""
+    records = {P0: [(o, hit(60 * o, "/a" if o % 2 == 0 else "/b")) for o in range(4)]}
+    store, log = MarkStore(), []
+
+    async def first() -> None:
+        f = flusher(store, log, records, caps=PageCaps(1, 4096))
+        await f.receive_many(P0, [(o, v, o, 0) for o, v in records[P0]])
+        store.die_after = 0  # the intent is recorded, nothing written
+        with pytest.raises(Died):
+            await f.flush()
+
+    asyncio.run(first())
+    assert store.stored_ledgers[P0]["pending"]["decisions"], "the refusal of /b is recorded"
+    elsewhere = PageCaps(1, 4096)
+    elsewhere.seed_pages("s", date(1970, 1, 1).toordinal(), ["/c"])  # this worker's day is full
+
+    async def successor() -> None:
+        f = flusher(store, log, records, caps=elsewhere)
+        await f.load_positions([P0])
+        assert f.stats.redone == 1
+
+    asyncio.run(successor())
+    daily = {i: d["inc"]["total"] for (c, i), d in store.docs.items() if c == "hits_daily"}
+    assert [(i.split("/", 2)[-1], n) for i, n in daily.items()] == [("/a", 2)], daily
 
 
 def test_a_retried_flush_writes_nothing_twice() -> None:

@@ -14,9 +14,11 @@ its retention tier are not written (:mod:`pipeline.kinds.hits.sites.tiers`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
 from typing import Protocol
+
+import xxhash
 
 from pipeline.core.calendar import SLOT, UTC_CALENDAR, Calendar, minute_dt
 from pipeline.core.rejection import Rejection
@@ -83,6 +85,8 @@ class HitCounts:
     """
 
     __slots__ = (
+        "_assumed",
+        "_refused",
         "calendars",
         "caps",
         "counts",
@@ -106,6 +110,9 @@ class HitCounts:
         self.decoder = decoder
         #: Pages per day and top pages (:mod:`pipeline.kinds.hits.sites.caps`), shared by a worker's windows.
         self.caps = caps if caps is not None else unlimited()
+        #: The page-cap refusals of the last plan (:meth:`decisions`), and those a redo assumes.
+        self._refused: set[bytes] = set()
+        self._assumed: frozenset[bytes] | None = None
         self.fields = fields
         self.prop_keys = prop_keys
         self.calendars = calendars
@@ -179,9 +186,42 @@ class HitCounts:
             raise RuntimeError("hits with properties need a name store (prop_keys)")
         now = datetime.now(UTC)
         today = datetime(now.year, now.month, now.day)
+        self._refused = set()
         return plan_hits(
-            self.counts, self.fields, self.props, self.prop_keys, self.calendars, self.caps, today
+            self.counts,
+            self.fields,
+            self.props,
+            self.prop_keys,
+            self.calendars,
+            self.caps,
+            today,
+            refused=self._assumed,
+            record=self._refused,
         )
+
+    def decisions(self) -> bytes | None:
+        """What the last plan decided from this worker's state alone: the pages it refused a
+        document of their own (past the day's cap). A flush's intent records it, so that a redo
+        of its range on another worker refuses exactly those (docs/exactly-once.md)."""
+        return encode_refusals(self._refused) if self._refused else None
+
+    def assume(self, decisions: bytes | None) -> None:
+        """Plan as the flush that recorded ``decisions`` did (``None``: it refused no page)."""
+        self._assumed = decode_refusals(decisions or b"")
+
+
+def cap_key(site: str, page: str, ordinal: int) -> bytes:
+    """8 bytes naming a (site, page, local day) in a flush's recorded page-cap refusals."""
+    return xxhash.xxh64_digest(f"{site}\x00{page}\x00{ordinal}".encode("utf-8", "surrogatepass"))
+
+
+def encode_refusals(keys: Iterable[bytes]) -> bytes:
+    """A flush's page-cap refusals as one byte string (sorted 8-byte keys)."""
+    return b"".join(sorted(keys))
+
+
+def decode_refusals(raw: bytes) -> frozenset[bytes]:
+    return frozenset(raw[i : i + 8] for i in range(0, len(raw), 8))
 
 
 def plan_hits(
@@ -192,6 +232,8 @@ def plan_hits(
     calendars: Calendars = UTC_SITES,
     caps: PageCaps | None = None,
     written: datetime | None = None,
+    refused: frozenset[bytes] | None = None,
+    record: set[bytes] | None = None,
 ) -> list[DocUpdate]:
     """Group minute counts into one upsert per daily and monthly document, pages' and sites'.
 
@@ -202,6 +244,10 @@ def plan_hits(
     cap (``caps``) goes only there, under ``(other)`` in the top pages. ``written``
     (today's UTC midnight) is set on every daily document: the workers' periodic
     retention runs do not prune what was written within its tier (a backfill).
+
+    ``refused``: the pages refused a document (:func:`cap_key`) by the flush this plan
+    writes again; when given, exactly those are refused, whatever ``caps`` says now (a
+    redo decides as its flush did). ``record`` collects the keys this plan refuses.
     """
     fd, fm = fields.daily, fields.monthly
     rd, rm = fields.rollups.daily, fields.rollups.monthly
@@ -267,7 +313,13 @@ def plan_hits(
     def admits(site: str, page: str, ordinal: int) -> bool:
         ok = admitted.get((site, page, ordinal))
         if ok is None:
-            ok = admitted[site, page, ordinal] = caps.admits(site, ordinal, page)
+            if refused is not None:
+                ok = cap_key(site, page, ordinal) not in refused
+            else:
+                ok = caps.admits(site, ordinal, page)
+            if not ok and record is not None:
+                record.add(cap_key(site, page, ordinal))
+            admitted[site, page, ordinal] = ok
         return ok
 
     for (site, page, minute), n in counts.items():
