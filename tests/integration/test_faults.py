@@ -25,7 +25,11 @@ from pipeline.core.updates import DocUpdate, merge_sources
 from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named
 from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.impressions.query import items_of_user
 from pipeline.kinds.listens.query import top_tags
+from pipeline.kinds.relations import KIND as RELATIONS
+from pipeline.kinds.relations.layout import relation_sides
+from pipeline.kinds.relations.query import related_items
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.services.embedded import Endpoints, free_port
@@ -283,3 +287,62 @@ def test_transactions_meet_write_conflicts_and_unknown_commit_outcomes_exactly(
     events, wrong = with_db(settings, check)
     assert events == len(lines)
     assert wrong == []
+
+
+def test_impressions_and_relations_stay_exact_through_the_faults(
+    settings: Settings, proxy: MongoFaultProxy
+) -> None:
+    """The other idempotent kinds, keyless: impression counts exact, Bloom relations without a
+    false negative, every event counted once, through rival inserts, lost answers and step-downs."""
+    settings = settings.with_(partitions=3, kinds=("impressions", "relations"))
+    rng = random.Random(42)
+    truth: Counter[tuple[int, int]] = Counter()
+    related: set[tuple[int, int]] = set()
+    impressions, relations = [], []
+    for _ in range(2_000):
+        user, item = rng.randrange(30), rng.randrange(25)
+        truth[(user, item)] += 1
+        ts = 1_700_000_000 + rng.randrange(86400)
+        impressions.append(orjson.dumps({"user": user, "item": item, "ts": ts}))
+        if rng.random() < 0.3:
+            related.add((user, item))
+            relations.append(orjson.dumps({"user": user, "item": item}))
+
+    async def send() -> None:
+        for kind, lines in (("impressions", impressions), ("relations", relations)):
+            topic = settings.topic(kind)
+            async with EventProducer(settings, topic, 1) as p:
+                for line in lines:
+                    await p.send_raw(line, None)
+
+    asyncio.run(send())
+    proxy.set_rates(FaultRates(rival_insert=0.3, lost_reply=0.1, partial_bulk=0.05))
+    topics = [settings.topic("impressions"), settings.topic("relations")]
+    through = settings.with_(mongo_url=proxy.url)
+    workers = [WorkerProcess(through, n).start() for n in ("ir-a", "ir-b")]
+    try:
+        asyncio.run(wait_caught_up(settings, topics, timeout=240))
+    finally:
+        codes = [w.terminate() for w in workers]
+    assert all(c in (0, 75) for c in codes), codes
+    assert proxy.injected["rival_insert"] > 0, proxy.injected
+    r = settings.of(RELATIONS)
+    sides = relation_sides(r.user_capacity, r.item_capacity, r.fpr)
+
+    async def check(db):  # type: ignore[no-untyped-def]
+        events = ledger_totals(await read_ledger(db, settings.group_id)).events
+        wrong = []
+        for user in range(30):
+            got = dict(await items_of_user(db, user, mode=settings.schema))
+            want = {i: n for (u, i), n in truth.items() if u == user}
+            if got != want:
+                wrong.append((user, got, want))
+        missed = []
+        for u in range(30):
+            got_items = set(await related_items(db, u, sides))
+            missed += [(u, i) for uu, i in related if uu == u and i not in got_items]
+        return events, wrong, missed
+
+    events, wrong, missed = with_db(settings, check)
+    assert events == len(impressions) + len(relations)
+    assert wrong == [] and missed == []
