@@ -195,7 +195,7 @@ async def audit(settings: Settings, truth: Any, report: ChaosReport, bad: dict[s
     try:
         db = client[settings.db]
         problems = await audit_hits(db, truth, hits_fields(settings.schema))
-        totals = ledger_totals(await read_ledger(db, settings.group_id))
+        totals = ledger_totals(await read_ledger(db, settings.group_id, [settings.topic("hits")]))
         if totals.events != report.events:
             problems.append(f"ledger counts {totals.events} events, {report.events} were produced")
         dead = totals.rejected

@@ -4,10 +4,13 @@ counter and ledger audited.
 
 A schedule is drawn from its seed: the proxy's fault rates, and (through
 :func:`pipeline.testing.chaos.run_chaos`) when workers are killed, crashed inside or right after a
-commit, added and stopped. The invariant checked after the group has caught up: every stored
-counter equals the truth, the ledgers count every event once, and no ledger is left with a flush's
-intent pending. ``make simulate`` runs many schedules; ``make test`` runs a bounded few
-(tests/integration/test_faults.py).
+commit, added and stopped, while the same workers count hits (paced), impressions, relations and
+listens (keyless backlogs: :mod:`pipeline.testing.kinds_truth`). The invariant checked after the
+group has caught up: every stored counter of every kind equals the truth (hits with their site
+rollups and top pages; impressions exact; relations without a false negative; listens' sketches
+exact below their explicit threshold), the ledgers count every event of every topic once, and no
+ledger is left with a flush's intent pending. ``make simulate`` runs many schedules; ``make test``
+runs a bounded few (tests/integration/test_faults.py).
 """
 
 from __future__ import annotations
@@ -18,11 +21,19 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import read_ledger
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 from pipeline.testing.chaos import ChaosReport, run_chaos
+from pipeline.testing.kinds_truth import (
+    OtherKinds,
+    audit_other_kinds,
+    generate_other_kinds,
+    produce_other_kinds,
+)
 from pipeline.testing.mongofault import FaultRates, MongoFaultProxy
+from pipeline.worker.process import WorkerProcess
 
 #: The rates a schedule draws from (0 included: some schedules meet a fault, others not).
 RIVAL_INSERT_RATES = (0.0, 0.1, 0.3, 0.5)
@@ -69,22 +80,58 @@ def run_schedule(
     events: int = 6_000,
     duration: float = 12.0,
     say: Callable[[str], None] = lambda s: None,
+    other_events: int = 2_000,
 ) -> ScheduleReport:
-    """One schedule on ``settings`` (fresh topic, group and database expected; the store's own URL)."""
+    """One schedule on ``settings`` (fresh topics, group and database expected; the store's own URL).
+
+    Hits are produced at a pace during the chaos drill; impressions, relations and listens
+    (``other_events`` of each, keyless) are waiting in their topics when it starts, so the
+    same workers count every kind through the same faults. After the drill one clean worker
+    (still behind the proxy) finishes the other kinds' topics, then every kind is audited.
+    """
     upstream = settings.mongo_url or ""
     rates = draw_rates(seed)
+    others = generate_other_kinds(seed, other_events)
+    if other_events:
+        asyncio.run(produce_other_kinds(settings, others))
     proxy = MongoFaultProxy(upstream, rates, seed=seed).start()
     try:
         say(
             f"rates: rival insert {rates.rival_insert}, lost answer {rates.lost_reply}, "
             f"bulk cut by a step-down {rates.partial_bulk}, slow {rates.slow}"
         )
-        chaos = run_chaos(settings.with_(mongo_url=proxy.url), seed, events, duration, pack=20, say=say)
+        through = settings.with_(mongo_url=proxy.url)
+        chaos = run_chaos(through, seed, events, duration, pack=20, say=say)
+        if other_events:
+            _finish(through, [settings.topic(k) for k in others.lines()], say)
     finally:
         proxy.stop()
     report = ScheduleReport(seed, rates, chaos, Counter(proxy.injected), list(chaos.mismatches))
-    report.mismatches += asyncio.run(_pending_ledgers(settings))
+    report.mismatches += asyncio.run(_audit(settings, others if other_events else None))
     return report
+
+
+def _finish(
+    settings: Settings, topics: list[str], say: Callable[[str], None], timeout: float = 300.0
+) -> None:
+    """One worker until the group has counted every message of ``topics``."""
+    worker = WorkerProcess(settings, "finisher").start()
+    say("start finisher (the other kinds' topics)")
+    try:
+        asyncio.run(wait_caught_up(settings, topics, timeout=timeout))
+    finally:
+        worker.terminate()
+
+
+async def _audit(settings: Settings, others: OtherKinds | None) -> list[str]:
+    problems = await _pending_ledgers(settings)
+    if others is None:
+        return problems
+    client = mongo_client(settings.mongo_url or "")
+    try:
+        return problems + await audit_other_kinds(client[settings.db], settings, others)
+    finally:
+        await client.close()
 
 
 async def _pending_ledgers(settings: Settings) -> list[str]:
