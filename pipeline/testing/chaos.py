@@ -127,8 +127,12 @@ def run_chaos(
     pack: int = 20,
     say: Callable[[str], None] = lambda s: None,
     catch_up_timeout: float = 240.0,
+    topics: list[str] | None = None,
 ) -> ChaosReport:
-    """One drill on ``settings`` (fresh topic, group and database expected)."""
+    """One drill on ``settings`` (fresh topic, group and database expected).
+
+    ``topics``: every topic the group must have counted before the workers stop (default: hits).
+    """
     rng = random.Random(seed)
     traffic = generate(events, end=time.time(), days=2, seed=seed, late_share=0.1, bad_share=0.01)
     report = ChaosReport(seed, len(traffic.lines), traffic.valid, sum(traffic.bad.values()))
@@ -164,7 +168,7 @@ def run_chaos(
                 report.scale_downs += 1
                 say("stop w2 (scale down)")
         producer.join()
-        catch_up(settings, crew, catch_up_timeout)
+        catch_up(settings, crew, catch_up_timeout, topics)
         crew.stop_all()
         report.seconds = time.monotonic() - began
         report.mismatches = asyncio.run(audit(settings, traffic.per_minute, report, dict(traffic.bad)))
@@ -173,7 +177,7 @@ def run_chaos(
     return report
 
 
-def catch_up(settings: Settings, crew: Crew, timeout: float) -> None:
+def catch_up(settings: Settings, crew: Crew, timeout: float, topics: list[str] | None = None) -> None:
     """Replace faulty workers by clean ones and wait until the group committed everything."""
     for name, w in list(crew.workers.items()):
         if w.settings.fault:
@@ -182,7 +186,7 @@ def catch_up(settings: Settings, crew: Crew, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         crew.reap()
-        lags = asyncio.run(group_lag(settings, [settings.topic("hits")]))
+        lags = asyncio.run(group_lag(settings, topics or [settings.topic("hits")]))
         if lags and all(p.lag == 0 for p in lags):
             return
         if time.monotonic() > deadline:

@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import read_ledger
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
@@ -33,7 +32,6 @@ from pipeline.testing.kinds_truth import (
     produce_other_kinds,
 )
 from pipeline.testing.mongofault import FaultRates, MongoFaultProxy
-from pipeline.worker.process import WorkerProcess
 
 #: The rates a schedule draws from (0 included: some schedules meet a fault, others not).
 RIVAL_INSERT_RATES = (0.0, 0.1, 0.3, 0.5)
@@ -86,8 +84,8 @@ def run_schedule(
 
     Hits are produced at a pace during the chaos drill; impressions, relations and listens
     (``other_events`` of each, keyless) are waiting in their topics when it starts, so the
-    same workers count every kind through the same faults. After the drill one clean worker
-    (still behind the proxy) finishes the other kinds' topics, then every kind is audited.
+    same workers count every kind through the same faults; the drill ends once the group has
+    counted every topic, then every kind is audited.
     """
     upstream = settings.mongo_url or ""
     rates = draw_rates(seed)
@@ -101,26 +99,13 @@ def run_schedule(
             f"bulk cut by a step-down {rates.partial_bulk}, slow {rates.slow}"
         )
         through = settings.with_(mongo_url=proxy.url)
-        chaos = run_chaos(through, seed, events, duration, pack=20, say=say)
-        if other_events:
-            _finish(through, [settings.topic(k) for k in others.lines()], say)
+        topics = [settings.topic(k) for k in ("hits", *others.lines())]
+        chaos = run_chaos(through, seed, events, duration, pack=20, say=say, topics=topics)
     finally:
         proxy.stop()
     report = ScheduleReport(seed, rates, chaos, Counter(proxy.injected), list(chaos.mismatches))
     report.mismatches += asyncio.run(_audit(settings, others if other_events else None))
     return report
-
-
-def _finish(
-    settings: Settings, topics: list[str], say: Callable[[str], None], timeout: float = 300.0
-) -> None:
-    """One worker until the group has counted every message of ``topics``."""
-    worker = WorkerProcess(settings, "finisher").start()
-    say("start finisher (the other kinds' topics)")
-    try:
-        asyncio.run(wait_caught_up(settings, topics, timeout=timeout))
-    finally:
-        worker.terminate()
 
 
 async def _audit(settings: Settings, others: OtherKinds | None) -> list[str]:
