@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
-from pipeline.core.parse import parse_id, parse_time
+from pipeline.core.parse import parse_end, parse_id, parse_time
 
 #: Times an answer may ask about: events are refused outside them (``pipeline.core.times``),
 #: and past year 9999 ``datetime`` itself overflows while a series is bucketed.
@@ -20,7 +20,8 @@ LATEST = datetime(3000, 1, 1, tzinfo=UTC)
 #: Longest text a string parameter (or a string in a JSON body) may be.
 MAX_TEXT = 2048
 
-ParamType = Literal["string", "integer", "time", "date", "id", "choice", "boolean"]
+#: ``end``: a time, or a bare date naming its whole day (the end of a range: ``to=2015-05-20``).
+ParamType = Literal["string", "integer", "time", "end", "date", "id", "choice", "boolean"]
 
 
 class BadParam(ValueError):
@@ -62,13 +63,15 @@ class Param:
             raise
         except (ValueError, OverflowError, OSError) as exc:
             raise BadParam(self.name, f"{raw[:80]!r} is not {self._expected()} ({exc})") from None
-        if self.type in ("time", "date"):
+        if self.type in ("time", "end", "date"):
             check_bounds(self.name, value)
         return value
 
     def _value(self, raw: str, now: datetime) -> Any:
         if self.type == "time":
             return parse_time_or_ms(raw, now)
+        if self.type == "end":
+            return parse_time_or_ms(raw, now, end=True)
         if self.type == "date":
             return parse_day(raw, now)
         if self.type == "id":
@@ -93,6 +96,7 @@ class Param:
     def _expected(self) -> str:
         return {
             "time": "an ISO time, epoch milliseconds or now[-N(s|m|h|d|w)]",
+            "end": "an ISO date (its whole day) or time, epoch milliseconds or now[-N(s|m|h|d|w)]",
             "date": "a date YYYY-MM-DD or today[-N(d|w)]",
             "integer": "an integer",
             "boolean": "true or false",
@@ -130,17 +134,18 @@ def check_bounds(name: str, value: date) -> None:
         raise BadParam(name, f"{value.isoformat()} is outside {EARLIEST.year}..{LATEST.year - 1}")
 
 
-def parse_time_or_ms(raw: str, now: datetime) -> datetime:
+def parse_time_or_ms(raw: str, now: datetime, end: bool = False) -> datetime:
     """:func:`pipeline.core.parse.parse_time`, plus epoch milliseconds (Grafana's ``${__from}``).
 
-    An ISO time without offset stays naive: the site's wall-clock time. Whatever the
+    An ISO time without offset stays naive: the site's wall-clock time. ``end``: a bare
+    date is the end of its whole day (:func:`pipeline.core.parse.parse_end`). Whatever the
     text, the only exception is ``ValueError`` (``now-99999999999d`` and 23-digit epochs
     overflow ``datetime``).
     """
     try:
         if raw.isdigit() and len(raw) >= 10:
             return datetime.fromtimestamp(int(raw) / 1000, UTC)
-        return parse_time(raw, now, local=True)
+        return (parse_end if end else parse_time)(raw, now, local=True)
     except (OverflowError, OSError) as exc:
         raise ValueError(f"out of range ({exc})") from None
 

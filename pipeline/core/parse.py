@@ -37,6 +37,22 @@ def parse_time(text: str, now: datetime | None = None, local: bool = False) -> d
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
 
 
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def parse_end(text: str, now: datetime | None = None, local: bool = False) -> datetime:
+    """The end of a range as a person means it: a bare date names its whole day.
+
+    ``--to 2015-05-20`` ends with the last minute of that (local) day, at every
+    granularity: ``--by hour`` includes the 20th's 24 hours (23 or 25 on a DST day),
+    not only its midnight. A time (``2015-05-20T12:00``, ``now``) stays that instant.
+    """
+    if _DATE.match(text.strip()):
+        day = parse_time(text.strip(), now, local)
+        return day.replace(hour=23, minute=59, second=59, microsecond=999_999)
+    return parse_time(text, now, local)
+
+
 def parse_id(text: str) -> int | str:
     """A user or item id from the command line: digits are an integer id, anything else a string."""
     return int(text) if text.isdigit() and len(text) < 10 else text

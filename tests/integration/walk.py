@@ -100,8 +100,8 @@ def write_data(shared: Path) -> dict[str, object]:
     ten = [(t, p) for t, p, _ in rows if t.hour == 10 and t.day == 17]
     return {
         "hits": len(rows),
-        # `--to 2015-05-20` by hour ends with the bucket of 2015-05-20 00:00 (a time, not a day)
-        "by_hour": sum(1 for t, _, _ in rows if t < datetime(2015, 5, 20, 1, tzinfo=UTC)),
+        # `--to 2015-05-20` by hour: a date is its whole day, so the 20th's hours are all there
+        "by_hour": sum(1 for t, _, _ in rows if t < datetime(2015, 5, 21, tzinfo=UTC)),
         "root_at_ten": sum(1 for _, p in ten if p == "/"),
         "bots": sum(1 for _, _, a in rows if "bot" in a.lower()),
     }

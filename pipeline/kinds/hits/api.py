@@ -115,7 +115,10 @@ def routes(settings: Settings) -> list[Route]:
                     default="now-60m",
                 ),
                 Param(
-                    "to", "end (inclusive bucket): ISO date or time, epoch ms or now", "time", default="now"
+                    "to",
+                    "end (inclusive bucket): ISO time, epoch ms or now; a date is its whole local day",
+                    "end",
+                    default="now",
                 ),
                 Param("by", "bucket size", "choice", default="minute", choices=GRANULARITIES),
                 BOTS,

@@ -9,7 +9,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.core.parse import UsageError, parse_time
+from pipeline.core.parse import UsageError, parse_end, parse_time
 from pipeline.core.text import csv_text, print_rows, printable
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.services.urls import command_settings
@@ -28,7 +28,7 @@ def cmd_query_hits(args: argparse.Namespace) -> int:
     from pipeline.kinds.hits.sites.store import site_config
 
     s = command_settings()
-    start, end = parse_time(args.start, local=True), parse_time(args.end, local=True)
+    start, end = parse_time(args.start, local=True), parse_end(args.end, local=True)
     within_limits(start, end, args.by)
     if args.no_bots and args.by not in FILTERED_BY:
         raise UsageError("--no-bots needs --by day or --by month: bot hits are counted per day")
@@ -142,7 +142,12 @@ def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         default="now-60m",
         help="ISO date or time (without offset: the site's local time) or now-60m (default)",
     )
-    qh.add_argument("--to", dest="end", default="now", help="ISO date or time, or now (default)")
+    qh.add_argument(
+        "--to",
+        dest="end",
+        default="now",
+        help="ISO time or now (default); a date is its whole (local) day, at every --by",
+    )
     qh.add_argument("--by", choices=["minute", "hour", "day", "month"], default="minute")
     qh.add_argument(
         "--no-bots",
