@@ -229,3 +229,11 @@ def test_filters_stop_opening_before_the_document_limit() -> None:
     spec = HeardSpec()
     assert spec.count_for(10**9) == MAX_FILTERS == 13
     assert sum(spec.spec(i).m for i in range(MAX_FILTERS)) / 8 < 5 * 2**20
+
+
+def test_exact_counts_are_shown_as_integers_estimates_with_one_decimal() -> None:
+    """`preagg query top-tags` printed an exact 4 as `4.0` (issue 41)."""
+    from pipeline.kinds.listens.query import shown_top_tags
+
+    shown = shown_top_tags([("rock", 4.0), ("jazz", 1234.5678)])
+    assert shown == [("rock", 4), ("jazz", 1234.6)] and isinstance(shown[0][1], int)

@@ -111,9 +111,10 @@ async def latest_day(db: AsyncDatabase[dict[str, Any]], user: Id, mode: FieldMod
 TOP_TAGS_HEADER = ("tag", "distinct_songs")
 
 
-def shown_top_tags(ranked: list[tuple[Id, float]]) -> list[tuple[Id, float]]:
-    """Top tags as shown: estimates rounded to one decimal (HyperLogLog is not exact)."""
-    return [(tag, round(n, 1)) for tag, n in ranked]
+def shown_top_tags(ranked: list[tuple[Id, float]]) -> list[tuple[Id, int | float]]:
+    """Top tags as shown: an exact count (a small set's explicit sketch) as an integer, an
+    estimate (HyperLogLog) rounded to one decimal; `4.0` read as an estimate of an exact 4."""
+    return [(tag, int(n) if float(n).is_integer() else round(n, 1)) for tag, n in ranked]
 
 
 async def heard(
