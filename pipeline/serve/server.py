@@ -33,7 +33,7 @@ from pipeline.core.params import BadParam, parse_params
 from pipeline.core.routes import Route
 from pipeline.kinds import load_kinds
 from pipeline.serve.openapi import openapi_document
-from pipeline.settings import Settings
+from pipeline.settings import Settings, SettingsError
 from pipeline.store.client import Db
 
 log = logging.getLogger("preagg.serve")
@@ -88,6 +88,29 @@ def host_name(header: str) -> str:
     if header.startswith("["):
         return header[1 : header.find("]")] if "]" in header else header
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+#: Shortest bearer token ``preagg serve`` accepts when it binds beyond loopback.
+MIN_TOKEN = 16
+MAKE_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
+
+
+def check_exposure(settings: Settings) -> None:
+    """Refuse to serve beyond loopback behind a token too short to resist guessing.
+
+    The README's ``PREAGG_SERVE_TOKEN=...`` pasted as written served every interface behind
+    the 3-character token ``...``. No token at all stays allowed (a container publishing
+    the port on its host's loopback binds 0.0.0.0 inside) and is logged.
+    """
+    bind = settings.serve_bind.strip("[]")
+    token = settings.serve_token
+    if bind in LOOPBACK_NAMES or bind.startswith("127.") or not token:
+        return
+    if len(token) < MIN_TOKEN:
+        raise SettingsError(
+            f"PREAGG_SERVE_TOKEN is {len(token)} characters: bound to {bind}, preagg serve takes a token of "
+            f"at least {MIN_TOKEN} random characters; make one with {MAKE_TOKEN}"
+        )
 
 
 class RedactTokens(logging.Filter):
@@ -322,6 +345,7 @@ async def serve(settings: Settings, ready: Callable[[str], None] | None = None) 
     """Serve until SIGTERM/SIGINT; ``ready`` gets the dashboard's URL once the port is bound."""
     from pipeline.store.client import mongo_client
 
+    check_exposure(settings)
     redact = RedactTokens(settings.serve_token)
     for name in ("aiohttp.server", "aiohttp.access", "aiohttp.web", "preagg.serve"):
         logging.getLogger(name).addFilter(redact)

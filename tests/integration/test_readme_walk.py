@@ -56,7 +56,8 @@ CONCRETE: dict[str, list[str]] = {
     "preagg schema [--mode compact|readable] [--json]": ["preagg schema --mode readable"],
     'eval "$(preagg completion bash)"': ['eval "$(preagg completion bash)" && complete -p preagg'],
     # The walk binds to loopback (this machine's rule); the token is checked below.
-    "PREAGG_SERVE_TOKEN=... PREAGG_SERVE_BIND=0.0.0.0 preagg serve": [
+    "PREAGG_SERVE_TOKEN=\"$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')\" "
+    "PREAGG_SERVE_BIND=0.0.0.0 preagg serve": [
         "PREAGG_SERVE_TOKEN=walk-token PREAGG_SERVE_PORT={port2} preagg serve"
     ],
 }

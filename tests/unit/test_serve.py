@@ -276,3 +276,15 @@ def test_tokens_never_reach_the_log() -> None:
     record = logging.LogRecord("x", logging.INFO, "", 0, "header was %r", ("s3cret",), None)
     RedactTokens("s3cret").filter(record)
     assert "s3cret" not in record.getMessage()
+
+
+def test_serve_refuses_a_short_token_beyond_loopback_and_says_how_to_make_one() -> None:
+    """Issue 42: the README's `PREAGG_SERVE_TOKEN=...` served every interface behind `...`."""
+    from pipeline.serve.server import check_exposure
+    from pipeline.settings import SettingsError
+
+    with pytest.raises(SettingsError, match=r"3 characters.*at least 16.*secrets"):
+        check_exposure(Settings(serve_bind="0.0.0.0", serve_token="..."))
+    check_exposure(Settings(serve_bind="0.0.0.0", serve_token="x" * 16))
+    check_exposure(Settings(serve_bind="127.0.0.1", serve_token="..."))  # this machine only
+    check_exposure(Settings(serve_bind="0.0.0.0", serve_token=""))  # no token: a warning, as before
