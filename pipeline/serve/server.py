@@ -357,7 +357,15 @@ async def serve(settings: Settings, ready: Callable[[str], None] | None = None) 
     runner = web.AppRunner(build_app(settings, client[settings.db]), access_log=log)
     await runner.setup()
     site = web.TCPSite(runner, settings.serve_bind, settings.serve_port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # a busy port or an address not on this machine: one line, not a traceback
+        await runner.cleanup()
+        await client.close()
+        raise SettingsError(
+            f"cannot listen on {settings.serve_bind}:{settings.serve_port}: {exc.strerror or exc} "
+            "(another process holds the port? choose one with --port or PREAGG_SERVE_PORT)"
+        ) from None
     port = runner.addresses[0][1]
     url = f"http://{settings.serve_bind}:{port}/"
     (ready or print)(url)

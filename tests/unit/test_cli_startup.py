@@ -114,3 +114,25 @@ def test_worker_help_names_real_settings_with_their_defaults() -> None:
             assert value.split(",")[0] == default[0]
         else:
             assert str(default) == value or float(default) == float(value), (name, value, default)
+
+
+def test_serve_on_a_busy_port_is_one_line_and_exit_2() -> None:
+    """Issue 42: `preagg serve` on a port in use printed a 25-line traceback."""
+    import os
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = {**os.environ, "PREAGG_MONGO_URL": "mongodb://127.0.0.1:1/", "PREAGG_KAFKA_URL": "127.0.0.1:1"}
+        out = subprocess.run(
+            [sys.executable, "-m", "pipeline", "serve", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot listen on" in lines[0] and "--port" in lines[0], out.stderr
