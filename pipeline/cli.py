@@ -134,7 +134,10 @@ def _first_line(files: list[str]) -> str | None:
 def cmd_worker(args: argparse.Namespace) -> int:
     from pipeline.ops.setup import worker_setup
     from pipeline.worker.app import run_worker
+    from pipeline.worker.exits import restart_in_place
 
+    if not args.no_restart:  # the same command again, in this process, after an exit 75
+        restart_in_place(["-m", "pipeline", "worker", "--loglevel", args.loglevel])
     run_worker(command_settings(), worker_setup, loglevel=args.loglevel)
     return 0
 
@@ -440,6 +443,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     wp.add_argument("--loglevel", default="info")
+    wp.add_argument(
+        "--no-restart",
+        action="store_true",
+        help="exit with status 75 when the worker must resume from MongoDB's positions (a supervisor "
+        "restarts it) instead of restarting in place",
+    )
     wp.set_defaults(func=cmd_worker)
 
     qp = sub.add_parser("query", help="query pre-aggregated documents")

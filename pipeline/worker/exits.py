@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
+import time
 from collections.abc import Callable
 
 log = logging.getLogger("preagg.worker")
@@ -30,7 +32,36 @@ EXIT_SHUTDOWN_DEADLINE = 76
 #: Seconds the LeaveGroup request may take before the process exits anyway.
 LEAVE_TIMEOUT = 3.0
 
+#: Restarts in place (exit 75 outside a supervisor) allowed within :data:`RESTART_WINDOW` s.
+MAX_RESTARTS = 5
+RESTART_WINDOW = 600.0
+#: The environment variable carrying the times of this worker's recent restarts across ``exec``.
+RESTARTS_ENV = "PREAGG_WORKER_RESTARTS"
+
 _hooks: list[Callable[[float], None]] = []
+#: The command line that restarts this worker in place (``None``: exit, for a supervisor).
+_restart_argv: list[str] | None = None
+
+
+def restart_in_place(argv: list[str] | None) -> None:
+    """Make an exit 75 re-run ``argv`` in this process (same PID) instead of ending it.
+
+    ``preagg worker`` sets it unless ``--no-restart``: the README's ``preagg worker &`` has no
+    supervisor, and an exit for "resume from MongoDB's positions" used to leave nothing running.
+    """
+    global _restart_argv
+    _restart_argv = argv
+
+
+def next_restart(recent: str, now: float) -> tuple[bool, str]:
+    """Whether one more restart is allowed after those of ``recent`` (comma-separated epoch
+    seconds), and the value to carry on (pure): at most :data:`MAX_RESTARTS` in
+    :data:`RESTART_WINDOW` seconds, so a cause that comes back at once escalates to an exit."""
+    times = [float(t) for t in recent.split(",") if t.strip()]
+    times = [t for t in times if now - t < RESTART_WINDOW]
+    if len(times) >= MAX_RESTARTS:
+        return False, ",".join(f"{t:.0f}" for t in times)
+    return True, ",".join(f"{t:.0f}" for t in [*times, now])
 
 
 def on_exit(hook: Callable[[float], None]) -> None:
@@ -49,6 +80,29 @@ def exit_now(status: int, message: str) -> None:
         except Exception as exc:  # best effort: the exit must happen whatever this does
             _log_nonblocking(f"leaving the consumer group failed: {type(exc).__name__}: {exc}")
     _flush_handlers()
+    argv = _restart_argv
+    if status == EXIT_FENCED and argv is not None:
+        allowed, carried = next_restart(os.environ.get(RESTARTS_ENV, ""), time.time())
+        n = len(carried.split(","))
+        if allowed:
+            note = f"preagg worker: restarting in place ({n} of {MAX_RESTARTS} in {RESTART_WINDOW:.0f}s)\n"
+            with contextlib.suppress(OSError):
+                os.write(2, note.encode())
+            os.environ[RESTARTS_ENV] = carried
+            try:
+                os.execv(sys.executable, [sys.executable, *argv])
+            except OSError as exc:
+                os.write(2, f"preagg worker: could not restart ({exc})\n".encode(errors="replace"))
+        else:
+            with contextlib.suppress(OSError):
+                os.write(
+                    2,
+                    f"preagg worker: {n} restarts within {RESTART_WINDOW:.0f}s; not again: exit {status} "
+                    "for a supervisor or an operator (preagg status says why)\n".encode(),
+                )
+    elif status == EXIT_FENCED:
+        with contextlib.suppress(OSError):
+            os.write(2, b"preagg worker: --no-restart: its supervisor restarts it (or: preagg worker)\n")
     os._exit(status)
 
 

@@ -12,8 +12,11 @@ from pipeline.settings import Settings
 class WorkerProcess(ChildProcess):
     """One ``python -m pipeline worker`` child with its own log file."""
 
-    def __init__(self, settings: Settings, name: str = "worker", tree: Path | None = None) -> None:
-        super().__init__(settings, ["worker"], name, tree)
+    def __init__(
+        self, settings: Settings, name: str = "worker", tree: Path | None = None, restart: bool = False
+    ) -> None:
+        # The harness is the supervisor (drills count exits 75 and restart): no restart in place.
+        super().__init__(settings, ["worker"] if restart else ["worker", "--no-restart"], name, tree)
 
     def start(self) -> WorkerProcess:
         """Spawn the worker; it logs to ``<home>/logs/<name>.log``."""

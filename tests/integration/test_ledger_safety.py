@@ -107,6 +107,33 @@ def test_recreated_topic_is_held_back_until_reset_then_counted_exactly(settings:
     assert with_db(settings, counted) == 1500
 
 
+def test_a_worker_outside_a_supervisor_restarts_in_place_after_a_reset(settings: Settings) -> None:
+    """Issue 42: `preagg positions reset --apply` printed "the workers restart" while the README's
+    `preagg worker &` exited 75 and nothing restarted it. Now the same process restarts in place
+    (same PID) and counts what the reset asked for."""
+    topic = settings.topic("hits")
+    asyncio.run(produce(settings, hits(300, "/a"), pack=10))
+    run_worker_to_end(settings)
+    asyncio.run(recreate(settings, topic))
+    asyncio.run(produce(settings, hits(200, "/b"), pack=10))
+    worker = WorkerProcess(settings, "in-place", restart=True).start()
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all("diverged" in d for d in ledger(settings)):
+            time.sleep(1)
+        assert all("diverged" in d for d in ledger(settings))
+        cli(settings, "positions", "reset", "--topic", topic, "--to", "earliest", "--apply")
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and ledger_totals(ledger(settings)).events < 500:
+            time.sleep(1)
+        assert worker.alive(), worker.log_path.read_text()[-3000:]  # the same process, restarted
+        assert ledger_totals(ledger(settings)).events == 500
+    finally:
+        rc = worker.terminate()
+    log = worker.log_path.read_text()
+    assert "restarting in place (1 of 5" in log and rc == 0, log[-3000:]
+
+
 def counted(settings: Settings) -> int:
     f = hits_fields(settings.schema).daily
 

@@ -126,3 +126,15 @@ def test_the_signal_handler_arms_the_deadline_before_the_event_loop_runs() -> No
         if w._deadline is not None:
             w._deadline.cancel()
     assert armed and stopped == ["SIGTERM"]
+
+
+def test_restarts_in_place_are_bounded_per_window() -> None:
+    """Issue 42, item 2: an exit 75 restarts the worker in place, at most 5 times in 10 minutes."""
+    recent = ""
+    for i in range(exits.MAX_RESTARTS):
+        allowed, recent = exits.next_restart(recent, 1000.0 + i)
+        assert allowed
+    allowed, kept = exits.next_restart(recent, 1010.0)
+    assert not allowed and kept == recent  # the sixth in the window: exit 75 for someone to look
+    allowed, _ = exits.next_restart(recent, 1000.0 + exits.RESTART_WINDOW + 5)
+    assert allowed  # the old ones have aged out
