@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import embedded, write_results
+from benchmarks.common import drill_settings, embedded, write_results
 from pipeline.kinds import named
 from pipeline.services.embedded import EmbeddedServices
 from pipeline.services.urls import for_embedded
@@ -49,15 +49,7 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     with embedded("preagg-chaos-") as (base, _):
         for seed in args.seeds:
-            settings = named(
-                base.with_(
-                    home=base.home / f"seed-{seed}",
-                    flush_interval=0.5,
-                    session_timeout=6.0,
-                    max_pending_keys=2_000,
-                ),
-                f"chaos-{seed}",
-            )
+            settings = drill_settings(base, f"seed-{seed}", f"chaos-{seed}")
             if args.commit_max_docs:
                 settings = settings.with_(commit_max_docs=args.commit_max_docs)
             began = time.strftime("%X")

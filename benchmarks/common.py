@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.kafka.producer import send_lines
+from pipeline.kinds import named
 from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import EmbeddedServices
 from pipeline.services.urls import for_embedded
@@ -59,6 +60,20 @@ def embedded(prefix: str, partitions: int = 4) -> Iterator[tuple[Settings, Embed
         yield base, svc
     finally:
         svc.stop()
+
+
+def drill_settings(base: Settings, folder: str, tag: str) -> Settings:
+    """Settings of one drill run on shared embedded services: its own home, topics, group and
+    database, short flushes and sessions (rebalances in seconds), a small memory bound."""
+    return named(
+        base.with_(
+            home=base.home / folder,
+            flush_interval=0.5,
+            session_timeout=6.0,
+            max_pending_keys=2_000,
+        ),
+        tag,
+    )
 
 
 def header(command: str) -> dict[str, Any]:

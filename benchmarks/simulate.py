@@ -16,8 +16,7 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
-from benchmarks.common import embedded, write_results
-from pipeline.kinds import named
+from benchmarks.common import drill_settings, embedded, write_results
 from pipeline.testing.simulate import run_schedule
 
 
@@ -34,15 +33,7 @@ def main() -> None:
     began = time.monotonic()
     with embedded("preagg-simulate-") as (base, _):
         for seed in range(args.seed, args.seed + args.schedules):
-            settings = named(
-                base.with_(
-                    home=base.home / f"schedule-{seed}",
-                    flush_interval=0.5,
-                    session_timeout=6.0,
-                    max_pending_keys=2_000,
-                ),
-                f"sim-{seed}",
-            )
+            settings = drill_settings(base, f"schedule-{seed}", f"sim-{seed}")
 
             def say(message: str, seed: int = seed) -> None:
                 print(f"  [schedule {seed} {time.strftime('%X')}] {message}", flush=True)

@@ -15,9 +15,13 @@ from aiokafka import AIOKafkaConsumer
 
 from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kafka.producer import send_lines
+from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
+from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
 from pipeline.store.command import on_db
+from pipeline.testing.audit import audit_hits
+from pipeline.testing.traffic import Traffic
 from pipeline.worker.process import WorkerProcess
 
 
@@ -72,6 +76,17 @@ async def read_topic(settings: Settings, topic: str, timeout: float = 10) -> lis
 
 def dead_letters(settings: Settings) -> list[dict[str, Any]]:
     return [orjson.loads(v) for v in asyncio.run(read_topic(settings, settings.deadletter_topic))]
+
+
+def audit_traffic(settings: Settings, traffic: Traffic) -> tuple[list[str], int]:
+    """Mismatches of every hits counter against ``traffic``'s truth, and the events the ledgers count."""
+
+    async def check(db):  # type: ignore[no-untyped-def]
+        problems = await audit_hits(db, traffic.per_minute, hits_fields())
+        return problems, ledger_totals(await read_ledger(db, settings.group_id)).events
+
+    result: tuple[list[str], int] = with_db(settings, check)
+    return result
 
 
 def with_db(settings: Settings, fn: Any) -> Any:

@@ -12,27 +12,18 @@ import urllib.request
 
 import pytest
 
-from pipeline.kinds.hits.layout import hits_fields
-from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
-from pipeline.testing.audit import audit_hits
 from pipeline.testing.chaos import run_chaos
-from pipeline.testing.traffic import Traffic, generate
+from pipeline.testing.traffic import generate
 from pipeline.worker.process import WorkerProcess
 
-from .helpers import produce, run_worker_to_end, with_db
+from .helpers import audit_traffic, produce, run_worker_to_end, with_db
 
 pytestmark = pytest.mark.integration
 
 
-def audit(settings: Settings, traffic: Traffic) -> tuple[list[str], int]:
-    async def check(db):  # type: ignore[no-untyped-def]
-        problems = await audit_hits(db, traffic.per_minute, hits_fields())
-        return problems, ledger_totals(await read_ledger(db, settings.group_id)).events
-
-    result: tuple[list[str], int] = with_db(settings, check)
-    return result
+audit = audit_traffic
 
 
 def crash_at(settings: Settings, fault: str) -> str:

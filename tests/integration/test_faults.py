@@ -37,13 +37,12 @@ from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 from pipeline.store.offsets import Fence
 from pipeline.store.sink import MongoSink
-from pipeline.testing.audit import audit_hits
 from pipeline.testing.mongofault import FaultRates, MongoFaultProxy
 from pipeline.testing.simulate import draw_rates, run_schedule
 from pipeline.testing.traffic import Traffic, generate
 from pipeline.worker.process import WorkerProcess
 
-from .helpers import cli, produce, run_worker_to_end, with_db
+from .helpers import audit_traffic, cli, produce, run_worker_to_end, with_db
 
 pytestmark = pytest.mark.integration
 
@@ -57,13 +56,7 @@ def proxy(services: Endpoints) -> Iterator[MongoFaultProxy]:
         p.stop()
 
 
-def audit(settings: Settings, traffic: Traffic) -> tuple[list[str], int]:
-    async def check(db):  # type: ignore[no-untyped-def]
-        problems = await audit_hits(db, traffic.per_minute, hits_fields())
-        return problems, ledger_totals(await read_ledger(db, settings.group_id)).events
-
-    result: tuple[list[str], int] = with_db(settings, check)
-    return result
+audit = audit_traffic
 
 
 def run_workers(settings: Settings, names: list[str], timeout: float = 240) -> list[str]:
