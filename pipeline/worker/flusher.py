@@ -226,6 +226,8 @@ class Flusher(Generic[A]):
         #: (``/health/live`` fails, ``preagg status`` shows a PROBLEM); ``None``: none.
         self.stuck: str | None = None
         self._permanent_in_a_row = 0
+        #: Set by ``_give_up`` when the failed commit is one message that cannot be split.
+        self._unsplittable: str | None = None
         #: The decoders' clock (the kind's StreamContext.clock): pinned to each batch's instant.
         self.clock = clock
         #: Idempotent writes (exactly-once without a transaction; docs/exactly-once.md): one
@@ -777,12 +779,15 @@ class Flusher(Generic[A]):
             return True
         self.stats.unsplittable += 1
         first = batch.messages[0] if batch.messages else None
+        where = f"{first.tp[0]}[{first.tp[1]}]@{first.offset}" if first else "?"
+        # Escalated like a permanent error after PERMANENT_ATTEMPTS (_retry): only an operator helps.
+        self._unsplittable = f"one message ({where}) too large or too slow to commit ({type(exc).__name__})"
         log.error(
             "%s: a batch of one message (%s, %d events, %d documents) failed its commit as too large "
             "or too slow (%s: %s) and cannot be split; retrying it with backoff. Raise "
             "PREAGG_COMMIT_TIMEOUT / PREAGG_COMMIT_MAX_BYTES or the store's limits, or repack the message.",
             self.stream,
-            f"{first.tp[0]}[{first.tp[1]}]@{first.offset}" if first else "?",
+            where,
             batch.events,
             docs,
             type(exc).__name__,
@@ -951,7 +956,8 @@ class Flusher(Generic[A]):
             except Exception as exc:  # any store/broker failure: keep the batch, back off
                 if give_up is not None and give_up(exc):
                     raise
-                reason = permanent(exc) if tps else None
+                reason = (permanent(exc) or self._unsplittable) if tps else None
+                self._unsplittable = None
                 self._permanent_in_a_row = self._permanent_in_a_row + 1 if reason else 0
                 if reason is not None and self._permanent_in_a_row == PERMANENT_ATTEMPTS:
                     await self._escalate(tps, reason)

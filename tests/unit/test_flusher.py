@@ -446,6 +446,31 @@ def test_a_message_too_large_alone_is_logged_counted_and_retried() -> None:
     assert store.total() == 4
 
 
+def test_a_message_too_large_alone_is_escalated_after_a_bound_then_clears() -> None:
+    """Issue 37, item 5: retried for ever with liveness green. Now escalated after 5 attempts."""
+    store = ModelStore([], too_large_above=3)
+    f, _, _ = make(store, commit=CommitBound(max_docs=10_000, max_bytes=10**9, target_seconds=60))
+    noted: list[str | None] = []
+
+    async def on_stuck(tps: Sequence[tuple[str, int]], reason: str | None) -> None:
+        noted.append(reason)
+
+    f._on_stuck = on_stuck
+    packed = b"\n".join(day_hit(d) for d in range(4))
+
+    async def go() -> None:
+        await f.receive(TP0, 0, packed, "m0")
+        task = asyncio.create_task(f.flush())
+        while f.stuck is None:
+            await asyncio.sleep(0.01)
+        assert "too large or too slow" in f.stuck and f.stats.permanent_errors == 1
+        store.too_large_above = 0  # the operator raised the store's limit
+        await task
+
+    asyncio.run(go())
+    assert f.stuck is None and noted[0] and noted[-1] is None and store.total() == 4
+
+
 def test_slow_commits_lower_the_document_bound_and_fast_ones_raise_it() -> None:
     b = CommitBound(max_docs=2000, max_bytes=10**9, target_seconds=5.0)
     b.committed(docs=2000, size=10**6, seconds=10.0)
