@@ -71,20 +71,6 @@ class ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
     #: dry (measured: one partition's backlog read 14k records per 1.3 s), where Kafka
     #: answers as soon as any data is there; :func:`install` lowers it for Tansu only.
     fetch_max_wait_ms: int | None = None
-    #: Stop (SIGTERM) without a LeaveGroup (the embedded broker only: :func:`install`). Two
-    #: members leaving the embedded broker's group at once leave it in a state where a new
-    #: member joins every 8 s and is never assigned a partition (issue 42; reproduced with
-    #: plain aiokafka consumers in about a third of the tries, in none of 6 without the
-    #: LeaveGroups). Without it the partitions move when the stopped members' sessions time
-    #: out. A worker's exit at once (75, 76) still leaves (rebalance.leave_group): one worker,
-    #: during an outage, whose partitions must move while the store is down.
-    skip_leave: bool = False
-
-    async def on_thread_stop(self) -> None:
-        consumer = self._consumer
-        if self.skip_leave and consumer is not None:
-            consumer._coordinator.generation = 0  # aiokafka sends no LeaveGroup at generation 0
-        await super().on_thread_stop()
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
@@ -266,5 +252,4 @@ EMBEDDED_FETCH_MAX_WAIT_MS = 100
 def install(embedded_kafka: bool = False) -> None:
     """Make Faust's Kafka transport build :class:`WorkerConsumer` (the worker process only)."""
     ReadCommittedThread.fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS if embedded_kafka else None
-    ReadCommittedThread.skip_leave = embedded_kafka
     faust_aiokafka.Transport.Consumer = WorkerConsumer
