@@ -364,14 +364,12 @@ class _Connection:
                 return None
             self._answer(msg, _unknown_commit())
             return ANSWERED
-        if command == "update" and not in_txn and self.proxy.rates.partial_bulk > 0:
-            statements = msg.sequences.get("updates", body.get("updates", []))
-            if len(statements) >= 2 and self.proxy.draw(rates.partial_bulk):
-                self.proxy.injected["partial_bulk"] += 1
-                self.interrupted.add(msg.request_id)
-                return self._forward_only(msg, statements[: len(statements) // 2])
+        statements = msg.sequences.get("updates", body.get("updates", [])) if command == "update" else []
+        if not in_txn and len(statements) >= 2 and self.proxy.draw(rates.partial_bulk):
+            self.proxy.injected["partial_bulk"] += 1
+            self.interrupted.add(msg.request_id)
+            return self._forward_only(msg, statements[: len(statements) // 2])
         if command == "update":
-            statements = msg.sequences.get("updates", body.get("updates", []))
             if in_txn:
                 if statements and self.proxy.draw(rates.write_conflict):
                     self.proxy.injected["write_conflict"] += 1
@@ -418,13 +416,8 @@ class _Connection:
         if not forwarded:
             self._answer(msg, {"n": 0, "nModified": 0, "writeErrors": injected, "ok": 1.0})
             return ANSWERED
-        kept = [statements[i] for i in forwarded]
-        if "updates" in msg.sequences:
-            msg.sequences["updates"] = kept
-        else:
-            msg.body["updates"] = kept
         self.rewrites[msg.request_id] = _Rewrite(forwarded, injected)
-        return msg.encode()
+        return self._forward_only(msg, [statements[i] for i in forwarded])
 
     def _forward_only(self, msg: Msg, kept: list[dict[str, Any]]) -> bytes:
         if "updates" in msg.sequences:

@@ -102,13 +102,8 @@ class PendingBatch(Generic[A]):
         ``start`` is the partition's stored position before this batch (kept from
         the first message of each partition).
         """
-        if tp not in self.start:
-            self.start[tp] = start
-        if not self.opened:
-            self.opened = time.monotonic()
+        self._open(tp, start)
         clock = self.clock
-        if not self.decided_at:
-            self.decided_at = clock.wall() if clock is not None else time.time()
         ingest, part = self._aggregate_of(tp).ingest, tp[1]
         if clock is not None:
             clock.at = self.decided_at
@@ -123,28 +118,31 @@ class PendingBatch(Generic[A]):
         finally:
             if clock is not None:
                 clock.at = None
-        n = len(lines)
-        self.events += n
-        self.events_by_tp[tp] = self.events_by_tp.get(tp, 0) + n
-        span = self.offsets.get(tp)
-        self.offsets[tp] = (offset, offset) if span is None else (span[0], offset)
-        self.acks.append(ack)
-        self.last[tp] = (ts, lines)
-        self.messages.append(Received(tp, offset, lines, ack, start, ts=ts))
+        self._took(Received(tp, offset, lines, ack, start, ts=ts))
 
     def refuse_message(self, m: Received, reason: str, detail: str, kept: list[DeadLetter]) -> None:
         """Take message ``m`` with every event refused (``reason``): counted as dead letters, not aggregated.
 
         ``kept``: the message's own earlier refusals (a decoder's), kept as they were.
         """
-        if m.tp not in self.start:
-            self.start[m.tp] = m.start
-        if not self.opened:
-            self.opened = time.monotonic()
+        self._open(m.tp, m.start)
         own = {d.line: d for d in kept if (d.topic, d.partition, d.offset) == (m.tp[0], m.tp[1], m.offset)}
         for i, raw in enumerate(m.lines):
             letter = own.get(i) or DeadLetter(Rejection(reason, detail, raw), m.tp[0], m.tp[1], m.offset, i)
             self.dead.append(letter)
+        self._took(m)
+
+    def _open(self, tp: TP, start: int | None) -> None:
+        """A partition's stored start, and the batch's opening instants, at its first message."""
+        if tp not in self.start:
+            self.start[tp] = start
+        if not self.opened:
+            self.opened = time.monotonic()
+        if not self.decided_at:
+            self.decided_at = self.clock.wall() if self.clock is not None else time.time()
+
+    def _took(self, m: Received) -> None:
+        """Count message ``m``'s events and remember its position, ack and lines."""
         n = len(m.lines)
         self.events += n
         self.events_by_tp[m.tp] = self.events_by_tp.get(m.tp, 0) + n
