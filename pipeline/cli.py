@@ -318,6 +318,8 @@ def _adopt(s: Settings, args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
+    from pipeline.kinds import stream_topics
+    from pipeline.ops.pending import PendingWatch
     from pipeline.serve.server import serve
 
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -331,7 +333,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"dashboard {url}\nAPI       {url}api/hits?site=...  (OpenAPI: {url}openapi.json)", flush=True)
         print(f"grafana   {url}grafana (JSON API data source) and {url}grafana/hits (Infinity)", flush=True)
 
-    asyncio.run(serve(s, ready))
+    asyncio.run(serve(s, ready, lambda db: PendingWatch(s, db, stream_topics(s))))
     return 0
 
 
@@ -454,7 +456,11 @@ def build_parser() -> argparse.ArgumentParser:
     qp = sub.add_parser("query", help="query pre-aggregated documents")
     qsub = qp.add_subparsers(dest="what", required=True)
     for kind in kinds:
+        known = set(qsub.choices)
         kind.add_queries(qsub)
+        for name, parser in qsub.choices.items():
+            if name not in known:  # the answer says what of this kind's topic waits to be counted
+                parser.set_defaults(pending_kind=kind.name)
     for kind in kinds:
         kind.add_commands(sub)
 
@@ -544,11 +550,30 @@ def unreachable(exc: BaseException, s: Settings) -> str | None:
     return None
 
 
+def note_pending(kind: str) -> None:
+    """After a query's answer: one line on stderr when events of its kind still wait to be counted."""
+    from pipeline.ops.pending import look_once
+    from pipeline.services.urls import command_settings
+    from pipeline.store.command import on_db
+
+    s = command_settings()
+    topic = s.topic(kind)
+    try:
+        found = on_db(s, lambda db: look_once(s, db, topic))
+    except Exception as exc:  # the answer stands; say that its completeness is unknown
+        print(f"preagg: cannot tell whether events of {topic} wait to be counted ({exc})", file=sys.stderr)
+        return
+    if found is not None and found.note():
+        print(found.note(), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``preagg``: ordinary mistakes are one line and exit 2, never a traceback."""
     try:
         args = build_parser().parse_args(argv)
         code = args.func(args)
+        if code == 0 and getattr(args, "pending_kind", None):
+            note_pending(args.pending_kind)
     except (SettingsError, UsageError) as exc:
         print(f"preagg: {exc}", file=sys.stderr)
         code = 2

@@ -120,7 +120,13 @@ class Param:
         else:
             out = {"type": "string"}
         if self.default is not None:
-            out["default"] = int(self.default) if self.type == "integer" else self.default
+            out["default"] = (
+                int(self.default)
+                if self.type == "integer"
+                else self.default.lower() in ("true", "1")
+                if self.type == "boolean"
+                else self.default
+            )
         return out
 
 

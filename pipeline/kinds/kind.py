@@ -54,6 +54,9 @@ class Stream:
     #: A task the worker runs beside the stream for its whole life, cancelled when it
     #: stops (hits: the periodic retention). It must log and bound its own failures.
     background: Callable[[], Awaitable[None]] | None = None
+    #: Told each aggregate once its batch is committed (hits: the periods whose top pages
+    #: to make exact once they settle). Must not block or raise.
+    after_commit: Callable[[Any], None] | None = None
     #: How exactly-once flushes are written (docs/exactly-once.md). ``idempotent``: plain
     #: unordered bulk writes with per-document marks, any number of documents per flush,
     #: no transaction; for plans of ``$inc``, ``$bit or`` and ``$setOnInsert``.

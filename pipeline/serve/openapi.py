@@ -18,10 +18,47 @@ ERROR_SCHEMA: Mapping[str, Any] = {
 }
 
 
-def _responses(route_returns: Mapping[str, Any], guarded: bool) -> dict[str, Any]:
+PENDING_SCHEMA: Mapping[str, Any] = {
+    "type": ["object", "null"],
+    "description": "what of the kind's topic still waits to be counted (null: not looked at yet)",
+    "properties": {
+        "complete": {"type": "boolean", "description": "nothing waits: the answer holds every event sent"},
+        "messages": {
+            "type": "integer",
+            "description": "messages waiting (at most: offsets are not contiguous)",
+        },
+        "partitions": {"type": "integer", "description": "partitions with messages waiting"},
+        "seconds": {
+            "type": ["number", "null"],
+            "description": "about how long until counted (null: unknown)",
+        },
+        "stalled": {
+            "type": "boolean",
+            "description": "messages wait and no flush for a minute: no worker counts",
+        },
+        "last_flush_age": {"type": ["number", "null"], "description": "seconds since the group's last flush"},
+        "topic": {"type": "string"},
+        "checked": {"type": "number", "description": "seconds since the server looked"},
+    },
+}
+
+
+def _responses(route_returns: Mapping[str, Any], guarded: bool, envelope: bool = False) -> dict[str, Any]:
     err = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    rows: dict[str, Any] = dict(route_returns)
+    if envelope:
+        wrapped = {
+            "type": "object",
+            "properties": {"rows": rows, "pending": {"$ref": "#/components/schemas/Pending"}},
+            "required": ["rows", "pending"],
+        }
+        rows = {"oneOf": [rows, wrapped]}
     out: dict[str, Any] = {
-        "200": {"description": "the rows", "content": {"application/json": {"schema": dict(route_returns)}}},
+        "200": {
+            "description": "the rows; with envelope=true, the rows and what waits to be counted "
+            "(headers Preagg-Complete and Preagg-Pending-Messages say it either way)",
+            "content": {"application/json": {"schema": rows}},
+        },
         "400": {"description": "a bad parameter (named in the answer)", **err},
         "500": {"description": "a server bug (the answer and the log carry its request id)", **err},
         "503": {"description": "the store did not answer within the deadline", **err},
@@ -46,7 +83,7 @@ def _operation(route: Route, guarded: bool) -> dict[str, Any]:
             }
             for p in route.params
         ],
-        "responses": _responses(route.returns, guarded),
+        "responses": _responses(route.returns, guarded, any(p.name == "envelope" for p in route.params)),
     }
     if route.method == "POST":
         body = {"type": "object", "description": "as the route's summary says"}
@@ -55,6 +92,7 @@ def _operation(route: Route, guarded: bool) -> dict[str, Any]:
 
 
 def openapi_document(routes: Iterable[Route], guarded: bool, version: str) -> dict[str, Any]:
+    routes = list(routes)
     """The document: every listed route as an operation on its path.
 
     ``guarded``: a bearer token is required (``PREAGG_SERVE_TOKEN``), so every
@@ -73,8 +111,23 @@ def openapi_document(routes: Iterable[Route], guarded: bool, version: str) -> di
             "`preagg query ... --json`. Times are UTC.",
         },
         "paths": paths,
-        "components": {"schemas": {"Error": dict(ERROR_SCHEMA)}},
+        "components": {"schemas": {"Error": dict(ERROR_SCHEMA), "Pending": dict(PENDING_SCHEMA)}},
     }
+    kinds = sorted({r.tag for r in routes if r.tag})
+    if kinds:
+        answer = {
+            "type": "object",
+            "properties": {k: {"$ref": "#/components/schemas/Pending"} for k in kinds},
+        }
+        paths["/api/pending"] = {
+            "get": {
+                "summary": "What of each kind's topic still waits to be counted",
+                "operationId": "pending",
+                "tags": [],
+                "parameters": [],
+                "responses": _responses(answer, guarded),
+            }
+        }
     if guarded:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         doc["security"] = [{"bearer": []}]

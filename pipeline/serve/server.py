@@ -13,6 +13,7 @@ store. The ``Host`` header is checked (DNS rebinding) and bodies must be JSON.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -21,15 +22,16 @@ import signal
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from pymongo.errors import PyMongoError
 
-from pipeline.core.params import BadParam, parse_params
+from pipeline.core.params import BadParam, Param, parse_params
 from pipeline.core.routes import Route
 from pipeline.kinds import load_kinds
 from pipeline.serve.openapi import openapi_document
@@ -59,9 +61,40 @@ def _error(status: int, message: str, parameter: str | None = None) -> web.Respo
     return _json(body, status)
 
 
+#: Every ``GET`` endpoint's envelope switch: the rows alone (the default, as clients and
+#: Grafana's Infinity read them), or the rows with what still waits to be counted.
+ENVELOPE = Param(
+    "envelope",
+    'true: answer {"rows": the rows, "pending": what of the kind\'s topic still waits to be counted}',
+    "boolean",
+    default="false",
+)
+
+
+class Pending(Protocol):
+    """What waits to be counted on one topic (:class:`pipeline.ops.pending.Pending`)."""
+
+    @property
+    def messages(self) -> int: ...
+
+    def as_json(self) -> dict[str, Any]: ...
+
+
+class Watch(Protocol):
+    """Who tells what waits to be counted (:class:`pipeline.ops.pending.PendingWatch`, wired by the CLI)."""
+
+    def of(self, topic: str) -> Pending | None: ...
+
+    async def forever(self) -> None: ...
+
+
 def all_routes(settings: Settings) -> list[Route]:
-    """Every kind's endpoints (``PREAGG_KINDS``)."""
-    return [r for kind in load_kinds(settings.kinds) for r in kind.api_routes(settings)]
+    """Every kind's endpoints (``PREAGG_KINDS``), tagged with their kind; a ``GET`` takes ``envelope``."""
+    return [
+        replace(r, tag=r.tag or kind.name, params=(*r.params, ENVELOPE) if r.method == "GET" else r.params)
+        for kind in load_kinds(settings.kinds)
+        for r in kind.api_routes(settings)
+    ]
 
 
 def _guarded(path: str) -> bool:
@@ -137,7 +170,25 @@ class RedactTokens(logging.Filter):
 _BEARER = re.compile(r"""(authorization[\s:='"]+|\b(?:bearer|basic)\s+)[^'"\r\n]+""", re.IGNORECASE)
 
 
-def _middlewares(settings: Settings, slots: asyncio.Semaphore) -> list[Any]:
+def store_unreachable(db: Db | None) -> str | None:
+    """What to say when the store cannot be reached (``None``: the driver knows a server to read from).
+
+    A dashboard showed "no answer within the request's deadline" with the store down:
+    the reader must learn that the store, not the query, is the problem.
+    """
+    topology = getattr(getattr(db, "client", None), "topology_description", None)
+    if topology is None:  # no driver behind it (a test's stand-in)
+        return None
+    if topology.has_readable_server():
+        return None
+    servers = topology.server_descriptions().values()
+    where = ", ".join(f"{host}:{port}" for host, port in (s.address for s in servers)) or "?"
+    errors = [str(s.error) for s in servers if s.error is not None]
+    why = f": {errors[0][:200]}" if errors else ""
+    return f"the store (MongoDB at {where}) does not answer{why}; is it running? (preagg services status)"
+
+
+def _middlewares(settings: Settings, slots: asyncio.Semaphore, db: Db | None = None) -> list[Any]:
     token = settings.serve_token.encode()
     origins = set(settings.serve_cors)
     hosts = allowed_hosts(settings)
@@ -176,7 +227,7 @@ def _middlewares(settings: Settings, slots: asyncio.Semaphore) -> list[Any]:
                     slots.release()
         except TimeoutError:
             log.warning("%s %s: no answer within %.0f s", request.method, request.path, deadline)
-            return _busy(f"no answer within the request's deadline ({deadline:g} s)")
+            return _busy(store_unreachable(db) or f"no answer within the request's deadline ({deadline:g} s)")
 
     @web.middleware
     async def cors(request: web.Request, handler: Endpoint) -> web.StreamResponse:
@@ -217,7 +268,9 @@ def _middlewares(settings: Settings, slots: asyncio.Semaphore) -> list[Any]:
             )
         except (PyMongoError, TimeoutError) as exc:
             log.warning("%s %s: store error %s: %s", request.method, request.path, type(exc).__name__, exc)
-            return _busy(f"the store did not answer ({type(exc).__name__}); try again")
+            return _busy(
+                store_unreachable(db) or f"the store did not answer ({type(exc).__name__}); try again"
+            )
         except Exception as exc:  # an exception no check foresaw is our bug, not the client's: a 500
             return _server_error(request, exc)
 
@@ -254,7 +307,7 @@ def _busy(message: str) -> web.Response:
     return response
 
 
-def _endpoint(route: Route, db: Db) -> Endpoint:
+def _endpoint(route: Route, db: Db, waiting: Callable[[str], Pending | None]) -> Endpoint:
     async def handle(request: web.Request) -> web.StreamResponse:
         if route.method == "POST":
             args: dict[str, Any] = {"body": await _body(request)}
@@ -262,7 +315,16 @@ def _endpoint(route: Route, db: Db) -> Endpoint:
             args = parse_params(route.params, request.query, datetime.now(UTC))
         if route.check is not None:
             route.check(args)
-        return _json(await route.handler(db, args))
+        rows = await route.handler(db, args)
+        pending = waiting(route.tag) if route.tag else None
+        if args.get("envelope"):
+            response = _json({"rows": rows, "pending": pending.as_json() if pending else None})
+        else:
+            response = _json(rows)
+        if pending is not None:
+            response.headers["Preagg-Complete"] = "false" if pending.messages else "true"
+            response.headers["Preagg-Pending-Messages"] = str(pending.messages)
+        return response
 
     return handle
 
@@ -309,11 +371,13 @@ def package_version() -> str:
         return "0"
 
 
-def build_app(settings: Settings, db: Db, routes: Iterable[Route] | None = None) -> web.Application:
-    """The whole HTTP application over ``db``."""
+def build_app(
+    settings: Settings, db: Db, routes: Iterable[Route] | None = None, watch: Watch | None = None
+) -> web.Application:
+    """The whole HTTP application over ``db``; ``watch`` tells what waits to be counted per kind."""
     routes = list(all_routes(settings) if routes is None else routes)
     slots = asyncio.Semaphore(max(1, settings.serve_concurrency))
-    app = web.Application(middlewares=_middlewares(settings, slots))
+    app = web.Application(middlewares=_middlewares(settings, slots, db))
     app.on_response_prepare.append(_server_header)
     doc = openapi_document(routes, bool(settings.serve_token), package_version())
 
@@ -329,7 +393,16 @@ def build_app(settings: Settings, db: Db, routes: Iterable[Route] | None = None)
         """Liveness: the process answers, whatever the store does (a restart would not fix it)."""
         return _json({"live": True})
 
-    app.add_routes([web.route(r.method, r.path, _endpoint(r, db)) for r in routes])
+    def waiting(kind: str) -> Pending | None:
+        return watch.of(settings.topic(kind)) if watch is not None else None
+
+    async def pending(request: web.Request) -> web.StreamResponse:
+        """What waits to be counted, per kind (``null``: not looked at yet)."""
+        kinds = sorted({r.tag for r in routes if r.tag})
+        return _json({k: (p.as_json() if (p := waiting(k)) else None) for k in kinds})
+
+    app.add_routes([web.route(r.method, r.path, _endpoint(r, db, waiting)) for r in routes])
+    app.add_routes([web.get("/api/pending", pending)])
     app.add_routes([web.get("/openapi.json", openapi), web.get("/health", health)])
     app.add_routes([web.get("/health/ready", health), web.get("/health/live", live)])
     app.add_routes([web.get(path, _static(name)) for path, name in STATIC.items()])
@@ -341,8 +414,15 @@ async def _server_header(request: web.Request, response: web.StreamResponse) -> 
     response.headers["Server"] = "preagg"
 
 
-async def serve(settings: Settings, ready: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT; ``ready`` gets the dashboard's URL once the port is bound."""
+async def serve(
+    settings: Settings,
+    ready: Callable[[str], None] | None = None,
+    watch: Callable[[Db], Watch] | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT; ``ready`` gets the dashboard's URL once the port is bound.
+
+    ``watch``: makes, over the store, what tells each answer what waits to be counted.
+    """
     from pipeline.store.client import mongo_client
 
     check_exposure(settings)
@@ -354,7 +434,8 @@ async def serve(settings: Settings, ready: Callable[[str], None] | None = None) 
             "bound to every address with no token nor PREAGG_SERVE_HOSTS: anyone reaching it reads it"
         )
     client = mongo_client(settings.mongo_url or "", timeout=settings.query_timeout)
-    runner = web.AppRunner(build_app(settings, client[settings.db]), access_log=log)
+    watcher = watch(client[settings.db]) if watch is not None else None
+    runner = web.AppRunner(build_app(settings, client[settings.db], watch=watcher), access_log=log)
     await runner.setup()
     site = web.TCPSite(runner, settings.serve_bind, settings.serve_port)
     try:
@@ -366,6 +447,7 @@ async def serve(settings: Settings, ready: Callable[[str], None] | None = None) 
             f"cannot listen on {settings.serve_bind}:{settings.serve_port}: {exc.strerror or exc} "
             "(another process holds the port? choose one with --port or PREAGG_SERVE_PORT)"
         ) from None
+    watching = asyncio.create_task(watcher.forever() if watcher is not None else asyncio.Event().wait())
     port = runner.addresses[0][1]
     url = f"http://{settings.serve_bind}:{port}/"
     (ready or print)(url)
@@ -376,5 +458,8 @@ async def serve(settings: Settings, ready: Callable[[str], None] | None = None) 
     try:
         await stop.wait()
     finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
         await runner.cleanup()
         await client.close()

@@ -39,6 +39,7 @@ TP = tuple[str, int]
 #: ``{reason, worker, at}`` (``preagg status`` shows it as a PROBLEM).
 STUCK = "stuck"
 
+
 def offset_id(group: str, topic: str, partition: int) -> str:
     """``_id`` of the offsets document of one partition for one group."""
     return f"{group}|{topic}|{partition}"

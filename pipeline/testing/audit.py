@@ -17,7 +17,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.marks import MARKS
 from pipeline.kinds.hits.aggregate import Key, plan_hits
-from pipeline.kinds.hits.layout import HitsFields, hits_fields
+from pipeline.kinds.hits.layout import HitsFields, TopFields, hits_fields
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 
@@ -46,7 +46,9 @@ async def audit_hits(
         async for doc in db[f.collection].find():
             key = (f.collection, doc["_id"])
             seen.add(key)
-            stored = dict(counters(doc, ("_id", f.metadata, MARKS)))
+            # a sealed list's two facts (seal.py) are not counters
+            facts = (f.sealed, f.below) if isinstance(f, TopFields) else ()
+            stored = dict(counters(doc, ("_id", f.metadata, MARKS, *facts)))
             want = expected.get(key)
             if want is None:
                 problems.append(f"{key}: unexpected document {stored}")

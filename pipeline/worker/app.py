@@ -183,6 +183,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             read_range=read_range,
             clock=clock,
             on_stuck=sink.note_stuck,
+            after_commit=stream.after_commit,
         )
         flushers.append(flusher)
         _subscribe(app, settings.of(kind).topic, settings.partitions, flusher)
@@ -335,9 +336,7 @@ def _add_web_pages(
         for good (a permanent write error, escalated): nothing but an operator helps then."""
         stuck = {f.stream: f.stuck for f in flushers if f.stuck is not None}
         if stuck:  # a write that fails for good: retrying cannot help, an operator must act
-            return self.json(
-                {"live": False, "worker": settings.worker_id, "stuck": stuck}, status=503
-            )
+            return self.json({"live": False, "worker": settings.worker_id, "stuck": stuck}, status=503)
         return self.json(
             {"live": True, "worker": settings.worker_id, "uptime": round(time.time() - started, 1)}
         )

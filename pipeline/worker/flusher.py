@@ -218,8 +218,11 @@ class Flusher(Generic[A]):
         read_range: ReadRange | None = None,
         clock: DecisionClock | None = None,
         on_stuck: OnStuck | None = None,
+        after_commit: Callable[[A], None] | None = None,
     ) -> None:
         self.stream = stream
+        #: Told each aggregate of a batch once it is committed (hits: seal top pages once settled).
+        self._after_commit = after_commit
         #: Records (or clears, ``None``) a permanent write error on the partitions' ledgers, for status.
         self._on_stuck = on_stuck
         #: A permanent write error met :data:`PERMANENT_ATTEMPTS` times in a row, escalated
@@ -707,6 +710,9 @@ class Flusher(Generic[A]):
         if redo is None:  # a range read again has no Kafka messages to ack
             await self._ack(batch.acks)
         self._account(batch, rejected, docs, result.bytes, commit_seconds, time.monotonic() - started)
+        if self._after_commit is not None:
+            for aggregate in batch.aggregates():
+                self._after_commit(aggregate)
         return None
 
     async def _committed_after_all(
@@ -795,9 +801,7 @@ class Flusher(Generic[A]):
         )
         return False
 
-    def _split(
-        self, batch: PendingBatch[A], docs: int, exc: Exception
-    ) -> tuple[PendingBatch[A], ...]:
+    def _split(self, batch: PendingBatch[A], docs: int, exc: Exception) -> tuple[PendingBatch[A], ...]:
         reason = permanent(exc)
         if reason is not None and not batch.splittable():
             return (self._unwritable(batch, reason),)

@@ -112,3 +112,14 @@ def cli(settings: Settings, *args: str) -> str:
     done = run_cli(settings, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def wait_sealed(settings: Settings, timeout: float = 180.0) -> None:
+    """Wait until the workers have made every top-pages list exact (a few seconds after their last write)."""
+    from pipeline.kinds.hits.sites.seal import unsealed
+
+    f = hits_fields(settings.schema)
+    deadline = time.monotonic() + timeout
+    while left := with_db(settings, lambda db: unsealed(db, f)):
+        assert time.monotonic() < deadline, f"top pages never sealed: {left[:5]}"
+        time.sleep(0.5)

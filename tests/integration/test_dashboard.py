@@ -81,17 +81,18 @@ def hits(times: list[float]) -> list[tuple[bytes, bytes]]:
     ]
 
 
-async def send(settings: Settings, lines: list[tuple[bytes, bytes]]) -> None:
+async def send(settings: Settings, lines: list[tuple[bytes, bytes]], wait: bool = True) -> None:
     async with EventProducer(settings, settings.topic("hits"), 20) as p:
         for line, key in lines:
             await p.send_raw(line, key)
-    await wait_caught_up(settings, [settings.topic("hits")], timeout=120)
+    if wait:
+        await wait_caught_up(settings, [settings.topic("hits")], timeout=120)
 
 
-def produce(settings: Settings, lines: list[tuple[bytes, bytes]]) -> None:
-    """Send and wait until committed, on a thread of its own (Playwright's sync API holds this one's loop)."""
+def produce(settings: Settings, lines: list[tuple[bytes, bytes]], wait: bool = True) -> None:
+    """Send (and wait until committed) on a thread of its own: Playwright's sync API holds this one's loop."""
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, send(settings, lines)).result()
+        pool.submit(asyncio.run, send(settings, lines, wait)).result()
 
 
 def minute_of(ts: float) -> str:

@@ -111,7 +111,11 @@ def checks(known: dict[str, object], work: Path) -> dict[str, Callable[[str], No
         assert sum(r["hits"] for r in json.loads(out)) == known["by_hour"]
 
     def curl_pages(out: str) -> None:
-        assert len(json.loads(out)) == 5
+        assert [(r["page"], r["hits"]) for r in json.loads(out)] == known["top_pages"][:5]  # type: ignore[index]
+
+    def top_pages(out: str) -> None:
+        rows = re.findall(r"^\s*(/\S*)\s+(\d+)$", out, re.M)
+        assert [(p, int(n)) for p, n in rows] == known["top_pages"], out  # /favicon.ico first, no rebuild
 
     return {
         "preagg query hits --site semicomplete.com --from 2015-05-17 --to 2015-05-20 --by hour": hours,
@@ -126,6 +130,7 @@ def checks(known: dict[str, object], work: Path) -> dict[str, Callable[[str], No
         "curl 'http://127.0.0.1:8900/api/pages?site=semicomplete.com"
         "&from=2015-05-17&to=2015-05-20&limit=5'": curl_pages,
         "preagg query pages --site shop.example --from 2026-10-25": lambda out: _has(out, "/late"),
+        "preagg query pages --site semicomplete.com --from 2015-05-17 --to 2015-05-20": top_pages,
         "preagg query impressions --user 7": lambda out: _has(out, "19"),
         "preagg query impressions --item 19": lambda out: _has(out, "7"),
         "preagg query impressions --top 10 --day 2023-11-14": lambda out: _has(out, "19"),

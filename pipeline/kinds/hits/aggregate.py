@@ -322,6 +322,19 @@ def plan_hits(
             admitted[site, page, ordinal] = ok
         return ok
 
+    # The batch's busiest pages take their place in the top lists first (a backfill's
+    # batch of a whole day then lists that day's busiest pages, whatever their order).
+    busy: dict[tuple[str, str, int], dict[str, int]] = {}
+    for (site, page, minute), n in counts.items():
+        ordinal = calendars.calendar(site).day_of(minute)[0]
+        if admits(site, page, ordinal):
+            month_ordinal = ordinal - date.fromordinal(ordinal).day + 1
+            for period in ((site, "d", ordinal), (site, "m", month_ordinal)):
+                pages = busy.setdefault(period, {})
+                pages[page] = pages.get(page, 0) + n
+    for period, pages in busy.items():
+        for page in sorted(pages, key=lambda p: (-pages[p], p)):
+            caps.top_key(period, page)
     for (site, page, minute), n in counts.items():
         cal = calendars.calendar(site)
         ordinal, start = cal.day_of(minute)

@@ -18,7 +18,7 @@ from pipeline.kinds.hits import grafana
 from pipeline.kinds.hits.bots import FILTERED_BY
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN, check_span
-from pipeline.kinds.hits.query import hits_series, listed_sites, top_pages
+from pipeline.kinds.hits.query import hits_series, listed_sites, site_months, top_pages
 from pipeline.kinds.hits.query_bots import humans, top_human_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
 from pipeline.kinds.hits.render import series_rows
@@ -89,7 +89,16 @@ def routes(settings: Settings) -> list[Route]:
         return prop_rows(await prop_counts(db, a["site"], a["page"], first, last, a["name"], fields))
 
     async def sites(db: Any, a: Mapping[str, Any]) -> Any:
-        return [{"site": c.site, "zone": c.zone} for c in await listed_sites(db, fields)]
+        months = await site_months(db, fields)
+        return [
+            {
+                "site": c.site,
+                "zone": c.zone,
+                "first_month": months.get(c.site, (None, None))[0],
+                "last_month": months.get(c.site, (None, None))[1],
+            }
+            for c in await listed_sites(db, fields)
+        ]
 
     day_range = (
         Param(
@@ -159,10 +168,15 @@ def routes(settings: Settings) -> list[Route]:
         ),
         Route(
             "/api/sites",
-            "Every site with hits or settings, and its time zone",
+            "Every site with hits or settings, its time zone, and its first and last month with hits",
             (),
             sites,
-            rows_of(("site", {"type": "string"}), ("zone", {"type": "string"})),
+            rows_of(
+                ("site", {"type": "string"}),
+                ("zone", {"type": "string"}),
+                ("first_month", {"type": ["string", "null"], "description": "YYYY-MM"}),
+                ("last_month", {"type": ["string", "null"], "description": "YYYY-MM"}),
+            ),
             None,
             "hits",
         ),

@@ -103,18 +103,29 @@ def cmd_query_props(args: argparse.Namespace) -> int:
 
 def cmd_query_pages(args: argparse.Namespace) -> int:
     """The pages of a site with the most hits over a range of days."""
-    from pipeline.kinds.hits.query import top_pages
+    from pipeline.kinds.hits.query import TopPages, top_pages
     from pipeline.kinds.hits.query_bots import top_human_pages
 
     s = command_settings()
     end: date = args.end or args.start
     top = top_human_pages if args.no_bots else top_pages
 
-    async def run(db: Db) -> list[tuple[str, int]]:
+    async def run(db: Db) -> TopPages:
         return await top(db, args.site, args.start, end, args.limit, hits_fields(s.schema))
 
-    print_rows(on_db(s, run), args.json, ("page", "hits"), args.csv)
+    rows = on_db(s, run)
+    print_rows(rows, args.json, ("page", "hits"), args.csv)
+    if not rows.exact:
+        print(not_exact_note(rows.bound), file=sys.stderr)
     return 0
+
+
+def not_exact_note(bound: int) -> str:
+    """The line that says a top-pages answer is not proven exact yet, and by how much it may be off."""
+    return (
+        f"not exact yet: a page's hits may be off by up to {bound}, or a page missing from the list may "
+        "have that many (the range's top lists are made exact a few seconds after its last hits are counted)"
+    )
 
 
 def _day_range(parser: argparse.ArgumentParser) -> None:

@@ -95,6 +95,10 @@ class TopFields:
     date: str
     site: str
     pages: str
+    #: The sum of ``pages`` when a worker last made the list exact (:mod:`.sites.seal`).
+    sealed: str
+    #: At that moment, the most hits of a page not listed.
+    below: str
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,20 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import EPOCH_ORDINAL, Calendar, dt_minute, zone_info
 from pipeline.core.series import Granularity, add_into, next_bucket
-from pipeline.kinds.hits.layout import HitsFields, hits_fields, read_fields, site_filter
-from pipeline.kinds.hits.query_props import OTHER_LABEL
-from pipeline.kinds.hits.sites.caps import OTHER_PAGE
+from pipeline.kinds.hits.layout import (
+    HitsFields,
+    MonthlyFields,
+    RollupFields,
+    hits_fields,
+    read_fields,
+    site_filter,
+)
+from pipeline.kinds.hits.sites.rank import PeriodList, plan, rank
 from pipeline.kinds.hits.sites.store import SiteConfig, load, site_config
 from pipeline.store.names.layout import unescape_key
 
@@ -169,6 +176,106 @@ async def hits_series(
     return series
 
 
+class TopPages(list[tuple[str, int]]):
+    """(page, hits), most first, and whether the ranking is proven exact.
+
+    ``exact`` is false while a list of the range is still being written (the open day,
+    or a day a worker has not sealed yet: :mod:`pipeline.kinds.hits.sites.seal`);
+    ``bound`` is then the most hits a page missing from the rows could have.
+    """
+
+    exact: bool = True
+    bound: int = 0
+    #: How many leading rows are proven exact, each above every page after them (all, if exact).
+    proven: int = 0
+
+
+def _months(first: date, last: date) -> list[tuple[date, date, bool]]:
+    """(first day, last day, whole month?) of each month the range touches."""
+    out = []
+    m = first.replace(day=1)
+    while m <= last:
+        end = (next_bucket(datetime(m.year, m.month, 1), "month") - timedelta(days=1)).date()
+        out.append((max(m, first), min(end, last), first <= m and end <= last))
+        m = end + timedelta(days=1)
+    return out
+
+
+def _dt(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day)
+
+
+async def _period_lists(
+    db: AsyncDatabase[dict[str, Any]], site: str, first: date, last: date, r: RollupFields
+) -> list[PeriodList]:
+    """The top lists covering the range: a whole month's own list when it proves as much as
+    its days' (complete, or sealed and unchanged), else the daily lists."""
+    rd, rm = r.top_daily, r.top_monthly
+    months = _months(first, last)
+    lists: list[PeriodList] = []
+    days: list[tuple[date, date]] = [(lo, hi) for lo, hi, whole in months if not whole]
+    whole = [_dt(lo) for lo, _, whole in months if whole]
+    if whole:
+        flt = {f"{rm.metadata}.{rm.site}": site, f"{rm.metadata}.{rm.date}": {"$in": whole}}
+        proj = {rm.pages: 1, rm.sealed: 1, rm.below: 1, f"{rm.metadata}.{rm.date}": 1, "_id": 0}
+        async for doc in db[rm.collection].find(flt, proj):
+            pl = PeriodList.of(doc.get(rm.pages), doc.get(rm.sealed), doc.get(rm.below))
+            if pl.exact:
+                lists.append(pl)
+            else:
+                month = doc[rm.metadata][rm.date].date()
+                days.append((month, next_bucket(_dt(month), "month").date() - timedelta(days=1)))
+    for lo, hi in days:
+        flt = {
+            f"{rd.metadata}.{rd.site}": site,
+            f"{rd.metadata}.{rd.date}": {"$gte": _dt(lo), "$lte": _dt(hi)},
+        }
+        async for doc in db[rd.collection].find(flt, {rd.pages: 1, rd.sealed: 1, rd.below: 1, "_id": 0}):
+            lists.append(PeriodList.of(doc.get(rd.pages), doc.get(rd.sealed), doc.get(rd.below)))
+    return lists
+
+
+async def page_totals(
+    db: AsyncDatabase[dict[str, Any]],
+    site: str,
+    first: date,
+    last: date,
+    pages: list[str] | None,
+    fields: HitsFields,
+) -> dict[str, int]:
+    """Exact hits of ``pages`` (``None``: every page) from their monthly documents, days in range."""
+    fm = fields.monthly
+    flt = site_filter(fm, site, None, _dt(first.replace(day=1)), _dt(last.replace(day=1)))
+    out: dict[str, int] = {}
+    proj = {f"{fm.metadata}.{fm.page}": 1, f"{fm.metadata}.{fm.date}": 1, fm.total: 1, fm.daily: 1, "_id": 0}
+    if pages is None:
+        await _add_totals(db[fm.collection].find(flt, proj), first, last, fm, out)
+    for at in range(0, len(pages or ()), PAGES_PER_READ):  # the embedded store's $in is quadratic
+        flt[f"{fm.metadata}.{fm.page}"] = {"$in": (pages or [])[at : at + PAGES_PER_READ]}
+        await _add_totals(db[fm.collection].find(flt, proj), first, last, fm, out)
+    return out
+
+
+#: Pages one read of their documents asks for.
+PAGES_PER_READ = 50
+
+
+async def _add_totals(
+    found: AsyncCursor[dict[str, Any]], first: date, last: date, fm: MonthlyFields, out: dict[str, int]
+) -> None:
+    """Add each monthly document's hits on the days from ``first`` to ``last`` to its page's."""
+    async for doc in found:
+        meta = doc[fm.metadata]
+        month: date = meta[fm.date].date()
+        end = next_bucket(_dt(month), "month").date() - timedelta(days=1)
+        if first <= month and end <= last:
+            n = int(doc.get(fm.total, 0))
+        else:
+            days = (doc.get(fm.daily) or {}).items()
+            n = sum(int(c) for d, c in days if first <= month.replace(day=int(d)) <= last)
+        out[meta[fm.page]] = out.get(meta[fm.page], 0) + n
+
+
 async def top_pages(
     db: AsyncDatabase[dict[str, Any]],
     site: str,
@@ -176,58 +283,71 @@ async def top_pages(
     last: date,
     limit: int = 10,
     fields: HitsFields | None = None,
-) -> list[tuple[str, int]]:
-    """The pages of ``site`` with the most hits from ``first`` to ``last`` (its local days, inclusive).
+) -> TopPages:
+    """The ``limit`` pages of ``site`` with the most hits from ``first`` to ``last`` (local days, inclusive).
 
-    Reads the site's rollups, never a page document: the monthly rollup of each month
-    inside the range, the daily rollups of the range's partial first and last months
-    (a month is one document, a 30-day range at most 31 + 1). Each rollup counts its
-    top pages exactly up to ``PREAGG_HITS_TOP_PAGES_BYTES`` and the rest as
-    ``(other)``, which is listed as a row of its own. Most hits first, then by page.
+    Exact, whatever order the hits arrived in, once the range's lists are sealed (a few
+    seconds after their last write): reads the site's top lists (a whole month's, or its
+    days') and the page documents of the few pages they leave open
+    (:mod:`pipeline.kinds.hits.sites.rank`), never every page. Until then the rows are
+    the best known and ``exact`` is false with the bound. ``limit`` 0: every page, from
+    the page documents (or from the lists when they are complete). Most hits first,
+    then by page.
     """
-    r = (fields or hits_fields()).rollups
-    rd, rm = r.top_daily, r.top_monthly
-    whole: list[datetime] = []
-    partial: list[tuple[date, date]] = []
-    m = first.replace(day=1)
-    while m <= last:
-        end = (next_bucket(datetime(m.year, m.month, 1), "month") - timedelta(days=1)).date()
-        if first <= m and end <= last:
-            whole.append(datetime(m.year, m.month, 1))
-        else:
-            partial.append((max(m, first), min(end, last)))
-        m = end + timedelta(days=1)
-    sums: dict[str, int] = {}
-
-    def add(pages: dict[str, Any] | None) -> None:
-        for key, n in (pages or {}).items():
-            sums[key] = sums.get(key, 0) + int(n)
-
-    if whole:
-        flt = {f"{rm.metadata}.{rm.site}": site, f"{rm.metadata}.{rm.date}": {"$in": whole}}
-        async for doc in db[rm.collection].find(flt, {rm.pages: 1, "_id": 0}):
-            add(doc.get(rm.pages))
-    for lo, hi in partial:
-        flt = {
-            f"{rd.metadata}.{rd.site}": site,
-            f"{rd.metadata}.{rd.date}": {
-                "$gte": datetime(*lo.timetuple()[:3]),
-                "$lte": datetime(*hi.timetuple()[:3]),
-            },
-        }
-        async for doc in db[rd.collection].find(flt, {rd.pages: 1, "_id": 0}):
-            add(doc.get(rd.pages))
-    ranked = sorted(
-        ((OTHER_LABEL if k == OTHER_PAGE else unescape_key(k), n) for k, n in sums.items() if n),
-        key=lambda row: (-row[1], row[0]),
-    )
-    return ranked[:limit] if limit else ranked
+    fields = fields or hits_fields()
+    lists = await _period_lists(db, site, first, last, fields.rollups)
+    p = plan(lists, limit)
+    counted: dict[str, int] = {}
+    if p.unlisted or p.read or p.unread:
+        if not limit:
+            every = await page_totals(db, site, first, last, None, fields)
+            rows = sorted(
+                ((page, n) for page, n in every.items() if n),
+                key=lambda row: (-row[1], row[0]),
+            )
+            every_page = TopPages(rows)
+            every_page.proven = len(rows)
+            return every_page
+        if p.read:
+            names = {unescape_key(k): k for k in p.read}
+            totals = await page_totals(db, site, first, last, list(names), fields)
+            counted = {names[page]: n for page, n in totals.items() if page in names}
+            counted.update({k: 0 for k in p.read if k not in counted})
+    ranked = rank(p, counted, limit)
+    out = TopPages((unescape_key(k), n) for k, n in ranked.rows)
+    out.exact, out.bound, out.proven = ranked.exact, ranked.bound, ranked.proven
+    return out
 
 
 async def known_sites(db: AsyncDatabase[dict[str, Any]], fields: HitsFields | None = None) -> list[str]:
     """Every site with hits, sorted: ``distinct`` on the monthly rollups' index's first field."""
     f = (fields or hits_fields()).rollups.monthly
     return sorted(await db[f.collection].distinct(f"{f.metadata}.{f.site}"))
+
+
+async def site_months(
+    db: AsyncDatabase[dict[str, Any]], fields: HitsFields | None = None
+) -> dict[str, tuple[str, str]]:
+    """Per site, its first and last month with hits (``YYYY-MM``): where its data is.
+
+    One ``$group`` over the monthly rollups (one document per site and month): the
+    dashboard opens on the latest month with data when the current one has none.
+    """
+    f = (fields or hits_fields()).rollups.monthly
+    pipeline: list[dict[str, Any]] = [
+        {"$match": {f.total: {"$gt": 0}}},
+        {
+            "$group": {
+                "_id": f"${f.metadata}.{f.site}",
+                "first": {"$min": f"${f.metadata}.{f.date}"},
+                "last": {"$max": f"${f.metadata}.{f.date}"},
+            }
+        },
+    ]
+    out = {}
+    async for doc in await db[f.collection].aggregate(pipeline):
+        out[doc["_id"]] = (f"{doc['first']:%Y-%m}", f"{doc['last']:%Y-%m}")
+    return out
 
 
 async def listed_sites(

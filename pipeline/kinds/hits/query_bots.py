@@ -16,8 +16,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pipeline.core.series import Granularity, next_bucket
 from pipeline.kinds.hits.bots import AGENT, BOT, humans_series, settled_top
 from pipeline.kinds.hits.layout import HitsFields, hits_fields, read_fields, site_filter
-from pipeline.kinds.hits.query import Series, top_pages
-from pipeline.kinds.hits.query_props import OTHER_LABEL
+from pipeline.kinds.hits.query import Series, TopPages, top_pages
 from pipeline.store.names.layout import escape_key, names_namespace, values_namespace
 from pipeline.store.names.store import NameStore, read_namespaces
 
@@ -116,26 +115,51 @@ async def top_human_pages(
     last: date,
     limit: int = 10,
     fields: HitsFields | None = None,
-) -> list[tuple[str, int]]:
+) -> TopPages:
     """:func:`query.top_pages` without bot hits: exact, reading the bots of the likely pages only.
 
-    ``(other)`` (pages past the top-pages budget, or the day's page cap) has no page
-    documents: it is listed with its bots, if any, counted as humans.
+    Ranks by all hits first (the proven rows of :func:`query.top_pages`), reads the bots
+    of those rows in order, and asks for more rows (four times as many) until the
+    ``limit``-th human count beats every page not read; when the lists cannot prove
+    more rows, the answer says so with its bound.
     """
     fields = fields or hits_fields()
-    ranked = await top_pages(db, site, first, last, 0, fields)
     key = await bot_key(db, site, fields)
-    if key is None:
-        return ranked[:limit]
+    ask = limit
     bots: dict[str, int] = {}
-    done = 0
     while True:
-        settled = settled_top(ranked, bots, limit)
-        if settled is not None:
-            return settled
-        batch = [p for p, _ in ranked[done : done + PAGES_PER_READ]]
-        done += len(batch)
-        named = [p for p in batch if p != OTHER_LABEL]
-        bots.update(dict.fromkeys(batch, 0))  # (other) has no page documents
-        if named:
-            bots.update(await bot_pages(db, site, named, first, last, key, fields))
+        ranked = await top_pages(db, site, first, last, ask, fields)
+        if key is None:
+            return ranked
+        proven = list(ranked[: ranked.proven])
+        after = ranked[ranked.proven][1] if len(ranked) > ranked.proven else 0
+        # every page past the proven rows has at most this many hits
+        beyond = max(after, 0 if ranked.exact else ranked.bound)
+        if ranked.exact and ask and len(ranked) == ask:
+            beyond = ranked[-1][1]
+        rows = [*proven, (BEYOND, beyond)] if beyond else proven
+        while True:
+            settled = settled_top(rows, bots, limit)
+            if settled is not None:
+                return _human(settled, limit, True, 0, len(settled))
+            batch = [p for p, _ in rows if p not in bots and p != BEYOND][:PAGES_PER_READ]
+            if not batch:
+                break  # the next page to settle is past the proven rows: ask for more
+            bots.update(await bot_pages(db, site, batch, first, last, key, fields))
+        if not ask or ask >= MAX_ASK or (not ranked.exact and len(proven) < ask):
+            humans = sorted(((p, n - bots.get(p, 0)) for p, n in proven), key=lambda r: (-r[1], r[0]))
+            return _human(humans, limit, False, beyond, 0)
+        ask *= 4
+
+
+#: Stands for every page past the rows asked for (never a page: pages start with ``/``).
+BEYOND = "\x00beyond"
+#: Most pages asked for before the answer is given with its bound.
+MAX_ASK = 2_000
+
+
+def _human(rows: list[tuple[str, int]], limit: int, exact: bool, bound: int, proven: int) -> TopPages:
+    kept = [r for r in rows if r[1] > 0]
+    out = TopPages(kept[:limit] if limit else kept)
+    out.exact, out.bound, out.proven = exact, bound, min(proven, len(out))
+    return out

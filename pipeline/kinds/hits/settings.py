@@ -43,11 +43,18 @@ class HitsSettings(StreamSettings):
     max_pages_per_day: int = 50_000
     #: Bytes of a site's top pages of one day or month (escaped page → count, about 10
     #: bytes a page more than its name: 4 KiB holds about 80 pages of 40-byte names).
-    #: Pages arrive in the order of the day's traffic; past the budget a new page counts
-    #: under ``(other)``. Higher: longer exact top-page lists, slower top-page reads (30
-    #: days read up to 31 of them; at 16 KiB a 30-day list of a 100,000-page site took
-    #: 17 ms p50 against 5.5 ms at 4 KiB: docs/benchmarks.md).
+    #: A batch's busiest pages enter first; past the budget a new page counts under
+    #: ``(other)`` until the period is sealed (``top_pages_seal_after``). Higher: longer
+    #: lists, so more ranges and ``--no-bots`` answers proven exact from the lists alone,
+    #: and slower top-page reads (30 days read up to 31 of them; at 16 KiB a 30-day list of
+    #: a 100,000-page site took 17 ms p50 against 5.5 ms at 4 KiB: docs/benchmarks.md).
     top_pages_bytes: int = 4_096
+    #: Seconds a site's day (month) must go unwritten by a worker before that worker makes
+    #: its top pages exact from the page documents (docs/rollups.md, "Top pages"). Lower:
+    #: exact answers sooner after a backfill; each seal reads the period's page documents
+    #: once (a day of 100,000 pages: about a second of the store's time). 0: never seal
+    #: (answers then say they are not exact, with their error bound).
+    top_pages_seal_after: float = 3.0
     #: Access-log lines count their status, method, referrer host and user-agent family
     #: as custom properties (as ``preagg produce --props``): richer charts, bigger documents.
     clf_props: bool = False

@@ -1,7 +1,9 @@
-"""What a worker runs for hits: the aggregator, the name store, sites' zones, the retention schedule."""
+"""What a worker runs for hits: the aggregator, the name store, sites' zones, the retention
+schedule, the sealing of settled top pages."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from pipeline.kinds.hits import layout
@@ -14,6 +16,7 @@ from pipeline.kinds.hits.sites.cache import SiteConfigs
 from pipeline.kinds.hits.sites.caps import PageCaps
 from pipeline.kinds.hits.sites.caps_read import caps_metrics, seed_caps
 from pipeline.kinds.hits.sites.schedule import RetentionSchedule, retention_metrics
+from pipeline.kinds.hits.sites.seal import TopSealer, seal_metrics
 from pipeline.kinds.hits.sites.tiers import Tiers
 from pipeline.kinds.kind import Stream, StreamContext
 from pipeline.settings import SettingsError
@@ -60,6 +63,14 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         ctx.settings.worker_id,
     )
 
+    sealer = TopSealer(ctx.db, fields, s.top_pages_bytes, caps, settle=s.top_pages_seal_after)
+
+    async def background() -> None:
+        loops = [sealer.forever()] if s.top_pages_seal_after > 0 else []
+        if s.retention_every > 0:
+            loops.append(schedule.forever())
+        await asyncio.gather(*loops)
+
     async def before_plan(agg: HitCounts) -> None:
         await sites.refresh()  # the zones and tiers this flush plans with
         await seed_caps(ctx.db, fields, caps, *agg.periods())  # pages per day, top pages
@@ -70,6 +81,12 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         lambda: HitCounts(decoder, fields, prop_keys, sites, caps),
         before_plan=before_plan,
         before_plan_label="sites' zones, page caps and name store",
-        metrics=lambda: [*name_store_metrics(names), *retention_metrics(schedule), *caps_metrics(caps)],
-        background=schedule.forever if s.retention_every > 0 else None,
+        metrics=lambda: [
+            *name_store_metrics(names),
+            *retention_metrics(schedule),
+            *caps_metrics(caps),
+            *seal_metrics(sealer),
+        ],
+        background=background,
+        after_commit=(lambda agg: sealer.touched(*agg.periods())) if s.top_pages_seal_after > 0 else None,
     )

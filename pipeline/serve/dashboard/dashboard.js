@@ -43,6 +43,29 @@ async function api(path, query) {
   return body;
 }
 
+/** Rows and what still waits to be counted (``envelope=true``); shown above the charts. */
+async function apiRows(path, query) {
+  const body = await api(path, { ...query, envelope: "true" });
+  showPending(body.pending);
+  return body.rows;
+}
+
+function showPending(p) {
+  const el = $("pending");
+  if (!p || p.complete) { el.hidden = true; el.textContent = ""; return; }
+  const n = `${fmt(p.messages)} message${p.messages === 1 ? "" : "s"}`;
+  if (p.stalled) {
+    const age = p.last_flush_age == null ? "never" : `${fmt(Math.round(p.last_flush_age))} s ago`;
+    el.textContent = `Not complete: ${n} wait to be counted and no worker is counting them (last flush ${age}; see preagg status).`;
+    el.classList.add("error");
+  } else {
+    const eta = p.seconds == null ? "" : `, about ${fmt(Math.max(1, Math.round(p.seconds)))} s more`;
+    el.textContent = `Still counting: ${n} sent are not in these figures yet${eta}.`;
+    el.classList.remove("error");
+  }
+  el.hidden = false;
+}
+
 function status(text, isError) {
   const el = $("status");
   el.textContent = text;
@@ -130,26 +153,34 @@ function previousRange() {
 
 // -- charts -------------------------------------------------------------------
 
-/** A round top for the y axis (1, 2 or 5 times a power of ten) at or above ``n``. */
-function niceMax(n) {
-  if (n <= 1) return 1;
-  const p = 10 ** Math.floor(Math.log10(n));
-  for (const f of [1, 2, 5, 10]) if (f * p >= n) return f * p;
-  return 10 * p;
+/** The y axis for a peak of ``n`` hits: a whole step (1, 2, 2.5 or 5 times a power of ten,
+ * never below 1: counts are integers) and the first multiple of it at or above the peak,
+ * in at most five steps. An empty chart runs to 1. */
+function niceScale(n) {
+  if (n <= 0) return { top: 1, step: 1 };
+  for (let p = 1; ; p *= 10) {
+    for (const f of [1, 2, 2.5, 5]) {
+      const step = f * p;
+      if (!Number.isInteger(step)) continue;
+      const top = Math.ceil(n / step) * step;
+      if (top / step <= 5) return { top, step };
+    }
+  }
 }
 
 function drawBars(svg, rows, label, previous) {
   const W = 720, H = 180, top = 8;
   const max = Math.max(0, ...rows.map((r) => r.hits));
-  const scale = niceMax(Math.max(max, ...(previous || []).map((r) => r.hits)));
+  const axis = niceScale(Math.max(max, ...(previous || []).map((r) => r.hits)));
+  const scale = axis.top;
   const y = (n) => H - (n / scale) * (H - top);
   const w = W / Math.max(rows.length, 1);
   const gap = w > 6 ? 1 : 0;
   svg.replaceChildren();
-  for (const f of [0.5, 1]) {
+  for (let v = axis.step; v <= scale; v += axis.step) {
     const line = document.createElementNS(SVG, "line");
     line.setAttribute("x1", "0"); line.setAttribute("x2", String(W));
-    line.setAttribute("y1", String(y(f * scale))); line.setAttribute("y2", String(y(f * scale)));
+    line.setAttribute("y1", String(y(v))); line.setAttribute("y2", String(y(v)));
     svg.append(line);
   }
   let total = 0;
@@ -188,9 +219,10 @@ function drawBars(svg, rows, label, previous) {
   svg.dataset.total = String(total);
   svg.dataset.points = String(rows.length);
   svg.dataset.scale = String(scale);
+  svg.dataset.step = String(axis.step);
   svg.dataset.renders = String(Number(svg.dataset.renders || 0) + 1);
   if (window.preaggFirstChart === undefined) window.preaggFirstChart = performance.now();
-  return { total, max, scale };
+  return { total, max, scale: axis };
 }
 
 function hoverText(r, prev, label) {
@@ -200,10 +232,31 @@ function hoverText(r, prev, label) {
   return text;
 }
 
-function yAxis(id, scale) {
-  const [hi, mid] = $(id).children;
-  hi.textContent = fmt(scale);
-  mid.textContent = fmt(scale / 2);
+/** Labels of the y axis, the top first: one per step, whole numbers. */
+function yAxis(id, axis) {
+  const spans = [];
+  for (let v = axis.top; v >= 0; v -= axis.step) {
+    const s = document.createElement("span");
+    s.textContent = fmt(v);
+    spans.push(s);
+  }
+  $(id).replaceChildren(...spans);
+}
+
+/** Labels along the x axis: about six buckets, evenly spread, each under its bar. */
+function xTicks(id, rows, label) {
+  const n = rows.length;
+  const want = Math.min(n, window.innerWidth < 500 ? 4 : 7);
+  const picked = new Set();
+  for (let k = 0; k < want; k++) picked.add(want === 1 ? 0 : Math.round((k * (n - 1)) / (want - 1)));
+  $(id).replaceChildren(...[...picked].map((i) => {
+    const s = document.createElement("span");
+    s.textContent = label(rows[i].t);
+    s.style.left = `${((i + 0.5) / n) * 100}%`;
+    if (i === 0) s.classList.add("first");
+    if (i === n - 1 && n > 1) s.classList.add("last");
+    return s;
+  }));
 }
 
 /** Hover values: the bucket under the pointer, written under the chart. */
@@ -221,6 +274,14 @@ const labels = {
   hour: (t) => t.slice(0, 16).replace("T", " "),
   day: (t) => t.slice(0, 10),
   month: (t) => t.slice(0, 7),
+};
+// Shorter labels for the ticks under a chart: the range's year is in its title.
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const ticks = {
+  minute: (t) => t.slice(11, 16),
+  hour: (t) => `${MONTHS[Number(t.slice(5, 7)) - 1]} ${Number(t.slice(8, 10))} ${t.slice(11, 16)}`,
+  day: (t) => `${MONTHS[Number(t.slice(5, 7)) - 1]} ${Number(t.slice(8, 10))}`,
+  month: (t) => `${MONTHS[Number(t.slice(5, 7)) - 1]} ${t.slice(0, 4)}`,
 };
 
 function showZone() {
@@ -259,9 +320,10 @@ function chartCsv(svg, name) {
 // -- cards --------------------------------------------------------------------
 
 async function loadRealtime() {
-  const rows = await api("/api/hits", { site: state.site, page: state.page, from: "now-59m", to: "now", by: "minute" });
+  const rows = await apiRows("/api/hits", { site: state.site, page: state.page, from: "now-59m", to: "now", by: "minute" });
   const { total, max, scale } = drawBars($("rt-chart"), rows, labels.minute);
   yAxis("rt-y", scale);
+  xTicks("rt-x", rows, ticks.minute);
   $("rt-total").textContent = fmt(total);
   $("rt-first").textContent = rows.length ? `${labels.minute(rows[0].t)} ${state.zone}` : "";
   $("rt-last").textContent = rows.length ? `${labels.minute(rows[rows.length - 1].t)} · peak ${fmt(max)}/min` : "";
@@ -275,13 +337,15 @@ function rangeLabel() {
 async function loadRange() {
   const by = rangeBy();
   const filtered = state.bots && by !== "hour";  // bot hits are counted per day
-  const query = (r) => api("/api/hits", {
+  const query = (r) => apiRows("/api/hits", {
     site: state.site, page: state.page, from: r.from, to: r.to + "T23:59:59", by,
     bots: filtered ? "exclude" : null,
   });
   const [rows, previous] = await Promise.all([query(state), state.compare ? query(previousRange()) : null]);
   const { total, max, scale } = drawBars($("range-chart"), rows, labels[by], previous);
   yAxis("range-y", scale);
+  xTicks("range-x", rows, ticks[by]);
+  whereIsTheData(total);
   $("range-label").textContent = rangeLabel();
   $("range-by").textContent = by;
   $("range-bots-note").hidden = !(state.bots && !filtered);
@@ -296,6 +360,65 @@ async function loadRange() {
   $("from").max = $("to").max = today();
   $("compare").checked = state.compare;
   for (const b of document.querySelectorAll("[data-preset]")) b.classList.toggle("on", b.dataset.preset === state.preset);
+}
+
+// -- where the data is -------------------------------------------------------------
+// A site whose hits are from another period looked empty: the dashboard opens on its
+// latest month with hits when the range it would open on has none, and says so; a range
+// chosen without hits says where the site's hits are, with a link there.
+
+function siteSpan() {
+  const s = (state.sites || []).find((x) => x.site === state.site);
+  return s && s.first_month ? { first: s.first_month, last: s.last_month } : null;
+}
+const missesData = (span) => span && (state.to.slice(0, 7) < span.first || state.from.slice(0, 7) > span.last);
+
+/** Opening on a range without hits (no range in the address, or a new site): its latest month with hits. */
+function openWhereTheDataIs() {
+  const span = siteSpan();
+  if (!missesData(span)) return;
+  const was = rangeLabel();
+  Object.assign(state, monthOf(span.last + "-01"), { preset: null });
+  state.whereNote = `No hits in ${was}: showing ${monthName(state.from)}, the latest month with hits.`;
+}
+
+function whereIsTheData(total) {
+  const el = $("where");
+  const span = siteSpan();
+  el.replaceChildren();
+  if (state.whereNote) {
+    el.textContent = state.whereNote;
+    state.whereNote = null;
+  } else if (total === 0 && missesData(span)) {
+    const month = monthOf(span.last + "-01");
+    const go = document.createElement("button");
+    go.textContent = `show ${monthName(month.from)}`;
+    go.addEventListener("click", () => setRange({ ...month, preset: null }));
+    const when = span.first === span.last ? monthName(span.first + "-01") : `${monthName(span.first + "-01")} to ${monthName(span.last + "-01")}`;
+    el.append(`No hits in this range: ${state.site} has hits from ${when}. `, go);
+  } else if (total === 0 && !span) {
+    el.textContent = `No hits stored for ${state.site} yet.`;
+  }
+  el.hidden = !el.childNodes.length;
+}
+
+/** Referrers as Plausible groups them: none (typed, bookmarked) as "Direct / None", the
+ * site's own host (and its subdomains) as "(internal)", other hosts as they are. */
+function groupReferrers(rows, site) {
+  const own = site.replace(/^www\./, "");
+  const merged = new Map();
+  for (const row of rows) {
+    if (row.name !== "referrer") continue;
+    const host = row.value.replace(/^www\./, "");
+    const value = row.value === "-" || row.value === "" ? "Direct / None"
+      : host === own || host.endsWith("." + own) ? "(internal)" : row.value;
+    merged.set(value, (merged.get(value) || 0) + row.count);
+  }
+  const referrers = [...merged].map(([value, count]) => ({ name: "referrer", value, count }))
+    .sort((a, b) => b.count - a.count || a.value.localeCompare(b.value));
+  const others = rows.filter((row) => row.name !== "referrer");
+  const at = others.findIndex((row) => row.name > "referrer");
+  return at < 0 ? [...others, ...referrers] : [...others.slice(0, at), ...referrers, ...others.slice(at)];
 }
 
 /** The last ``longest`` days of the range, and a note when that is less than the range. */
@@ -333,7 +456,7 @@ async function loadPages() {
 
 async function loadProps() {
   const r = clipped(MAX_PROP_DAYS, "properties");
-  const rows = await api("/api/props", { site: state.site, page: state.page, from: r.from, to: r.to });
+  const rows = groupReferrers(await api("/api/props", { site: state.site, page: state.page, from: r.from, to: r.to }), state.site);
   state.propRows = rows;
   state.hasBots = rows.some((row) => row.name === "agent" && row.value === "Bot");
   $("bots-filter").hidden = !(state.hasBots || state.bots);
@@ -442,6 +565,7 @@ function applyUrl() {
   readUrl();
   adoptSite(state.sites);
   Object.assign(state, rangeFromUrl());
+  if (!["month", "from", "range"].some((k) => params.has(k))) openWhereTheDataIs();
 }
 
 function adoptSite(sites) {
@@ -487,6 +611,7 @@ $("site").addEventListener("change", (e) => {
   state.page = null;
   adoptSite(state.sites);
   if (state.preset) Object.assign(state, presetRange(state.preset));  // the new site's today
+  openWhereTheDataIs();
   writeUrl(true);
   refreshAll();
 });

@@ -29,7 +29,7 @@ def _tiers(s: Settings) -> Tiers:
 
 def cmd_sites(args: argparse.Namespace) -> int:
     """List every site (with hits or settings): its zone, its zone changes, its retention."""
-    from pipeline.kinds.hits.query import listed_sites
+    from pipeline.kinds.hits.query import listed_sites, site_months
     from pipeline.kinds.hits.sites.tiers import site_tiers
 
     s = command_settings()
@@ -37,6 +37,7 @@ def cmd_sites(args: argparse.Namespace) -> int:
 
     async def run(db: Db) -> list[dict[str, Any]]:
         rows = []
+        months = await site_months(db, hits_fields(s.schema))
         for c in await listed_sites(db, hits_fields(s.schema)):
             t = site_tiers(default, c.minute_days, c.hour_days)
             rows.append(
@@ -49,6 +50,8 @@ def cmd_sites(args: argparse.Namespace) -> int:
                     ],
                     "minute_days": t.minute_days,
                     "hour_days": t.hour_days,
+                    "first_month": months.get(c.site, (None, None))[0],
+                    "last_month": months.get(c.site, (None, None))[1],
                 }
             )
         return rows
@@ -58,11 +61,13 @@ def cmd_sites(args: argparse.Namespace) -> int:
         print(json.dumps(rows))
         return 0
     width = max([len(printable(r["site"])) for r in rows] + [4])
-    print(f"{'site':<{width}}  {'zone':<22}  minutes  hours  zone history")
+    print(f"{'site':<{width}}  {'zone':<22}  minutes  hours  {'hits from':<17}  zone history")
     for r in rows:
         history = ", ".join(f"{z['zone']} from {z['since']}" for z in r["zones"] if z["since"])
         keep = [("forever" if r[k] == 0 else f"{r[k]} d") for k in ("minute_days", "hour_days")]
-        print(f"{printable(r['site']):<{width}}  {r['zone']:<22}  {keep[0]:>7}  {keep[1]:>5}  {history}")
+        span = f"{r['first_month']} to {r['last_month']}" if r["first_month"] else "none"
+        name = printable(r["site"])
+        print(f"{name:<{width}}  {r['zone']:<22}  {keep[0]:>7}  {keep[1]:>5}  {span:<17}  {history}")
     return 0
 
 
