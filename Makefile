@@ -4,17 +4,20 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-store bench-seeds bench-first-answer chaos simulate clean
+.PHONY: install constraints browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-store bench-seeds bench-first-answer chaos simulate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@# -qq: errors only. A machine's pip.conf may name package folders that are not there,
 	@# and pip warns about each once per package: a fresh clone's `make demo` printed ~100 such lines.
 	$(PY) -m pip install -qq --upgrade pip
-	$(PY) -m pip install -qq -e '.[dev]'
+	$(PY) -m pip install -qq -e '.[dev,embedded,plot]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+constraints: $(STAMP)  ## rewrite deploy/constraints.txt (the production image's pins) from .venv
+	$(PY) -m benchmarks.constraints > deploy/constraints.txt
 
 demo: $(STAMP)  ## generated traffic through the whole pipeline on the embedded services
 	$(PY) -m pipeline demo

@@ -52,6 +52,7 @@ from pipeline.kinds.hits.sites.seal import seal_period
 from pipeline.ops.lag import wait_caught_up
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
+from pipeline.store.names.layout import unescape_key
 from pipeline.worker.process import WorkerProcess
 
 F = hits_fields("compact")
@@ -114,7 +115,9 @@ async def list_only(db: Any, site: str, first: date, last: date, limit: int) -> 
         },
     }
     async for doc in db[r.collection].find(flt, {r.pages: 1}):
-        sums.update({k: int(n) for k, n in (doc.get(r.pages) or {}).items()})
+        sums.update(
+            {k if k == OTHER_PAGE else unescape_key(k): int(n) for k, n in (doc.get(r.pages) or {}).items()}
+        )
     return sorted(sums.items(), key=lambda row: (-row[1], row[0]))[:limit]
 
 
@@ -210,27 +213,115 @@ def backfill_case(
     return {**counted, **asyncio.run(run())}
 
 
+def live_case(base: Settings, pages: int, rate: int, seconds: int, reps: int) -> dict[str, Any]:
+    """A live Zipf stream stamped now through one worker (sealing on): the open day sampled every 5 s."""
+    settings = base.with_(group_id="g-live", db="top_live").with_stream(HITS, topic="top-live")
+    site = "live.test"
+    rng = random.Random(7)
+    names = [f"/live/{i:06d}" for i in range(pages)]
+    weights = [1 / (i + 1) for i in range(pages)]
+    # the busy pages change halfway: the second half's busiest arrive after the budget is spent
+    second = names[pages // 2 :] + names[: pages // 2]
+    warm = [(json.dumps({"site": site, "page": "/", "ts": time.time()}).encode(), None)]
+    asyncio.run(send_lines(settings, settings.topic("hits"), warm, 1))  # the topic, and a warm worker
+    worker = WorkerProcess(settings, "top-live").start()
+    samples = []
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=300, poll=0.2))
+
+        async def stream() -> None:
+            client = mongo_client(settings.mongo_url or "")
+            db = client[settings.db]
+            started = time.monotonic()
+            sent = 0
+            next_sample = started + 5
+            try:
+                while (now := time.monotonic()) - started < seconds:
+                    which = names if now - started < seconds / 2 else second
+                    batch = [
+                        (json.dumps({"site": site, "page": p, "ts": time.time()}).encode(), None)
+                        for p in rng.choices(which, weights, k=rate // 10)
+                    ]
+                    await send_lines(settings, settings.topic("hits"), batch, 1)
+                    sent += len(batch)
+                    if now >= next_sample:
+                        next_sample += 5
+                        today = datetime.now(UTC).date()
+                        got = await top_pages(db, site, today, today, 10, F)
+                        exact = await page_totals(db, site, today, today, None, F)
+                        want = sorted(exact.items(), key=lambda r: (-r[1], r[0]))[:10]
+                        old = [r for r in await list_only(db, site, today, today, 10) if r[0] != OTHER_PAGE]
+                        samples.append(
+                            {
+                                "t": round(now - started),
+                                "counted": sum(exact.values()),
+                                "answer": {
+                                    **agreement(list(got), want),
+                                    "exact": got.exact,
+                                    "bound": got.bound,
+                                },
+                                "lists_alone": agreement(old, want),
+                                "other_share": round(await other_share(db, site), 4),
+                            }
+                        )
+                    await asyncio.sleep(max(0.0, started + sent / rate - time.monotonic()))
+            finally:
+                await client.close()
+
+        asyncio.run(stream())
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=300, poll=0.2))
+        time.sleep(settings.of(HITS).top_pages_seal_after + 3)  # the day settles: the worker seals it
+
+        async def settled() -> dict[str, Any]:
+            client = mongo_client(settings.mongo_url or "")
+            try:
+                return await measure(client[settings.db], site, reps)
+            finally:
+                await client.close()
+
+        after = asyncio.run(settled())
+    finally:
+        worker.terminate()
+    return {
+        "case": "live",
+        "pages": pages,
+        "rate": rate,
+        "seconds": seconds,
+        "samples": samples,
+        "settled": after,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     add_data_option(ap)
     ap.add_argument("--sizes", default="10000,100000", help="pages of the Zipf backfills")
     ap.add_argument("--events", type=int, default=200_000, help="events of each Zipf backfill")
     ap.add_argument("--reps", type=int, default=20, help="timed reads per range")
+    ap.add_argument("--live-seconds", type=int, default=60, help="length of the live stream (0: none)")
+    ap.add_argument("--live-rate", type=int, default=500, help="events per second of the live stream")
+    ap.add_argument("--cases", default="readme,zipf,live", help="which cases to run")
     ap.add_argument("--out", default="bench-results/top_pages.json")
     args = ap.parse_args()
     use_data(args.data)
     results: dict[str, Any] = {**header(" ".join(sys.argv)), "cases": []}
     with embedded("preagg-top-", partitions=4) as (base, _):
         log = data_file("access-logs/apache_logs")
-        if log.exists():
+        cases = set(args.cases.split(","))
+        if "readme" not in cases:
+            pass
+        elif log.exists():
             results["cases"].append(backfill_case(base, "readme_log", "semicomplete.com", log, 1, args.reps))
             print(json.dumps(results["cases"][-1]), flush=True)
         else:
             print(f"{log} is missing: the README's case is left out", file=sys.stderr)
-        for size in (int(s) for s in args.sizes.split(",")):
+        for size in (int(s) for s in args.sizes.split(",") if "zipf" in cases):
             site = f"zipf{size}.test"
             lines = zipf_lines(site, size, args.events, 3, seed=size)
             results["cases"].append(backfill_case(base, f"zipf_{size}", site, lines, 2, args.reps))
+            print(json.dumps(results["cases"][-1]), flush=True)
+        if args.live_seconds and "live" in cases:
+            results["cases"].append(live_case(base, 10_000, args.live_rate, args.live_seconds, args.reps))
             print(json.dumps(results["cases"][-1]), flush=True)
     write_results(results, args.out)
 

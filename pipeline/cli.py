@@ -318,12 +318,14 @@ def _adopt(s: Settings, args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
+    from pipeline.core.logs import configure
     from pipeline.kinds import stream_topics
     from pipeline.ops.pending import PendingWatch
     from pipeline.serve.server import serve
 
-    logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     s = command_settings()
+    logging.basicConfig(level=args.loglevel.upper())
+    configure(logging.getLogger(), logging.getLogger().level, s.log_format)
     if args.port is not None:
         s = s.with_(serve_port=args.port)
     if args.bind is not None:

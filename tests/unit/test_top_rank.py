@@ -107,3 +107,22 @@ def test_a_batch_admits_its_busiest_pages_first() -> None:
         f"{f.rollups.top_daily.pages}./busy": 50,
         f"{f.rollups.top_daily.pages}.{OTHER_PAGE}": 1,
     }
+
+
+def test_a_period_is_sealed_once_settled_and_every_minute_while_it_stays_open() -> None:
+    from pipeline.kinds.hits.layout import hits_fields
+    from pipeline.kinds.hits.sites.seal import OPEN_EVERY, SETTLE, TopSealer
+
+    now = [0.0]
+    sealer = TopSealer(None, hits_fields(), 4096, clock=lambda: now[0])  # type: ignore[arg-type]
+    sealer.touched([("a.test", 1)], [])
+    assert sealer.due() == []
+    now[0] = SETTLE
+    assert sealer.due() == [("a.test", "d", 1)]  # settled: no write for SETTLE seconds
+    live = TopSealer(None, hits_fields(), 4096, clock=lambda: now[0])  # type: ignore[arg-type]
+    for second in range(int(OPEN_EVERY) + 1):
+        now[0] = float(second)
+        live.touched([("b.test", 1)], [])
+        if second < OPEN_EVERY:
+            assert live.due() == [], second
+    assert live.due() == [("b.test", "d", 1)]  # written every second, due after a minute

@@ -22,6 +22,7 @@ from pipeline.kinds.hits.layout import (
     MonthlyFields,
     RollupFields,
     hits_fields,
+    monthly_id,
     read_fields,
     site_filter,
 )
@@ -243,21 +244,29 @@ async def page_totals(
     pages: list[str] | None,
     fields: HitsFields,
 ) -> dict[str, int]:
-    """Exact hits of ``pages`` (``None``: every page) from their monthly documents, days in range."""
+    """Exact hits of ``pages`` (``None``: every page) from their monthly documents, days in range.
+
+    Named pages are read by ``_id`` (known from site, page and month): on the embedded
+    store 100 documents took 27 ms by ``_id`` against 2.6 s with ``$in`` on the page
+    field, which it answered by scanning the site's month; on MongoDB both use an index.
+    """
     fm = fields.monthly
-    flt = site_filter(fm, site, None, _dt(first.replace(day=1)), _dt(last.replace(day=1)))
     out: dict[str, int] = {}
     proj = {f"{fm.metadata}.{fm.page}": 1, f"{fm.metadata}.{fm.date}": 1, fm.total: 1, fm.daily: 1, "_id": 0}
     if pages is None:
+        flt = site_filter(fm, site, None, _dt(first.replace(day=1)), _dt(last.replace(day=1)))
         await _add_totals(db[fm.collection].find(flt, proj), first, last, fm, out)
-    for at in range(0, len(pages or ()), PAGES_PER_READ):  # the embedded store's $in is quadratic
-        flt[f"{fm.metadata}.{fm.page}"] = {"$in": (pages or [])[at : at + PAGES_PER_READ]}
+        return out
+    months = [lo.replace(day=1) for lo, _, _ in _months(first, last)]
+    ids = [monthly_id(m, site, p) for p in pages for m in months]
+    for at in range(0, len(ids), IDS_PER_READ):
+        flt = {"_id": {"$in": ids[at : at + IDS_PER_READ]}, f"{fm.metadata}.{fm.site}": site}
         await _add_totals(db[fm.collection].find(flt, proj), first, last, fm, out)
     return out
 
 
-#: Pages one read of their documents asks for.
-PAGES_PER_READ = 50
+#: Document ids one read asks for.
+IDS_PER_READ = 500
 
 
 async def _add_totals(

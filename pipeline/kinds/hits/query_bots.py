@@ -15,12 +15,12 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.series import Granularity, next_bucket
 from pipeline.kinds.hits.bots import AGENT, BOT, humans_series, settled_top
-from pipeline.kinds.hits.layout import HitsFields, hits_fields, read_fields, site_filter
-from pipeline.kinds.hits.query import Series, TopPages, top_pages
+from pipeline.kinds.hits.layout import HitsFields, daily_id, hits_fields, read_fields, site_filter
+from pipeline.kinds.hits.query import IDS_PER_READ, Series, TopPages, top_pages
 from pipeline.store.names.layout import escape_key, names_namespace, values_namespace
 from pipeline.store.names.store import NameStore, read_namespaces
 
-#: Pages whose bot counters one read asks for (the embedded store's ``$in`` is quadratic).
+#: Pages whose bot counters one round reads (the likeliest first: most answers settle in one).
 PAGES_PER_READ = 50
 
 
@@ -96,15 +96,21 @@ async def bot_pages(
     key: str,
     fields: HitsFields,
 ) -> dict[str, int]:
-    """Bot hits of each of ``pages`` over the days (0 for a page without any)."""
+    """Bot hits of each of ``pages`` over the days (0 for a page without any).
+
+    Read by ``_id`` (site, page and day make it): ``$in`` on the page field made the
+    embedded store scan the site's days (:func:`query.page_totals`).
+    """
     f = fields.daily
     path = f"{f.props}.{key}"
-    flt = site_filter(f, site, None, datetime(*first.timetuple()[:3]), datetime(*last.timetuple()[:3]))
-    flt[f"{f.metadata}.{f.page}"] = {"$in": pages}
+    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    ids = [daily_id(d, site, p) for p in pages for d in days]
     out = dict.fromkeys(pages, 0)
-    async for doc in db[f.collection].find(flt, {path: 1, f"{f.metadata}.{f.page}": 1, "_id": 0}):
-        page = doc[f.metadata][f.page]
-        out[page] = out.get(page, 0) + _count(doc, path)
+    for at in range(0, len(ids), IDS_PER_READ):
+        flt = {"_id": {"$in": ids[at : at + IDS_PER_READ]}, f"{f.metadata}.{f.site}": site}
+        async for doc in db[f.collection].find(flt, {path: 1, f"{f.metadata}.{f.page}": 1, "_id": 0}):
+            page = doc[f.metadata][f.page]
+            out[page] = out.get(page, 0) + _count(doc, path)
     return out
 
 

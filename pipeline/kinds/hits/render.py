@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.calendar import iso
+from pipeline.core.parse import UsageError
 
 BARS = " ▁▂▃▄▅▆▇█"
 
@@ -83,8 +84,11 @@ def sparkline(values: Sequence[int], width: int = 72) -> str:
 
 
 def plot_png(series: Sequence[tuple[datetime, int]], path: Path, title: str, zone: str = "UTC") -> Path:
-    """Draw the series as a bar/line chart into a PNG file."""
-    import matplotlib
+    """Draw the series as a bar/line chart into a PNG file (``preagg[plot]``)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("--plot draws with matplotlib: pip install 'preagg[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -55,6 +55,10 @@ class HitsSettings(StreamSettings):
     #: once (a day of 100,000 pages: about a second of the store's time). 0: never seal
     #: (answers then say they are not exact, with their error bound).
     top_pages_seal_after: float = 3.0
+    #: Seconds between two seals of a period written without pause (a live site's day and
+    #: month): its answers are then off by at most that long's hits. Lower: a tighter bound
+    #: on the open day, one more read of its page documents per interval. 0: only once settled.
+    top_pages_seal_open_every: float = 60.0
     #: Access-log lines count their status, method, referrer host and user-agent family
     #: as custom properties (as ``preagg produce --props``): richer charts, bigger documents.
     clf_props: bool = False

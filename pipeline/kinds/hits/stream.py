@@ -63,7 +63,14 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         ctx.settings.worker_id,
     )
 
-    sealer = TopSealer(ctx.db, fields, s.top_pages_bytes, caps, settle=s.top_pages_seal_after)
+    sealer = TopSealer(
+        ctx.db,
+        fields,
+        s.top_pages_bytes,
+        caps,
+        settle=s.top_pages_seal_after,
+        open_every=s.top_pages_seal_open_every,
+    )
 
     async def background() -> None:
         loops = [sealer.forever()] if s.top_pages_seal_after > 0 else []

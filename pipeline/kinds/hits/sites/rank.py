@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from pipeline.kinds.hits.sites.caps import OTHER_PAGE
 
-#: Most pages read from their documents for one answer (one ``$in`` read).
+#: Most pages read from their documents for one answer (by ``_id``: about 0.3 ms a page on
+#: the embedded store). More rarely helps: lists that leave this many open prove little.
 MAX_READ = 400
 
 

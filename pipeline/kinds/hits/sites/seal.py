@@ -48,6 +48,9 @@ log = logging.getLogger("preagg.seal")
 
 #: Seconds a period must go unwritten (by this worker) before its list is sealed.
 SETTLE = 3.0
+#: Seconds after which a period written without pause (a live site's day) is sealed anyway:
+#: its answers are then off by at most the hits of the last minute (docs/rollups.md).
+OPEN_EVERY = 60.0
 #: Seconds between two looks at the periods waiting.
 EVERY = 1.0
 #: Periods a worker remembers to seal; past it the oldest are forgotten (their lists stay as written).
@@ -166,6 +169,9 @@ async def unsealed(db: AsyncDatabase[dict[str, Any]], fields: HitsFields) -> lis
 @dataclass
 class _Waiting:
     touched: float
+    #: When it was first written since the last try: a period written without pause (a
+    #: live site's day) is sealed every ``open_every`` seconds all the same.
+    since: float = 0.0
     tries: int = 0
 
 
@@ -179,11 +185,12 @@ class TopSealer:
         budget: int,
         caps: PageCaps | None = None,
         settle: float = SETTLE,
+        open_every: float = OPEN_EVERY,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.db, self.fields, self.budget, self.caps = db, fields, budget, caps
-        self.settle, self.clock, self.sleep = settle, clock, sleep
+        self.settle, self.open_every, self.clock, self.sleep = settle, open_every, clock, sleep
         self._waiting: OrderedDict[Period, _Waiting] = OrderedDict()
         self.counts: Counter[str] = Counter()
 
@@ -191,38 +198,42 @@ class TopSealer:
         """A flush wrote these periods: seal them once they settle."""
         now = self.clock()
         for period in [(s, "d", o) for s, o in days] + [(s, "m", o) for s, o in months]:
-            self._waiting.pop(period, None)
-            self._waiting[period] = _Waiting(now)
+            old = self._waiting.pop(period, None)
+            self._waiting[period] = _Waiting(now, old.since if old is not None else now)
         while len(self._waiting) > MAX_WAITING:
             self._waiting.popitem(last=False)
             self.counts["forgotten"] += 1
 
     def due(self) -> list[Period]:
-        """Periods not written for ``settle`` seconds (oldest first)."""
-        limit = self.clock() - self.settle
-        return [p for p, w in self._waiting.items() if w.touched <= limit]
+        """Periods not written for ``settle`` seconds, or written for ``open_every`` without pause."""
+        now = self.clock()
+        settled, still_open = now - self.settle, now - self.open_every if self.open_every > 0 else -1.0
+        return [p for p, w in self._waiting.items() if w.touched <= settled or w.since <= still_open]
 
     async def run_once(self) -> None:
-        """Seal every settled period; one still moving is tried again later, a bounded number of times."""
+        """Seal every due period; one still moving is tried again later, a bounded number of times."""
         for period in self.due():
+            waiting = self._waiting.get(period)
+            live = waiting is not None and waiting.touched > self.clock() - self.settle
             try:
                 outcome = await seal_period(self.db, self.fields, period, self.budget, self.caps)
             except PyMongoError as exc:
                 log.warning("top pages of %s not sealed yet (%s); tried again", period, exc)
                 outcome = "moving"
             self.counts[outcome] += 1
-            waiting = self._waiting.get(period)
-            if waiting is None:
+            if waiting is None or self._waiting.get(period) is not waiting:
                 continue
             if outcome != "moving":
-                del self._waiting[period]
+                del self._waiting[period]  # a live period's next write brings it back
+            elif live:
+                waiting.since = self.clock()  # still written: tried again open_every seconds on
             elif waiting.tries + 1 >= MAX_TRIES:
                 del self._waiting[period]
                 self.counts["gave_up"] += 1
                 log.info("top pages of %s left as written: its page documents kept moving", period)
             else:
                 waiting.tries += 1
-                waiting.touched = self.clock()
+                waiting.touched = waiting.since = self.clock()
                 self._waiting.move_to_end(period)
 
     async def forever(self) -> None:

@@ -1,0 +1,65 @@
+"""Every private name of faust-streaming and aiokafka the worker relies on still exists.
+
+``worker/consumer.py``, ``rebalance.py`` and ``shutdown.py`` override or call private
+attributes of Faust's consumer, its consumer thread, its app and its worker, and of
+aiokafka's consumer and coordinator. pyproject.toml pins faust-streaming to the minor
+the tests cover; this test is what fails first when an upgrade renames one of them.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import aiokafka
+import faust
+import mode
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from faust.transport.consumer import Consumer as BaseConsumer
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+#: (class, name): methods and attributes the worker overrides, calls or reads.
+SEAMS = [
+    (faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer"),
+    (faust_aiokafka.Consumer, "_new_consumer_thread"),
+    (BaseConsumer, "_drain_messages"),
+    (BaseConsumer, "_wait_next_records"),
+    (BaseConsumer, "_to_message"),
+    (BaseConsumer, "_new_topicpartition"),
+    (BaseConsumer, "_add_gap"),
+    (BaseConsumer, "_wait_for_ack"),
+    (GroupCoordinator, "_send_req"),
+    (mode.Worker, "_schedule_shutdown"),
+    (mode.Worker, "on_setup_root_logger"),
+    (faust.Worker, "on_setup_root_logger"),
+    (faust.App, "_consumer_wait_empty"),
+]
+
+#: Instance attributes set in ``__init__`` (no class attribute to look up).
+INIT_ATTRIBUTES = [
+    (
+        BaseConsumer,
+        (
+            "_acked",
+            "_acked_index",
+            "_committed_offset",
+            "_n_acked",
+            "_unacked_messages",
+            "_waiting_for_ack",
+            "_buffered_partitions",
+        ),
+    ),
+    (aiokafka.AIOKafkaConsumer, ("_fetch_max_wait_ms", "_isolation_level")),
+]
+
+
+def test_the_private_methods_we_override_or_call_exist() -> None:
+    missing = [f"{cls.__module__}.{cls.__qualname__}.{name}" for cls, name in SEAMS if not hasattr(cls, name)]
+    assert not missing, missing
+
+
+def test_the_private_attributes_we_read_are_set_by_their_constructors() -> None:
+    missing = []
+    for cls, names in INIT_ATTRIBUTES:
+        source = inspect.getsource(cls)
+        missing += [f"{cls.__qualname__}.{n}" for n in names if f"self.{n}" not in source]
+    assert not missing, missing

@@ -1,0 +1,54 @@
+"""A worker with no partition while messages wait uncounted is flagged, then restarts (pure, fake clock)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pipeline.worker.idle import IDLE_AFTER, RESTART_AFTER, IdleWatch, Waiting, verdict
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watch(assigned: list[int], waiting: Waiting, restarts: list[str], clock: Clock) -> IdleWatch:
+    async def look() -> Waiting:
+        return waiting
+
+    return IdleWatch(lambda: assigned[0], look, lambda: "member m1 generation 7", restarts.append, clock)
+
+
+def test_an_idle_worker_in_a_quiet_group_is_never_flagged() -> None:
+    assert verdict(0, 10 * IDLE_AFTER, Waiting({})) is None
+    assert verdict(2, 10 * IDLE_AFTER, Waiting({"hits[0]": 5})) is None
+    assert verdict(0, IDLE_AFTER / 2, Waiting({"hits[0]": 5})) is None
+
+
+def test_flagged_after_the_idle_bound_then_restarted_after_the_restart_bound() -> None:
+    clock, restarts, assigned = Clock(), [], [0]
+    w = watch(assigned, Waiting({"hits[0]": 120, "hits[1]": 3}), restarts, clock)
+    asyncio.run(w.check())
+    assert w.problem is None
+    clock.now = IDLE_AFTER
+    asyncio.run(w.check())
+    assert w.problem is not None and "hits[0] (120 waiting)" in w.problem and not restarts
+    clock.now = IDLE_AFTER + RESTART_AFTER
+    asyncio.run(w.check())
+    assert len(restarts) == 1 and "new member" in restarts[0]
+
+
+def test_a_partition_assigned_clears_the_problem() -> None:
+    clock, restarts, assigned = Clock(), [], [0]
+    w = watch(assigned, Waiting({"hits[0]": 1}), restarts, clock)
+    asyncio.run(w.check())
+    clock.now = IDLE_AFTER
+    asyncio.run(w.check())
+    assert w.problem is not None
+    assigned[0] = 1
+    clock.now += 1
+    asyncio.run(w.check())
+    assert w.problem is None and not restarts
