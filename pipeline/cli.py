@@ -44,6 +44,12 @@ def cmd_services(args: argparse.Namespace) -> int:
         ep = svc.start()
         path = svc.write_state()
         print(f"kafka   {ep.kafka_url}\nmongodb {ep.mongo_url}\nstate   {path}\nlogs    {s.home / 'logs'}")
+        rebased = _rebase_embedded(ep.mongo_url, s.db)
+        if rebased:
+            print(
+                f"the embedded broker starts empty (it keeps topics in memory): {rebased} partition "
+                "ledgers now start at offset 0 of the new topics; the counts in the store are kept"
+            )
         print("other preagg commands in this directory use them; `preagg services down` stops them")
         return 0
     if args.action == "status":
@@ -57,8 +63,31 @@ def cmd_services(args: argparse.Namespace) -> int:
         return 0
     stop_pids(list(state["pids"].values()))
     (s.home / STATE_FILE).unlink(missing_ok=True)
-    print("stopped")
+    print(
+        f"stopped. Kept: the store's documents (counts, ledgers, dead-letter records) under {s.home}. "
+        "Lost: the broker's topics (kept in memory), with any event sent and not counted yet; "
+        "`preagg services up` starts them empty and moves the ledgers to the new topics"
+    )
     return 0
+
+
+def _rebase_embedded(mongo_url: str, db: str) -> int:
+    """After the embedded broker (re)starts empty: the ledgers of ``db`` moved to its new topics."""
+    import asyncio
+
+    from pipeline.ops.positions import rebase_on_empty_broker
+    from pipeline.store.client import mongo_client
+
+    async def run() -> int:
+        client = mongo_client(mongo_url)
+        try:
+            return await rebase_on_empty_broker(
+                client[db], "preagg services up: the embedded broker started empty"
+            )
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
 
 
 # -- produce ------------------------------------------------------------------

@@ -135,3 +135,31 @@ async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: lis
         await db[OFFSETS_COLLECTION].update_one(
             {"_id": offset_id(settings.group_id, r.topic, r.partition)}, update, upsert=True
         )
+
+
+async def rebase_on_empty_broker(db: AsyncDatabase[dict[str, Any]], why: str) -> int:
+    """Every ledger of this database back to offset 0 of a new, empty log (the embedded broker only).
+
+    The embedded broker keeps its topics in memory: after ``preagg services down`` and ``up``
+    every topic starts empty, and a ledger pointing past the end would hold its partition
+    back as diverged (a real broker losing its data must be decided by an operator with
+    ``preagg positions reset``; this is never called for one). Figures, counts and the flush
+    sequence are kept; a flush cut short is given up with the old log, as a reset does.
+    """
+    now = time.time()
+    done = await db[OFFSETS_COLLECTION].update_many(
+        {"next": {"$gt": 0}},
+        [
+            {
+                "$set": {
+                    "reset": {"at": now, "from": "$next", "to": 0, "why": why},
+                    "next": 0,
+                    "flush": f"rebase-{uuid.uuid4().hex}",
+                    "at": now,
+                    "worker": "preagg services up",
+                }
+            },
+            {"$unset": ["diverged", "pending", "last"]},
+        ],
+    )
+    return int(done.modified_count)

@@ -432,6 +432,10 @@ class Flusher(Generic[A]):
         self.stats.redone += 1
         await self._flush(batch, redo=(tp, cut))
 
+    async def recheck(self, tp: TP) -> bool:
+        """The incarnation check again, for a partition that stopped moving (the guard's watch)."""
+        return await self._same_log(tp)
+
     async def _same_log(self, tp: TP) -> bool:
         """Check ``tp`` against its ledger; a diverged partition is held back and reported."""
         if self._check_incarnation is None or tp in self.diverged:

@@ -34,6 +34,8 @@ log = logging.getLogger("preagg.worker")
 
 #: Seconds between two reads of the ledgers of diverged partitions (waiting for a reset).
 WATCH_INTERVAL = 5.0
+#: Seconds between two checks of the partitions whose consumption stopped moving.
+RECHECK_INTERVAL = 30.0
 
 
 class LedgerGuard:
@@ -60,6 +62,24 @@ class LedgerGuard:
         last = Fingerprint.from_doc(doc.get("last")) if doc else None
         at = last.offset if last is not None else max(0, int(stored) - 1)
         return judge(int(stored), last, await self.probe.look(tp[0], tp[1], at))
+
+    async def _recheck(
+        self, flushers: Sequence[Flusher[Any]], seen: dict[tuple[str, int], int | None]
+    ) -> None:
+        """Check the partitions that consumed nothing since the last look (or went backwards)."""
+        assigned = {(t.topic, t.partition) for t in self.app.consumer.assignment()}
+        for f in flushers:
+            for tp in f.positions.assigned():
+                if tp not in assigned or tp in f.diverged:
+                    continue
+                now = f.consumed.get(tp)
+                before, seen[tp] = seen.get(tp), now
+                if now is not None and before is not None and now > before:
+                    continue  # consuming: Kafka serves a log that goes on
+                try:
+                    await f.recheck(tp)
+                except Exception as exc:  # the broker or the store away: the next look tries again
+                    log.info("%s[%d]: cannot check against its ledger now: %s", *tp, exc)
 
     async def on_diverged(self, tp: tuple[str, int], verdict: Verdict) -> None:
         """Stop reading the partition and write the verdict into its ledger, for status and operators."""
@@ -108,9 +128,22 @@ class LedgerGuard:
         exit_to_resume(reason)
 
     async def watch(self, flushers: Sequence[Flusher[Any]]) -> None:
-        """Restart the worker once an operator has reset the ledger of a diverged partition."""
+        """Restart the worker once an operator has reset the ledger of a diverged partition; check
+        again, every :data:`RECHECK_INTERVAL` s, the partitions whose consumption stopped moving.
+
+        A topic deleted and recreated under a running worker was never noticed on the embedded
+        broker: its fetches past the new log's end returned nothing, so no position moved
+        backwards and nothing triggered the check; the worker held the partitions, said it was
+        ready and counted nothing (issue 42). The recheck finds the log ending before the
+        ledger's ``next`` and holds the partition back, as at assignment.
+        """
+        seen: dict[tuple[str, int], int | None] = {}
+        last_recheck = time.monotonic()
         while True:
             await asyncio.sleep(WATCH_INTERVAL)
+            if time.monotonic() - last_recheck >= RECHECK_INTERVAL:
+                last_recheck = time.monotonic()
+                await self._recheck(flushers, seen)
             for f in flushers:
                 for tp in list(f.diverged):
                     doc = await self._ledger(tp)

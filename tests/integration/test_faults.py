@@ -142,11 +142,13 @@ def test_answers_lost_and_bulks_cut_by_a_step_down_count_nothing_twice(
 ) -> None:
     """A fifth of the writes (upserts, intents, ledger moves) apply and lose their answer: the
     driver retries once, and when that answer is lost too the flush is retried, idempotently. A
-    twentieth of the bulk writes apply their first half only and answer a step-down error."""
+    twentieth of the bulk writes (and always the first) apply their first half only and answer a
+    step-down error."""
     settings = settings.with_(partitions=4, max_pending_keys=1_000)
     traffic = generate(3_000, end=time.time(), days=1, seed=38, bad_share=0.0)
     asyncio.run(produce(settings, traffic.lines, pack=1))
-    proxy.set_rates(FaultRates(lost_reply=0.2, rival_insert=0.2, partial_bulk=0.05, slow=0.02))
+    rates = FaultRates(lost_reply=0.2, rival_insert=0.2, partial_bulk=0.05, first_partial_bulks=1, slow=0.02)
+    proxy.set_rates(rates)
     run_workers(settings.with_(mongo_url=proxy.url), ["lossy-a", "lossy-b"])
     assert proxy.injected["lost_reply"] > 5 and proxy.injected["partial_bulk"] > 0, proxy.injected
     problems, events = audit(settings, traffic)

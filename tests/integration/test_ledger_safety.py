@@ -16,6 +16,7 @@ from pipeline.kafka.admin import TopicSpec, ensure_topics
 from pipeline.kafka.options import KafkaConnection, kafka_client_kwargs
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
+from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
 from pipeline.worker.exits import EXIT_FENCED
@@ -168,3 +169,29 @@ def test_a_new_group_id_neither_counts_the_log_again_nor_starts_without_adopting
     run_worker_to_end(b, "group-b")
     assert counted(b) == 350  # the retained 300 once, plus the 50 new ones
     assert ledger_totals(ledger(b)).events == 350  # the adopted figures carry on
+
+
+def test_a_reset_with_the_worker_stopped_then_started_by_hand_counts_the_new_log(settings: Settings) -> None:
+    """Issue 42's "reset that resets nothing": the topic recreated under a running worker, the
+    worker stopped, `preagg positions reset --to earliest --apply`, a worker started by hand:
+    it must count the new log, and one more event after it."""
+    topic = settings.topic("hits")
+    running = WorkerProcess(settings, "before").start()
+    try:
+        asyncio.run(produce(settings, hits(400, "/a"), pack=10))
+        asyncio.run(wait_caught_up(settings, [topic], timeout=120))
+        asyncio.run(recreate(settings, topic))
+        asyncio.run(produce(settings, hits(250, "/b"), pack=10))
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all("diverged" in d for d in ledger(settings)):
+            time.sleep(1)
+        assert all("diverged" in d for d in ledger(settings)), running.log_path.read_text()[-6000:]
+    finally:
+        running.terminate()
+    cli(settings, "positions", "reset", "--topic", topic, "--to", "earliest", "--apply")
+    run_worker_to_end(settings, "by-hand")
+    assert ledger_totals(ledger(settings)).events == 650
+    asyncio.run(produce(settings, hits(1, "/c"), pack=1))
+    run_worker_to_end(settings, "by-hand-again")
+    assert ledger_totals(ledger(settings)).events == 651
+    assert counted(settings) == 651

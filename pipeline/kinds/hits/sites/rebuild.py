@@ -24,10 +24,10 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.marks import MARKS
-from pipeline.kinds.hits.layout import HitsFields, site_daily_id, site_monthly_id
-from pipeline.kinds.hits.sites.caps import OTHER_PAGE, entry_bytes
+from pipeline.kinds.hits.layout import HitsFields, TopFields, site_daily_id, site_monthly_id
+from pipeline.kinds.hits.sites.caps import OTHER_PAGE
+from pipeline.kinds.hits.sites.seal import exact_list
 from pipeline.store.meta import META_COLLECTION
-from pipeline.store.names.layout import escape_key
 
 
 @dataclass(frozen=True)
@@ -55,22 +55,14 @@ def _add(into: dict[str, Any], doc: Mapping[str, Any]) -> None:
             into[k] = into.get(k, 0) + v
 
 
-def top_pages(totals: Counter[str], budget: int) -> dict[str, int]:
-    """The busiest pages, by escaped name, while they fit ``budget`` bytes; the rest as ``(other)``."""
-    out: dict[str, int] = {}
-    used = 0
-    other = 0
-    for page, n in sorted(totals.items(), key=lambda r: (-r[1], r[0])):
-        key = escape_key(page)
-        size = entry_bytes(key)
-        if used + size <= budget:
-            out[key] = n
-            used += size
-        else:
-            other += n
-    if other:
-        out[OTHER_PAGE] = other
-    return out
+def top_pages(totals: Counter[str], budget: int, top: TopFields) -> dict[str, Any]:
+    """The exact list (:func:`seal.exact_list`), sealed when it leaves pages out (a complete list
+    is exact as it is, as the workers' seal has it)."""
+    total = sum(totals.values())
+    pages, below = exact_list(totals, budget, total)
+    if OTHER_PAGE not in pages:
+        return {top.pages: pages}
+    return {top.pages: pages, top.sealed: total, top.below: below}
 
 
 def _dt(d: date) -> datetime:
@@ -120,7 +112,7 @@ async def rebuild_rollups(
         doc = {rd.metadata: meta_fields, **sums}
         doc_id = site_daily_id(day, site)
         await _replace(db, rd.collection, doc_id, f"{rd.metadata}.{rd.site}", site, doc)
-        top = {td.metadata: {td.date: _dt(day), td.site: site}, td.pages: top_pages(totals, top_bytes)}
+        top = {td.metadata: {td.date: _dt(day), td.site: site}, **top_pages(totals, top_bytes, td)}
         await _replace(db, td.collection, doc_id, f"{td.metadata}.{td.site}", site, top)
         month = day.replace(day=1)
         if not months or months[-1] != month:
@@ -138,7 +130,7 @@ async def rebuild_rollups(
         doc = {rm.metadata: {fm.date: _dt(month), fm.site: site}, **sums}
         doc_id = site_monthly_id(month, site)
         await _replace(db, rm.collection, doc_id, f"{rm.metadata}.{rm.site}", site, doc)
-        top = {tm.metadata: {tm.date: _dt(month), tm.site: site}, tm.pages: top_pages(totals, top_bytes)}
+        top = {tm.metadata: {tm.date: _dt(month), tm.site: site}, **top_pages(totals, top_bytes, tm)}
         await _replace(db, tm.collection, doc_id, f"{tm.metadata}.{tm.site}", site, top)
         report(f"{month:%Y-%m}: {sum(totals.values())} hits of {len(totals)} pages")
     return RebuildResult(len(days), len(months), pages, days[0] if days else None, days[-1] if days else None)
