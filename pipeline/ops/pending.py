@@ -126,14 +126,24 @@ def positions(ledger: Iterable[Mapping[str, Any]], committed: Mapping[int, int |
 
 
 async def sample(
-    settings: Settings, db: AsyncDatabase[dict[str, Any]], consumer: AIOKafkaConsumer, topic: str
+    settings: Settings,
+    db: AsyncDatabase[dict[str, Any]],
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    exact_ends: bool = True,
 ) -> Sample | None:
-    """One look at ``topic`` (``None``: the topic does not exist)."""
+    """One look at ``topic`` (``None``: the topic does not exist).
+
+    ``exact_ends=False`` takes ListOffsets as it comes: on the embedded broker, which answers
+    the last batch's first offset plus one, a backlog is still seen (the end is past the
+    position) but its size may be under-reported; it spares a CLI query the fetch that
+    learns the exact end (up to half a second).
+    """
     parts = await topic_partitions(consumer, topic)
     if not parts:
         return None
     tps = [TopicPartition(topic, p) for p in parts]
-    ends = await end_offsets(consumer, tps, settings.embedded_kafka)
+    ends = await end_offsets(consumer, tps, settings.embedded_kafka and exact_ends)
     committed = {tp.partition: await consumer.committed(tp) for tp in tps}
     ledger = await read_ledger(db, settings.group_id, [topic])
     last = max((float(d.get("at") or 0.0) for d in ledger), default=0.0)
@@ -156,13 +166,13 @@ async def look_once(
     consumer = looker(settings)
     await consumer.start()
     try:
-        first = await sample(settings, db, consumer, topic)
+        first = await sample(settings, db, consumer, topic, exact_ends=False)
         if first is None:
             return None
         if not first.waiting or again_after <= 0:
             return pending(topic, first)
         await asyncio.sleep(again_after)
-        second = await sample(settings, db, consumer, topic)
+        second = await sample(settings, db, consumer, topic, exact_ends=False)
         return pending(topic, second or first, first)
     finally:
         await consumer.stop()
