@@ -86,3 +86,18 @@ def test_answers_say_what_still_waits_to_be_counted(settings: Settings) -> None:
         assert "PROBLEM" not in run_cli(settings, "status", "--interval", "0").stdout
     finally:
         server.terminate()
+
+
+def test_a_store_that_does_not_answer_is_named_as_such(settings: Settings) -> None:
+    """Issue 41: with the store down the dashboard only said "no answer within the request's
+    deadline (10 s)"; the 503 now names the store and what to check."""
+    from pipeline.services.embedded import free_port
+
+    down = settings.with_(mongo_url=f"mongodb://127.0.0.1:{free_port()}/", query_timeout=3.0)
+    server = ServeProcess(down).start()
+    try:
+        status, body = get(server.url.rstrip("/") + "/api/sites", token=None)
+    finally:
+        server.terminate()
+    assert status == 503, body
+    assert "the store (MongoDB at 127.0.0.1:" in body["error"] and "does not answer" in body["error"], body
