@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
@@ -219,6 +220,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
+        STARTED.set()
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
             settings.worker_id,
@@ -428,6 +430,35 @@ async def _ready(settings: Settings, setup: Setup) -> tuple[list[str], str | Non
         await client.close()
 
 
+#: Set once the worker is ready (Faust started its tasks: the group gave it its assignment).
+STARTED = threading.Event()
+
+
+def watch_start(bound: float) -> threading.Thread:
+    """A WARNING every ``bound`` seconds until the worker is ready, from a thread of its own.
+
+    Faust runs the worker's tasks only once the group has answered its join: a worker the
+    group never assigns (the embedded broker's wedge after two workers stopped at once,
+    issue 42) printed nothing at all. Its own checks cannot run then; this one can.
+    """
+
+    def warn() -> None:
+        waited = 0.0
+        while not STARTED.wait(bound):
+            waited += bound
+            log.warning(
+                "not ready after %.0f s: the consumer group has not let this worker start (no "
+                "assignment). `preagg status` shows which partitions nothing counts; on the "
+                "embedded broker a group can wedge after two workers stop at once "
+                "(docs/operations.md)",
+                waited,
+            )
+
+    thread = threading.Thread(target=warn, name="preagg-start-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None:
     """Run one worker process until SIGTERM/SIGINT (flushes before exit).
 
@@ -442,6 +473,7 @@ def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None
         log.error("%s", refused)
         raise SystemExit(2)
     app, flushers = build_app(settings)
+    watch_start(2 * settings.session_timeout + 30.0)
 
     def left() -> str:
         counts = {f.stream: f.uncommitted_events() for f in flushers}

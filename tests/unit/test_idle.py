@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+
+import pytest
 
 from pipeline.worker.idle import IDLE_AFTER, RESTART_AFTER, IdleWatch, Waiting, verdict
 
@@ -52,3 +56,18 @@ def test_a_partition_assigned_clears_the_problem() -> None:
     clock.now += 1
     asyncio.run(w.check())
     assert w.problem is None and not restarts
+
+
+def test_a_worker_the_group_never_starts_says_so_until_it_starts(caplog: pytest.LogCaptureFixture) -> None:
+    from pipeline.worker import app
+
+    app.STARTED.clear()
+    with caplog.at_level(logging.WARNING, logger="preagg.worker"):
+        thread = app.watch_start(0.05)
+        deadline = time.monotonic() + 10
+        while "not ready after" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.01)
+        app.STARTED.set()
+        thread.join(5)
+    assert "not ready after" in caplog.text and "preagg status" in caplog.text
+    assert not thread.is_alive()
