@@ -91,3 +91,8 @@ def event_time(
             raw,
         )
     return ts
+
+
+def midnight(day: date) -> datetime:
+    """A local day as the naive ``datetime`` its documents store (``m.d``: the day at 00:00)."""
+    return datetime(day.year, day.month, day.day)

@@ -17,6 +17,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import EPOCH_ORDINAL, Calendar, dt_minute, zone_info
 from pipeline.core.series import Granularity, add_into, next_bucket
+from pipeline.core.times import midnight
 from pipeline.kinds.hits.layout import (
     HitsFields,
     MonthlyFields,
@@ -202,10 +203,6 @@ def _months(first: date, last: date) -> list[tuple[date, date, bool]]:
     return out
 
 
-def _dt(d: date) -> datetime:
-    return datetime(d.year, d.month, d.day)
-
-
 async def _period_lists(
     db: AsyncDatabase[dict[str, Any]], site: str, first: date, last: date, r: RollupFields
 ) -> list[PeriodList]:
@@ -215,7 +212,7 @@ async def _period_lists(
     months = _months(first, last)
     lists: list[PeriodList] = []
     days: list[tuple[date, date]] = [(lo, hi) for lo, hi, whole in months if not whole]
-    whole = [_dt(lo) for lo, _, whole in months if whole]
+    whole = [midnight(lo) for lo, _, whole in months if whole]
     if whole:
         flt = {f"{rm.metadata}.{rm.site}": site, f"{rm.metadata}.{rm.date}": {"$in": whole}}
         proj = {rm.pages: 1, rm.sealed: 1, rm.below: 1, f"{rm.metadata}.{rm.date}": 1, "_id": 0}
@@ -225,11 +222,11 @@ async def _period_lists(
                 lists.append(pl)
             else:
                 month = doc[rm.metadata][rm.date].date()
-                days.append((month, next_bucket(_dt(month), "month").date() - timedelta(days=1)))
+                days.append((month, next_bucket(midnight(month), "month").date() - timedelta(days=1)))
     for lo, hi in days:
         flt = {
             f"{rd.metadata}.{rd.site}": site,
-            f"{rd.metadata}.{rd.date}": {"$gte": _dt(lo), "$lte": _dt(hi)},
+            f"{rd.metadata}.{rd.date}": {"$gte": midnight(lo), "$lte": midnight(hi)},
         }
         async for doc in db[rd.collection].find(flt, {rd.pages: 1, rd.sealed: 1, rd.below: 1, "_id": 0}):
             lists.append(PeriodList.of(doc.get(rd.pages), doc.get(rd.sealed), doc.get(rd.below)))
@@ -254,7 +251,7 @@ async def page_totals(
     out: dict[str, int] = {}
     proj = {f"{fm.metadata}.{fm.page}": 1, f"{fm.metadata}.{fm.date}": 1, fm.total: 1, fm.daily: 1, "_id": 0}
     if pages is None:
-        flt = site_filter(fm, site, None, _dt(first.replace(day=1)), _dt(last.replace(day=1)))
+        flt = site_filter(fm, site, None, midnight(first.replace(day=1)), midnight(last.replace(day=1)))
         await _add_totals(db[fm.collection].find(flt, proj), first, last, fm, out)
         return out
     months = [lo.replace(day=1) for lo, _, _ in _months(first, last)]
@@ -276,7 +273,7 @@ async def _add_totals(
     async for doc in found:
         meta = doc[fm.metadata]
         month: date = meta[fm.date].date()
-        end = next_bucket(_dt(month), "month").date() - timedelta(days=1)
+        end = next_bucket(midnight(month), "month").date() - timedelta(days=1)
         if first <= month and end <= last:
             n = int(doc.get(fm.total, 0))
         else:

@@ -24,6 +24,7 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.marks import MARKS
+from pipeline.core.times import midnight
 from pipeline.kinds.hits.layout import HitsFields, TopFields, site_daily_id, site_monthly_id
 from pipeline.kinds.hits.sites.caps import OTHER_PAGE
 from pipeline.kinds.hits.sites.seal import exact_list
@@ -65,10 +66,6 @@ def top_pages(totals: Counter[str], budget: int, top: TopFields) -> dict[str, An
     return {top.pages: pages, top.sealed: total, top.below: below}
 
 
-def _dt(d: date) -> datetime:
-    return datetime(d.year, d.month, d.day)
-
-
 async def rebuild_rollups(
     db: AsyncDatabase[dict[str, Any]],
     fields: HitsFields,
@@ -85,7 +82,7 @@ async def rebuild_rollups(
     if first is None:
         done = await meta.find_one({"_id": progress_id(site)})
         first = done["through"].date() if done else date.min
-    since = _dt(max(first, date(1, 1, 2)))
+    since = midnight(max(first, date(1, 1, 2)))
     flt = {f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.date}": {"$gte": since}}
     days = sorted(d.date() for d in await db[fd.collection].distinct(f"{fd.metadata}.{fd.date}", flt))
     pages = 0
@@ -93,9 +90,9 @@ async def rebuild_rollups(
     for day in days:
         sums: dict[str, Any] = {}
         totals: Counter[str] = Counter()
-        meta_fields: dict[str, Any] = {fd.date: _dt(day), fd.site: site}
+        meta_fields: dict[str, Any] = {fd.date: midnight(day), fd.site: site}
         written: datetime | None = None  # the latest page's: the rollup is as recent as its pages
-        day_flt = {f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.date}": _dt(day)}
+        day_flt = {f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.date}": midnight(day)}
         async for doc in db[fd.collection].find(day_flt, {"_id": 0, MARKS: 0}):
             m = doc.pop(fd.metadata)
             for k in (fd.start, fd.zone):
@@ -112,25 +109,25 @@ async def rebuild_rollups(
         doc = {rd.metadata: meta_fields, **sums}
         doc_id = site_daily_id(day, site)
         await _replace(db, rd.collection, doc_id, f"{rd.metadata}.{rd.site}", site, doc)
-        top = {td.metadata: {td.date: _dt(day), td.site: site}, **top_pages(totals, top_bytes, td)}
+        top = {td.metadata: {td.date: midnight(day), td.site: site}, **top_pages(totals, top_bytes, td)}
         await _replace(db, td.collection, doc_id, f"{td.metadata}.{td.site}", site, top)
         month = day.replace(day=1)
         if not months or months[-1] != month:
             months.append(month)
-        await meta.update_one({"_id": progress_id(site)}, {"$set": {"through": _dt(day)}}, upsert=True)
+        await meta.update_one({"_id": progress_id(site)}, {"$set": {"through": midnight(day)}}, upsert=True)
         report(f"{day.isoformat()}: {sum(totals.values())} hits of {len(totals)} pages")
     for month in months:
         sums = {}
         totals = Counter()
-        m_flt = {f"{fm.metadata}.{fm.site}": site, f"{fm.metadata}.{fm.date}": _dt(month)}
+        m_flt = {f"{fm.metadata}.{fm.site}": site, f"{fm.metadata}.{fm.date}": midnight(month)}
         async for doc in db[fm.collection].find(m_flt, {"_id": 0, MARKS: 0}):
             m = doc.pop(fm.metadata)
             totals[m[fm.page]] += int(doc.get(fm.total, 0))
             _add(sums, doc)
-        doc = {rm.metadata: {fm.date: _dt(month), fm.site: site}, **sums}
+        doc = {rm.metadata: {fm.date: midnight(month), fm.site: site}, **sums}
         doc_id = site_monthly_id(month, site)
         await _replace(db, rm.collection, doc_id, f"{rm.metadata}.{rm.site}", site, doc)
-        top = {tm.metadata: {tm.date: _dt(month), tm.site: site}, **top_pages(totals, top_bytes, tm)}
+        top = {tm.metadata: {tm.date: midnight(month), tm.site: site}, **top_pages(totals, top_bytes, tm)}
         await _replace(db, tm.collection, doc_id, f"{tm.metadata}.{tm.site}", site, top)
         report(f"{month:%Y-%m}: {sum(totals.values())} hits of {len(totals)} pages")
     return RebuildResult(len(days), len(months), pages, days[0] if days else None, days[-1] if days else None)

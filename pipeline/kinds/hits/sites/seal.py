@@ -33,13 +33,14 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date
 from typing import Any, Literal
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
+from pipeline.core.times import midnight
 from pipeline.kinds.hits.layout import HitsFields, site_daily_id, site_monthly_id
 from pipeline.kinds.hits.sites.caps import OTHER_PAGE, PageCaps, Period, entry_bytes
 from pipeline.store.names.layout import escape_key
@@ -90,10 +91,6 @@ def consistent(list_total: int, page_totals: Iterable[int], capped: int) -> bool
     return sum(page_totals) + capped == list_total
 
 
-def _dt(d: date) -> datetime:
-    return datetime(d.year, d.month, d.day)
-
-
 async def seal_period(
     db: AsyncDatabase[dict[str, Any]],
     fields: HitsFields,
@@ -120,7 +117,7 @@ async def seal_period(
     if doc.get(top.sealed) == list_total or not pages.get(OTHER_PAGE):
         return "already"  # sealed and unchanged since, or complete (every page listed: exact)
     f = fields.monthly if monthly else fields.daily
-    flt = {f"{f.metadata}.{f.site}": site, f"{f.metadata}.{f.date}": _dt(day)}
+    flt = {f"{f.metadata}.{f.site}": site, f"{f.metadata}.{f.date}": midnight(day)}
     totals: Counter[str] = Counter()
     async for page_doc in db[f.collection].find(flt, {f"{f.metadata}.{f.page}": 1, f.total: 1, "_id": 0}):
         totals[page_doc[f.metadata][f.page]] += int(page_doc.get(f.total, 0))
@@ -147,9 +144,9 @@ async def _capped(
     flt: dict[str, Any] = {f"{rd.metadata}.{rd.site}": site, rd.capped: {"$gt": 0}}
     if monthly:
         end = date(day.year + day.month // 12, day.month % 12 + 1, 1)
-        flt[f"{rd.metadata}.{rd.date}"] = {"$gte": _dt(day), "$lt": _dt(end)}
+        flt[f"{rd.metadata}.{rd.date}"] = {"$gte": midnight(day), "$lt": midnight(end)}
     else:
-        flt[f"{rd.metadata}.{rd.date}"] = _dt(day)
+        flt[f"{rd.metadata}.{rd.date}"] = midnight(day)
     found = db[rd.collection].find(flt, {rd.capped: 1, "_id": 0})
     return sum([int(d.get(rd.capped, 0)) async for d in found])
 
