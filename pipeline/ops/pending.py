@@ -108,13 +108,20 @@ def pending(topic: str, now: Sample, before: Sample | None = None, rate: float |
     """Compare where the partitions end with where the group is; the rate from ``before`` (or given)."""
     waiting = now.waiting
     messages = sum(waiting.values())
-    if rate is None and before is not None and now.at > before.at:
-        moved = sum(max(0, now.positions.get(p, 0) - before.positions.get(p, 0)) for p in now.ends)
-        rate = moved / (now.at - before.at)
+    if rate is None and before is not None:
+        rate = rate_between(before, now)
     age = now.at - now.last_flush if now.last_flush else None
     stalled = bool(messages) and (age is None or age > STALLED_AFTER)
     seconds = messages / rate if messages and rate else (0.0 if not messages else None)
     return Pending(topic, messages, len(waiting), seconds, stalled, age, now.at)
+
+
+def rate_between(before: Sample, now: Sample) -> float | None:
+    """Messages counted per second between two looks (``None``: no time between them)."""
+    if now.at <= before.at:
+        return None
+    moved = sum(max(0, now.positions.get(p, 0) - before.positions.get(p, 0)) for p in now.ends)
+    return moved / (now.at - before.at)
 
 
 def positions(ledger: Iterable[Mapping[str, Any]], committed: Mapping[int, int | None]) -> dict[int, int]:
@@ -236,13 +243,12 @@ class PendingWatch:
             self.latest.pop(topic, None)
             return
         before = self._before.get(topic)
-        if before is not None and now.at > before.at:
-            moved = sum(max(0, now.positions.get(p, 0) - before.positions.get(p, 0)) for p in now.ends)
-            instant = moved / (now.at - before.at)
+        instant = rate_between(before, now) if before is not None else None
+        if instant is not None:
             old = self._rate.get(topic)
-            # about a minute of memory at a look every 2 s; a backlog drained resets it
+            # about a minute of memory at a look every 2 s
             self._rate[topic] = instant if old is None else 0.9 * old + 0.1 * instant
-            if moved:
+            if instant:
                 self._moved[topic] = now.at
         self._before[topic] = now
         rate = self._rate.get(topic) or None

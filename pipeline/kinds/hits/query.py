@@ -9,10 +9,11 @@ the number of pages.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, AsyncIterator
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from pymongo.asynchronous.cursor import AsyncCursor
+from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import EPOCH_ORDINAL, Calendar, dt_minute, zone_info
@@ -256,9 +257,8 @@ async def page_totals(
         return out
     months = [lo.replace(day=1) for lo, _, _ in _months(first, last)]
     ids = [monthly_id(m, site, p) for p in pages for m in months]
-    for at in range(0, len(ids), IDS_PER_READ):
-        flt = {"_id": {"$in": ids[at : at + IDS_PER_READ]}, f"{fm.metadata}.{fm.site}": site}
-        await _add_totals(db[fm.collection].find(flt, proj), first, last, fm, out)
+    found = by_ids(db[fm.collection], ids, f"{fm.metadata}.{fm.site}", site, proj)
+    await _add_totals(found, first, last, fm, out)
     return out
 
 
@@ -266,8 +266,17 @@ async def page_totals(
 IDS_PER_READ = 500
 
 
+async def by_ids(
+    coll: AsyncCollection[dict[str, Any]], ids: list[str], site_path: str, site: str, proj: dict[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """Documents of one site by ``_id`` (:data:`IDS_PER_READ` a read), with the site's shard key."""
+    for at in range(0, len(ids), IDS_PER_READ):
+        async for doc in coll.find({"_id": {"$in": ids[at : at + IDS_PER_READ]}, site_path: site}, proj):
+            yield doc
+
+
 async def _add_totals(
-    found: AsyncCursor[dict[str, Any]], first: date, last: date, fm: MonthlyFields, out: dict[str, int]
+    found: AsyncIterable[dict[str, Any]], first: date, last: date, fm: MonthlyFields, out: dict[str, int]
 ) -> None:
     """Add each monthly document's hits on the days from ``first`` to ``last`` to its page's."""
     async for doc in found:

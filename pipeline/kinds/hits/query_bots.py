@@ -16,7 +16,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pipeline.core.series import Granularity, next_bucket
 from pipeline.kinds.hits.bots import AGENT, BOT, humans_series, settled_top
 from pipeline.kinds.hits.layout import HitsFields, daily_id, hits_fields, read_fields, site_filter
-from pipeline.kinds.hits.query import IDS_PER_READ, Series, TopPages, top_pages
+from pipeline.kinds.hits.query import Series, TopPages, by_ids, top_pages
 from pipeline.store.names.layout import escape_key, names_namespace, values_namespace
 from pipeline.store.names.store import NameStore, read_namespaces
 
@@ -106,11 +106,10 @@ async def bot_pages(
     days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
     ids = [daily_id(d, site, p) for p in pages for d in days]
     out = dict.fromkeys(pages, 0)
-    for at in range(0, len(ids), IDS_PER_READ):
-        flt = {"_id": {"$in": ids[at : at + IDS_PER_READ]}, f"{f.metadata}.{f.site}": site}
-        async for doc in db[f.collection].find(flt, {path: 1, f"{f.metadata}.{f.page}": 1, "_id": 0}):
-            page = doc[f.metadata][f.page]
-            out[page] = out.get(page, 0) + _count(doc, path)
+    proj = {path: 1, f"{f.metadata}.{f.page}": 1, "_id": 0}
+    async for doc in by_ids(db[f.collection], ids, f"{f.metadata}.{f.site}", site, proj):
+        page = doc[f.metadata][f.page]
+        out[page] = out.get(page, 0) + _count(doc, path)
     return out
 
 
