@@ -72,6 +72,8 @@ class FaultRates:
     #: The first this many such commands are cut whatever the draw: a test sees the fault it
     #: is about even when its flushes are few (at 5% a run of ten bulk writes had none).
     first_partial_bulks: int = 0
+    #: Likewise, the first this many ``update`` answers are lost whatever the draw.
+    first_lost_replies: int = 0
     #: Commands held :attr:`SLOW_SECONDS` before they are forwarded (a slow or paused server).
     slow: float = 0.0
 
@@ -170,6 +172,8 @@ class MongoFaultProxy:
         self.random = random.Random(seed)
         #: What was injected, by fault.
         self.injected: Counter[str] = Counter()
+        #: Answers marked to be lost (``first_lost_replies`` counts them).
+        self.lost_marked = 0
         #: The write concern of every write outside a transaction (and of every commit), by ``w``:
         #: what the server would have waited for before answering.
         self.write_concerns: Counter[str] = Counter()
@@ -383,8 +387,14 @@ class _Connection:
                 raced = await self._race(body, statements)
                 if raced:
                     return self._forward_without(msg, statements, raced)
-        if command in ("update", "findAndModify") and not in_txn and self.proxy.draw(rates.lost_reply):
+        forced = self.proxy.lost_marked < rates.first_lost_replies
+        if (
+            command in ("update", "findAndModify")
+            and not in_txn
+            and (forced or self.proxy.draw(rates.lost_reply))
+        ):
             self.lose.add(msg.request_id)
+            self.proxy.lost_marked += 1
         return None
 
     async def _race(self, body: dict[str, Any], statements: list[dict[str, Any]]) -> list[int]:

@@ -147,7 +147,14 @@ def test_answers_lost_and_bulks_cut_by_a_step_down_count_nothing_twice(
     settings = settings.with_(partitions=4, max_pending_keys=1_000)
     traffic = generate(3_000, end=time.time(), days=1, seed=38, bad_share=0.0)
     asyncio.run(produce(settings, traffic.lines, pack=1))
-    rates = FaultRates(lost_reply=0.2, rival_insert=0.2, partial_bulk=0.05, first_partial_bulks=1, slow=0.02)
+    rates = FaultRates(
+        lost_reply=0.2,
+        rival_insert=0.2,
+        partial_bulk=0.05,
+        first_partial_bulks=1,
+        first_lost_replies=6,
+        slow=0.02,
+    )
     proxy.set_rates(rates)
     run_workers(settings.with_(mongo_url=proxy.url), ["lossy-a", "lossy-b"])
     assert proxy.injected["lost_reply"] > 5 and proxy.injected["partial_bulk"] > 0, proxy.injected
