@@ -99,8 +99,8 @@ bench-rollups: $(STAMP)  ## site charts before/after site rollups at 100..100k p
 simulate: $(STAMP)  ## seeded fault schedules (rival inserts, lost answers, kills, crashes at commit points): faults per kind, mismatches must be 0
 	$(PY) -m benchmarks.simulate --schedules 20 --seed 1 --out bench-results/simulate.json
 
-drill-stop-together: $(STAMP)  ## issue 42's open wedge reproduced: two workers stopped at once after a rebalance, then a third (recovered or wedged, per run)
-	$(PY) -m benchmarks.stop_together --runs 4 --out bench-results/stop_together.json
+drill-stop-together: $(STAMP)  ## issue 42's wedge drill: two workers stopped at once (SIGTERM, kill -9) after a rebalance, then a third; recovered, wedged or miscounted per run
+	$(PY) -m benchmarks.stop_together --runs 6 --out bench-results/stop_together.json
 
 chaos: $(STAMP)  ## kill -9 / injected crashes / scaling during ingest, 5 seeds; then the store down 90 s during a scale-up and one poison event per 1,000; mismatches must be 0
 	$(PY) -m benchmarks.chaos --seeds 1 2 3 4 5 --out bench-results/chaos.json

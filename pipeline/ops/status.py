@@ -14,6 +14,8 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.kafka.group import describe_group
+from pipeline.kafka.options import KafkaConnection
 from pipeline.kinds import kind_named, stream_topics
 from pipeline.ops.lag import group_lag
 from pipeline.ops.ledger import ledger_totals, read_ledger
@@ -77,13 +79,25 @@ async def group_status(
                 "diverged": (doc.get("diverged") or {}).get("reason"),
             }
         )
+    group = await describe_group(KafkaConnection.of(settings), settings.group_id)
     if idle:
         last = totals.last_flush_at
         since = f"no flush for {now - last:.0f} s" if last else "never counted"
+        if group is None:
+            members = "the broker does not describe the group"
+        elif not group.members:
+            members = "no worker is in the group: start `preagg worker`"
+        elif not group.holding():
+            members = (
+                f"{len(group.members)} worker(s) in the group (state {group.state or '?'}) hold no "
+                'partition: the group is not assigning (docs/operations.md, "A worker the group never '
+                'lets start")'
+            )
+        else:
+            members = f"{group.holding()} of {len(group.members)} worker(s) hold partitions"
         problems.append(
             f"nothing counts {len(idle)} partition(s) with messages waiting: {', '.join(idle[:8])}"
-            f"{' ...' if len(idle) > 8 else ''}; the group's last flush: {since}. A worker stopped, "
-            "wedged, or not started: check `preagg worker` (its log says whether it holds partitions)"
+            f"{' ...' if len(idle) > 8 else ''}; the group's last flush: {since}; {members}"
         )
     workers: dict[str, list[int]] = {}
     for d in ledger:
@@ -106,6 +120,14 @@ async def group_status(
         "deadletters": dict(sorted(totals.rejected.items())),
         "deadletter_topic_messages": dead_end,
         "notes": notes,
+        "group": None
+        if group is None
+        else {
+            "state": group.state,
+            "members": [
+                {"member_id": m.member_id, "host": m.host, "partitions": m.partitions} for m in group.members
+            ],
+        },
     }
 
 
@@ -122,6 +144,15 @@ def status_text(st: dict[str, Any], now: float | None = None) -> str:
         f"counted: {st['events']} events in {st['flushes']} flushes, {st['docs']} document writes",
         "partitions:",
     ]
+    if group := st.get("group"):
+        held = [
+            f"{m['member_id']} ({'?' if m['partitions'] is None else len(m['partitions'])} partitions)"
+            for m in group["members"]
+        ]
+        out.insert(
+            out.index("partitions:"),
+            f"group: {group['state'] or '?'}, {len(held)} member(s): {', '.join(held) or 'none'}",
+        )
     for p in st["partitions"]:
         flushed = f"{now - p['last_flush']:.0f}s ago" if p["last_flush"] else "never"
         out.append(

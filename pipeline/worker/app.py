@@ -31,6 +31,7 @@ from pymongo.errors import PyMongoError
 
 from pipeline.core.clock import DecisionClock
 from pipeline.core.fields import check_mode
+from pipeline.kafka.group import describe_group
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe
 from pipeline.kinds import StreamContext, load_kinds, stream_topics
@@ -48,7 +49,7 @@ from pipeline.worker.flusher import Flusher
 from pipeline.worker.guard import LedgerGuard
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
-from pipeline.worker.rebalance import bound_revoke_drain, leave_group
+from pipeline.worker.rebalance import bound_revoke_drain, leave_group, membership, track_leadership
 from pipeline.worker.shutdown import BoundedWorker
 
 log = logging.getLogger("preagg.worker")
@@ -104,6 +105,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     conf = faust_settings(settings)
     Path(conf["datadir"]).parent.mkdir(parents=True, exist_ok=True)
     install(settings.embedded_kafka)
+    track_leadership(settings.embedded_kafka)
     app = faust.App(settings.group_id, **conf)
     dead_topic = app.topic(
         settings.deadletter_topic,
@@ -434,29 +436,46 @@ async def _ready(settings: Settings, setup: Setup) -> tuple[list[str], str | Non
 STARTED = threading.Event()
 
 
-def watch_start(bound: float) -> threading.Thread:
+def watch_start(bound: float, context: Callable[[], str] = lambda: "") -> threading.Thread:
     """A WARNING every ``bound`` seconds until the worker is ready, from a thread of its own.
 
     Faust runs the worker's tasks only once the group has answered its join: a worker the
     group never assigns (the embedded broker's wedge after two workers stopped at once,
-    issue 42) printed nothing at all. Its own checks cannot run then; this one can.
+    issue 42) printed nothing at all. Its own checks cannot run then; this one can, and
+    says what the worker and the broker know of the group (``context``).
     """
 
     def warn() -> None:
         waited = 0.0
         while not STARTED.wait(bound):
             waited += bound
+            try:
+                known = context()
+            except Exception as exc:  # the look is best effort; the warning is not
+                known = f"group not described ({type(exc).__name__}: {exc})"
             log.warning(
                 "not ready after %.0f s: the consumer group has not let this worker start (no "
-                "assignment). `preagg status` shows which partitions nothing counts; on the "
-                "embedded broker a group can wedge after two workers stop at once "
-                "(docs/operations.md)",
+                "assignment); %s. `preagg status` shows which partitions nothing counts "
+                '(docs/operations.md, "A worker the group never lets start")',
                 waited,
+                known,
             )
 
     thread = threading.Thread(target=warn, name="preagg-start-watch", daemon=True)
     thread.start()
     return thread
+
+
+def group_context(settings: Settings, app: faust.App) -> Callable[[], str]:
+    """What :func:`watch_start` says: this worker's membership and the broker's view of the group."""
+
+    def look() -> str:
+        group = asyncio.run(describe_group(KafkaConnection.of(settings), settings.group_id))
+        return f"{membership(app)}; " + (
+            group.summary() if group else "the broker does not describe the group"
+        )
+
+    return look
 
 
 def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None:
@@ -473,7 +492,7 @@ def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None
         log.error("%s", refused)
         raise SystemExit(2)
     app, flushers = build_app(settings)
-    watch_start(2 * settings.session_timeout + 30.0)
+    watch_start(2 * settings.session_timeout + 30.0, group_context(settings, app))
 
     def left() -> str:
         counts = {f.stream: f.uncommitted_events() for f in flushers}

@@ -4,6 +4,11 @@ Faust's rebalance waits for every delivered message to be acked (committed to Mo
 here), and a worker ending with ``os._exit`` keeps its partitions until its session
 times out. :func:`bound_revoke_drain` bounds the first, :func:`leave_group` ends the
 second; the worker app wires both (docs/operations.md, "Rebalances during an outage").
+
+On the embedded broker the group's leader never sends LeaveGroup (:func:`track_leadership`):
+Tansu 0.6 removes a member that leaves while its group re-forms but keeps it as the
+group's leader, and every later member then waits for that ghost's assignment for good
+(issue 42's wedge: a follower's leave re-forms the group, then the leader's).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 from typing import Any, cast
 
 import faust
+from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
 from pipeline.worker.consumer import WorkerConsumer
@@ -82,6 +88,79 @@ async def flush_all(flushers: list[Flusher[Any]]) -> None:
             log.warning("rebalance: flush of %s failed (%s: %s)", f.stream, type(exc).__name__, exc)
 
 
+#: Attribute set on aiokafka's coordinator: its last join made it the group's leader.
+LEADER = "preagg_leader"
+
+
+def track_leadership(skip_leader_leave: bool) -> None:
+    """Note on each coordinator whether its last join elected it leader; with
+    ``skip_leader_leave`` (the embedded broker), the leader's LeaveGroup is never sent.
+
+    Tansu 0.6's coordinator (``tansu-broker/src/coordinator/group/administrator.rs``,
+    ``Inner<O, Forming>::leave``) removes a leaving member while the group re-forms but
+    leaves ``state.leader`` pointing at it; a joining member becomes leader only when there
+    is none, and the leader is cleared only when a *member* misses its heartbeats, so the
+    group waits for the ghost's SyncGroup for ever. Without the leader's LeaveGroup its
+    member stays until its session times out (``session_timeout``), and a missed heartbeat
+    does clear the leader: the others are reassigned that much later, never wedged. A
+    leader is the same member until it leaves or misses its session (a joining member
+    takes the role only when there is none), so the last join's answer is current.
+    Real Kafka elects a new leader on any leave: the flag is then only informative.
+    """
+    if getattr(CoordinatorGroupRebalance, "_preagg_tracked", False):
+        GroupCoordinator._preagg_skip_leader_leave = skip_leader_leave
+        return
+    on_leader = CoordinatorGroupRebalance._on_join_leader
+    on_follower = CoordinatorGroupRebalance._on_join_follower
+    maybe_leave = GroupCoordinator._maybe_leave_group
+
+    async def join_leader(self: Any, response: Any) -> Any:
+        setattr(self._coordinator, LEADER, True)
+        return await on_leader(self, response)
+
+    async def join_follower(self: Any) -> Any:
+        setattr(self._coordinator, LEADER, False)
+        return await on_follower(self)
+
+    async def leave(self: Any) -> None:
+        if skips_leave(self):
+            log.info("not leaving the group as its leader on the embedded broker (its session ends it)")
+            self.reset_generation()
+            return
+        await maybe_leave(self)
+
+    CoordinatorGroupRebalance._on_join_leader = join_leader
+    CoordinatorGroupRebalance._on_join_follower = join_follower
+    GroupCoordinator._maybe_leave_group = leave
+    GroupCoordinator._preagg_skip_leader_leave = skip_leader_leave
+    CoordinatorGroupRebalance._preagg_tracked = True
+
+
+def skips_leave(coordinator: Any) -> bool:
+    """Whether this coordinator must not send LeaveGroup (the embedded broker's leader)."""
+    skip = getattr(coordinator, "_preagg_skip_leader_leave", False)
+    return bool(skip and getattr(coordinator, LEADER, False))
+
+
+def coordinator_of(app: faust.App) -> tuple[Any, Any]:
+    """aiokafka's group coordinator of the app's consumer and its thread's loop (``None`` before both)."""
+    consumer = getattr(app, "_consumer", None)
+    thread = getattr(consumer, "_thread", None)
+    coordinator = getattr(getattr(thread, "_consumer", None), "_coordinator", None)
+    return coordinator, getattr(thread, "thread_loop", None)
+
+
+def membership(app: faust.App) -> str:
+    """``member M, generation G, leader`` as the worker's coordinator knows it, for a log line."""
+    coordinator, _ = coordinator_of(app)
+    if coordinator is None:
+        return "no consumer yet"
+    member = coordinator.member_id or "(none)"
+    led = getattr(coordinator, LEADER, None)
+    role = "" if led is None else ", leader" if led else ", follower"
+    return f"member {member}, generation {coordinator.generation}{role}"
+
+
 def leave_group(app: faust.App, timeout: float) -> None:
     """Send LeaveGroup from the Kafka consumer's own thread (works while the main loop is stuck).
 
@@ -90,15 +169,15 @@ def leave_group(app: faust.App, timeout: float) -> None:
     generation: aiokafka's own leave skips generation 0, which the embedded broker
     hands out first.
     """
-    consumer = getattr(app, "_consumer", None)
-    thread = getattr(consumer, "_thread", None)
-    coordinator = getattr(getattr(thread, "_consumer", None), "_coordinator", None)
-    loop = getattr(thread, "thread_loop", None)
+    coordinator, loop = coordinator_of(app)
     if coordinator is None or loop is None or not loop.is_running():
         log.warning("cannot leave the consumer group: its consumer is not running")
         return
     if coordinator.member_id == JoinGroupRequest.UNKNOWN_MEMBER_ID:
         return  # not a member
+    if skips_leave(coordinator):
+        log.info("not leaving the group as its leader on the embedded broker (its session ends it)")
+        return
 
     async def leave() -> None:
         await coordinator._send_req(LeaveGroupRequest(coordinator.group_id, coordinator.member_id))

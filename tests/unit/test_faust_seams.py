@@ -13,7 +13,7 @@ import inspect
 import aiokafka
 import faust
 import mode
-from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 from faust.transport.consumer import Consumer as BaseConsumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -28,6 +28,10 @@ SEAMS = [
     (BaseConsumer, "_add_gap"),
     (BaseConsumer, "_wait_for_ack"),
     (GroupCoordinator, "_send_req"),
+    (GroupCoordinator, "_maybe_leave_group"),
+    (GroupCoordinator, "reset_generation"),
+    (CoordinatorGroupRebalance, "_on_join_leader"),
+    (CoordinatorGroupRebalance, "_on_join_follower"),
     (mode.Worker, "_schedule_shutdown"),
     (mode.Worker, "on_setup_root_logger"),
     (faust.Worker, "on_setup_root_logger"),
@@ -63,3 +67,17 @@ def test_the_private_attributes_we_read_are_set_by_their_constructors() -> None:
         source = inspect.getsource(cls)
         missing += [f"{cls.__qualname__}.{n}" for n in names if f"self.{n}" not in source]
     assert not missing, missing
+
+
+def test_only_the_embedded_brokers_leader_skips_its_leave() -> None:
+    from types import SimpleNamespace
+
+    from pipeline.worker.rebalance import LEADER, skips_leave
+
+    def coordinator(skip: bool, leader: bool) -> object:
+        return SimpleNamespace(_preagg_skip_leader_leave=skip, **{LEADER: leader})
+
+    assert skips_leave(coordinator(True, True))
+    assert not skips_leave(coordinator(True, False))  # a follower leaves at once
+    assert not skips_leave(coordinator(False, True))  # a real broker elects a new leader on a leave
+    assert not skips_leave(SimpleNamespace())  # never joined

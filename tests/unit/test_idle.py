@@ -63,11 +63,29 @@ def test_a_worker_the_group_never_starts_says_so_until_it_starts(caplog: pytest.
 
     app.STARTED.clear()
     with caplog.at_level(logging.WARNING, logger="preagg.worker"):
-        thread = app.watch_start(0.05)
+        thread = app.watch_start(0.05, lambda: "member m-1, generation 3; group g: state Stable, 1 member(s)")
         deadline = time.monotonic() + 10
         while "not ready after" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.01)
         app.STARTED.set()
         thread.join(5)
     assert "not ready after" in caplog.text and "preagg status" in caplog.text
+    assert "member m-1, generation 3; group g" in caplog.text  # who it is and what the broker says
     assert not thread.is_alive()
+
+
+def test_a_failing_look_at_the_group_still_warns(caplog: pytest.LogCaptureFixture) -> None:
+    from pipeline.worker import app
+
+    def broken() -> str:
+        raise OSError("broker down")
+
+    app.STARTED.clear()
+    with caplog.at_level(logging.WARNING, logger="preagg.worker"):
+        thread = app.watch_start(0.05, broken)
+        deadline = time.monotonic() + 10
+        while "not ready after" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.01)
+        app.STARTED.set()
+        thread.join(5)
+    assert "group not described (OSError: broker down)" in caplog.text

@@ -1,0 +1,97 @@
+"""What the broker says about a consumer group: its state and each member's partitions.
+
+Read by ``preagg status`` and by a worker that is not let start, so that a group in
+which members hold nothing while partitions wait is named with its members (issue 42).
+DescribeGroups answers the members' assignments as the consumer protocol encodes them;
+one that does not decode (another protocol) counts as unknown, never as empty.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.protocol.group import MemberAssignment
+
+from pipeline.kafka.options import KafkaConnection
+
+log = logging.getLogger("preagg.kafka")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member: its id, client id, host, and the partitions it was given (``None``: unreadable)."""
+
+    member_id: str
+    client_id: str
+    host: str
+    partitions: tuple[str, ...] | None
+
+    def describe(self) -> str:
+        """``member@host (3 partitions)`` for one line of a log or of ``preagg status``."""
+        held = "?" if self.partitions is None else str(len(self.partitions))
+        return f"{self.member_id}@{self.host.lstrip('/')} ({held} partitions)"
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A group as DescribeGroups answers it."""
+
+    group_id: str
+    state: str
+    members: tuple[Member, ...]
+
+    def holding(self) -> int:
+        """Members that hold at least one partition."""
+        return sum(1 for m in self.members if m.partitions)
+
+    def summary(self) -> str:
+        """One line: state, members and what each holds."""
+        who = ", ".join(m.describe() for m in self.members) or "no members"
+        return f"group {self.group_id}: state {self.state or '?'}, {len(self.members)} member(s): {who}"
+
+
+def assigned_partitions(raw: bytes) -> tuple[str, ...] | None:
+    """``topic[p]`` for each partition in a consumer-protocol assignment (``None``: not one)."""
+    if not raw:
+        return ()
+    try:
+        decoded = MemberAssignment.decode(raw)
+        return tuple(f"{topic}[{p}]" for topic, parts in decoded.assignment for p in parts)
+    except Exception:  # not the consumer protocol, or truncated: unknown, not empty
+        return None
+
+
+def parse_group(group: Any) -> GroupView:
+    """A :class:`GroupView` from one group of a DescribeGroups response (any version)."""
+    fields = list(group)
+    # v0..v2: (error_code, group_id, state, protocol_type, protocol, members); v3+ adds
+    # authorized operations last; the members are the first list after the protocol.
+    error_code, group_id, state = fields[0], fields[1], fields[2]
+    members_raw = next((f for f in fields[5:] if isinstance(f, list)), [])
+    if error_code:
+        log.info("DescribeGroups %s: error code %s", group_id, error_code)
+    members = tuple(
+        Member(str(m[0]), str(m[-4] if len(m) > 4 else ""), str(m[-3]), assigned_partitions(m[-1]))
+        for m in members_raw
+    )
+    return GroupView(str(group_id), str(state or ""), members)
+
+
+async def describe_group(conn: KafkaConnection, group_id: str) -> GroupView | None:
+    """The group as the broker describes it, or ``None`` when the broker cannot say."""
+    admin = AIOKafkaAdminClient(**conn.client_kwargs())
+    try:
+        await admin.start()
+        responses = await admin.describe_consumer_groups([group_id])
+        for resp in responses:
+            for group in resp.groups:
+                return parse_group(group)
+        return None
+    except Exception as exc:  # the broker down or without DescribeGroups: say nothing, not wrong
+        log.info("cannot describe consumer group %s (%s: %s)", group_id, type(exc).__name__, exc)
+        return None
+    finally:
+        await admin.close()
