@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from dataclasses import asdict
+from typing import Literal
 
 from benchmarks.common import drill_settings, embedded, write_results
 from pipeline.testing.stop_together import stop_together
@@ -28,7 +29,7 @@ def main() -> None:
     rows = []
     with embedded("preagg-stop-together-", partitions=3) as (base, _):
         for i in range(args.runs):
-            how = args.how if args.how != "both" else ("term", "kill")[i % 2]
+            how: Literal["term", "kill"] = ("term", "kill")[i % 2] if args.how == "both" else args.how
             report = stop_together(
                 drill_settings(base, f"run-{i}", f"st-{i}"), how, args.wait, seed=421 + 2 * i
             )

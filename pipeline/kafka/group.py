@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.protocol.group import MemberAssignment
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
+from aiokafka.errors import for_code
+from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest, MemberAssignment
 
 from pipeline.kafka.options import KafkaConnection
 
@@ -42,6 +44,8 @@ class GroupView:
     group_id: str
     state: str
     members: tuple[Member, ...]
+    #: The assignor the group agreed on (``faust`` for workers); empty when none yet.
+    protocol: str = ""
 
     def holding(self) -> int:
         """Members that hold at least one partition."""
@@ -77,7 +81,7 @@ def parse_group(group: Any) -> GroupView:
         Member(str(m[0]), str(m[-4] if len(m) > 4 else ""), str(m[-3]), assigned_partitions(m[-1]))
         for m in members_raw
     )
-    return GroupView(str(group_id), str(state or ""), members)
+    return GroupView(str(group_id), str(state or ""), members, str(fields[4] or ""))
 
 
 async def describe_group(conn: KafkaConnection, group_id: str) -> GroupView | None:
@@ -93,5 +97,52 @@ async def describe_group(conn: KafkaConnection, group_id: str) -> GroupView | No
     except Exception as exc:  # the broker down or without DescribeGroups: say nothing, not wrong
         log.info("cannot describe consumer group %s (%s: %s)", group_id, type(exc).__name__, exc)
         return None
+    finally:
+        await admin.close()
+
+
+async def join_as(
+    conn: KafkaConnection,
+    group_id: str,
+    member_id: str,
+    protocol: str,
+    topics: list[str],
+    session_timeout_ms: int,
+) -> str:
+    """Send one JoinGroup for ``member_id`` (``""``: a new member) and nothing after it.
+
+    The member then misses its heartbeats and its session ends it: on the embedded broker
+    that is how a ghost leader is cleared (:mod:`pipeline.worker.ghost`), and how a test
+    makes one. Returns the member id the broker answered; raises the broker's error.
+    """
+    metadata = bytes(ConsumerProtocolMemberMetadata(0, topics, b"").encode())
+    admin = AIOKafkaAdminClient(**conn.client_kwargs())
+    await admin.start()
+    try:
+        node = await admin.find_coordinator(group_id)
+        request = JoinGroupRequest(
+            group_id,
+            session_timeout_ms,
+            session_timeout_ms,
+            member_id,
+            "",
+            "consumer",
+            [(protocol, metadata)],
+        )
+        response = await admin._client.send(node, request)
+        if response.error_code:
+            raise for_code(response.error_code)(f"JoinGroup {group_id} as {member_id or 'a new member'}")
+        return str(response.member_id)
+    finally:
+        await admin.close()
+
+
+async def leave_as(conn: KafkaConnection, group_id: str, member_id: str) -> None:
+    """Send one LeaveGroup for ``member_id`` (a test's way to leave a ghost leader behind)."""
+    admin = AIOKafkaAdminClient(**conn.client_kwargs())
+    await admin.start()
+    try:
+        node = await admin.find_coordinator(group_id)
+        await admin._client.send(node, LeaveGroupRequest(group_id, member_id))
     finally:
         await admin.close()

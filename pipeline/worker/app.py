@@ -46,10 +46,11 @@ from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.exits import EXIT_FENCED, exit_now, on_exit
 from pipeline.worker.faults import fault_hook
 from pipeline.worker.flusher import Flusher
+from pipeline.worker.ghost import clear_ghost, ghost_leader
 from pipeline.worker.guard import LedgerGuard
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
-from pipeline.worker.rebalance import bound_revoke_drain, leave_group, membership, track_leadership
+from pipeline.worker.rebalance import bound_revoke_drain, last_join, leave_group, membership, track_leadership
 from pipeline.worker.shutdown import BoundedWorker
 
 log = logging.getLogger("preagg.worker")
@@ -467,15 +468,25 @@ def watch_start(bound: float, context: Callable[[], str] = lambda: "") -> thread
 
 
 def group_context(settings: Settings, app: faust.App) -> Callable[[], str]:
-    """What :func:`watch_start` says: this worker's membership and the broker's view of the group."""
+    """What :func:`watch_start` says: this worker's membership and the broker's view of the group;
+    on the embedded broker, a ghost leader the group waits for is cleared (:mod:`.ghost`)."""
+    conn = KafkaConnection.of(settings)
 
-    def look() -> str:
-        group = asyncio.run(describe_group(KafkaConnection.of(settings), settings.group_id))
-        return f"{membership(app)}; " + (
+    async def look_and_clear() -> str:
+        group = await describe_group(conn, settings.group_id)
+        said = f"{membership(app)}; " + (
             group.summary() if group else "the broker does not describe the group"
         )
+        own, leader = last_join(app)
+        ghost = ghost_leader(group, own, leader)
+        if group is not None and ghost is not None:
+            if not settings.embedded_kafka:
+                return f"{said}; its leader {ghost} is not a member"
+            cleared = await clear_ghost(conn, group, ghost, stream_topics(settings), settings.session_timeout)
+            return f"{said}; {cleared}"
+        return said
 
-    return look
+    return lambda: asyncio.run(look_and_clear())
 
 
 def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None:

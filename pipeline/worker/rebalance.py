@@ -90,6 +90,8 @@ async def flush_all(flushers: list[Flusher[Any]]) -> None:
 
 #: Attribute set on aiokafka's coordinator: its last join made it the group's leader.
 LEADER = "preagg_leader"
+#: Attribute set on aiokafka's coordinator: the leader its last JoinGroup answer named.
+LAST_LEADER = "preagg_last_leader"
 
 
 def track_leadership(skip_leader_leave: bool) -> None:
@@ -113,6 +115,14 @@ def track_leadership(skip_leader_leave: bool) -> None:
     on_leader = CoordinatorGroupRebalance._on_join_leader
     on_follower = CoordinatorGroupRebalance._on_join_follower
     maybe_leave = GroupCoordinator._maybe_leave_group
+    send_req = GroupCoordinator._send_req
+
+    async def send(self: Any, request: Any) -> Any:
+        response = await send_req(self, request)
+        leader = getattr(response, "leader_id", None)  # JoinGroup answers only
+        if leader is not None:
+            setattr(self, LAST_LEADER, leader)
+        return response
 
     async def join_leader(self: Any, response: Any) -> Any:
         setattr(self._coordinator, LEADER, True)
@@ -132,6 +142,7 @@ def track_leadership(skip_leader_leave: bool) -> None:
     CoordinatorGroupRebalance._on_join_leader = join_leader
     CoordinatorGroupRebalance._on_join_follower = join_follower
     GroupCoordinator._maybe_leave_group = leave
+    GroupCoordinator._send_req = send
     GroupCoordinator._preagg_skip_leader_leave = skip_leader_leave
     CoordinatorGroupRebalance._preagg_tracked = True
 
@@ -148,6 +159,14 @@ def coordinator_of(app: faust.App) -> tuple[Any, Any]:
     thread = getattr(consumer, "_thread", None)
     coordinator = getattr(getattr(thread, "_consumer", None), "_coordinator", None)
     return coordinator, getattr(thread, "thread_loop", None)
+
+
+def last_join(app: faust.App) -> tuple[str, str | None]:
+    """This worker's member id and the leader its last JoinGroup answer named (``""``, ``None``: none yet)."""
+    coordinator, _ = coordinator_of(app)
+    if coordinator is None:
+        return "", None
+    return str(coordinator.member_id or ""), getattr(coordinator, LAST_LEADER, None)
 
 
 def membership(app: faust.App) -> str:

@@ -71,6 +71,7 @@ def test_answers_say_what_still_waits_to_be_counted(settings: Settings) -> None:
         assert "PROBLEM" in status and re.search(
             r"nothing counts \d partition\(s\) with messages waiting", status
         ), status
+        assert "no worker is in the group: start `preagg worker`" in status, status  # says why
 
         run_worker_to_end(settings)
 
