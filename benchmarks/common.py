@@ -55,7 +55,7 @@ def embedded(prefix: str, partitions: int = 4) -> Iterator[tuple[Settings, Embed
     """Settings on a private pair of embedded services, stopped afterwards."""
     home = Path(tempfile.mkdtemp(prefix=prefix))
     svc = EmbeddedServices(home)
-    base = for_embedded(Settings(home=home, partitions=partitions), svc.start())
+    base = for_embedded(Settings(home=home, partitions=partitions, log_flushes=True), svc.start())
     try:
         yield base, svc
     finally:

@@ -329,6 +329,10 @@ class Settings:
     #: or ``json`` (one object per line, for a log collector). Either way the libraries
     #: (Faust, aiokafka) log warnings and errors only, unless ``--loglevel debug``.
     log_format: Literal["text", "json"] = "text"
+    #: One INFO line per flush (events, documents, bytes, seconds, offsets) instead of one
+    #: progress line a minute. On: what a drill or a benchmark reads; a worker flushing every
+    #: second then writes a line a second. ``--loglevel debug`` shows them too.
+    log_flushes: bool = False
     #: Identity of this worker process (logs and status).
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     #: Port of the worker's web server: Prometheus ``/metrics`` and ``/health``

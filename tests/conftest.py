@@ -29,5 +29,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoints]:
 def settings(services: Endpoints, tmp_path: Path) -> Settings:
     """Settings on the session's services with names of this test's own."""
     tag = uuid.uuid4().hex[:8]
-    base = named(Settings(partitions=3, home=tmp_path, flush_interval=0.5, session_timeout=6.0), tag)
+    base = named(
+        Settings(partitions=3, home=tmp_path, flush_interval=0.5, session_timeout=6.0, log_flushes=True), tag
+    )
     return for_embedded(base, services)

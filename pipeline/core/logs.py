@@ -21,6 +21,9 @@ LogFormat = Literal["text", "json"]
 #: Faust's services log under its module: "[^--WorkerConsumer]: Starting...").
 QUIET = ("faust", "aiokafka", "mode", "kafka", "aiohttp.access", "pymongo", "pipeline.worker.consumer")
 TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: The logger of the line each flush writes (``PREAGG_LOG_FLUSHES``); otherwise a worker logs
+#: one progress line a minute (pipeline/worker/progress.py).
+EACH_FLUSH = "preagg.flush.each"
 
 
 class JsonLines(logging.Formatter):
@@ -49,8 +52,10 @@ def quiet_libraries(level: int) -> None:
         logging.getLogger(name).setLevel(logging.DEBUG if level <= logging.DEBUG else logging.WARNING)
 
 
-def configure(root: logging.Logger, level: int, fmt: LogFormat) -> None:
-    """Every handler of ``root`` in ``fmt``; the libraries quiet."""
+def configure(root: logging.Logger, level: int, fmt: LogFormat, each_flush: bool = False) -> None:
+    """Every handler of ``root`` in ``fmt``; the libraries quiet; a line per flush only if asked."""
     for handler in root.handlers:
         handler.setFormatter(formatter(fmt))
     quiet_libraries(level)
+    shown = each_flush or level <= logging.DEBUG
+    logging.getLogger(EACH_FLUSH).setLevel(logging.NOTSET if shown else logging.WARNING)

@@ -50,6 +50,7 @@ from pipeline.worker.ghost import clear_ghost, ghost_leader
 from pipeline.worker.guard import LedgerGuard
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
+from pipeline.worker.progress import Tally, report_progress
 from pipeline.worker.rebalance import bound_revoke_drain, last_join, leave_group, membership, track_leadership
 from pipeline.worker.shutdown import BoundedWorker
 
@@ -287,19 +288,11 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         if stream.background is not None:
             app.task(stream.background)
 
-    def member() -> str:
-        thread = getattr(getattr(app, "_consumer", None), "_thread", None)
-        coordinator = getattr(getattr(thread, "_consumer", None), "_coordinator", None)
-        return (
-            f"member {getattr(coordinator, 'member_id', '?')} of group {settings.group_id}, "
-            f"generation {getattr(coordinator, 'generation', '?')}"
-        )
-
     topics = [settings.of(kind).topic for kind, _ in streams]
     idle = IdleWatch(
         lambda: len(app.consumer.assignment()),
         lambda: look_at_topics(settings, db, topics),
-        member,
+        lambda: f"{membership(app)} of group {settings.group_id}",
         lambda why: exit_now(EXIT_FENCED, why),
     )
     app.idle_watch = idle  # type: ignore[attr-defined]
@@ -308,6 +301,16 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     @app.task
     async def watch_idle() -> None:
         await idle.forever()
+
+    def tallies() -> dict[str, Tally]:
+        return {
+            f.stream: Tally(f.stats.events, sum(f.stats.rejected.values()), f.stats.flushes, f.stats.docs)
+            for f in flushers
+        }
+
+    @app.task
+    async def progress() -> None:
+        await report_progress(tallies)
 
     return app, flushers
 
@@ -517,5 +520,6 @@ def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None
         shutdown_timeout=settings.shutdown_timeout,
         left=left,
         log_format=settings.log_format,
+        log_flushes=settings.log_flushes,
     )
     worker.execute_from_commandline()

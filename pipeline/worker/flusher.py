@@ -38,6 +38,7 @@ from typing import Generic, Protocol
 from pipeline.core.clock import DecisionClock
 from pipeline.core.envelope import unpack
 from pipeline.core.incarnation import Verdict
+from pipeline.core.logs import EACH_FLUSH
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
 from pipeline.store.errors import CommitTooLarge, outcome_unknown, permanent, shrinks
 from pipeline.store.offsets import TP, Committed, Fence, FenceConflict, Ledgers, Pending
@@ -49,6 +50,7 @@ from pipeline.worker.exits import EXIT_FENCED, exit_now
 from pipeline.worker.memory import rss_bytes
 
 log = logging.getLogger("preagg.flush")
+each_flush_log = logging.getLogger(EACH_FLUSH)
 
 #: Seconds between two notes of routine backpressure pauses; a pause this long is a WARNING.
 BACKPRESSURE_NOTE_SECONDS = 60.0
@@ -857,7 +859,7 @@ class Flusher(Generic[A]):
         s.last_flush_seconds = took
         s.last_flush_at = time.time()
         s.observe(took)
-        log.info(
+        each_flush_log.info(
             "flushed %s: %d events, %d rejected, %d replayed skipped, %d docs, %d bytes in %.3fs "
             "(commit %.3fs; offsets %s)",
             self.stream,

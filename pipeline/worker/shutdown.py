@@ -41,10 +41,12 @@ class BoundedWorker(faust.Worker):
         shutdown_timeout: float,
         left: Callable[[], str],
         log_format: LogFormat = "text",
+        log_flushes: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._log_format: LogFormat = log_format
+        self._log_flushes = log_flushes
         self._shutdown_timeout = shutdown_timeout
         self._left = left
         self._deadline: threading.Timer | None = None
@@ -53,7 +55,7 @@ class BoundedWorker(faust.Worker):
     def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
         """Preagg's lines in ``PREAGG_LOG_FORMAT``; Faust's and aiokafka's INFO kept out of them."""
         super().on_setup_root_logger(logger, level)
-        configure(logger, level, self._log_format)
+        configure(logger, level, self._log_format, self._log_flushes)
 
     def install_signal_handlers(self) -> None:
         super().install_signal_handlers()

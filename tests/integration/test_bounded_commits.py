@@ -125,7 +125,12 @@ def test_sigterm_with_broker_and_store_gone_exits_within_the_bound(tmp_path: Pat
     endpoints = svc.start()
     bound = 8.0
     settings = for_embedded(
-        named(Settings(partitions=2, home=tmp_path, flush_interval=0.5, shutdown_timeout=bound), "stop"),
+        named(
+            Settings(
+                partitions=2, home=tmp_path, flush_interval=0.5, shutdown_timeout=bound, log_flushes=True
+            ),
+            "stop",
+        ),
         endpoints,
     )
     lines = [(b'{"site":"s","page":"/%d","ts":%d}' % (i % 7, time.time()), b"s") for i in range(600)]

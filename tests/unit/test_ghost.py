@@ -1,4 +1,4 @@
-"""Which group waits for a ghost leader (pure): only a leader that is not a member, when nobody holds anything."""
+"""Which group waits for a ghost leader (pure): a leader not among the members, when nobody holds anything."""
 
 from __future__ import annotations
 
