@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import re
 import socket
@@ -600,6 +601,10 @@ def note_pending(kind: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``preagg``: ordinary mistakes are one line and exit 2, never a traceback."""
+    # A one-shot command says in one line of its own what failed (``unreachable`` below); the
+    # Kafka client's own "Unable connect to ..." ERROR would be a second line before it. The
+    # worker and `preagg serve` configure their logging themselves (pipeline/core/logs.py).
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         args = build_parser().parse_args(argv)
         code = args.func(args)

@@ -23,6 +23,17 @@ from pipeline.core.incarnation import Probe, digest
 from pipeline.kafka.options import KafkaConnection
 
 
+async def start_or_close(consumer: AIOKafkaConsumer) -> AIOKafkaConsumer:
+    """Start ``consumer``; one that fails to start is closed before the error goes on (else
+    aiokafka prints "Unclosed AIOKafkaConsumer" after the command's own one-line error)."""
+    try:
+        await consumer.start()
+    except BaseException:
+        await consumer.stop()
+        raise
+    return consumer
+
+
 def groupless_consumer(conn: KafkaConnection, reset: str = "none") -> AIOKafkaConsumer:
     """A consumer outside any group, committing nothing, reading committed records only."""
     return AIOKafkaConsumer(
@@ -93,8 +104,7 @@ class PartitionProbe:
 
     async def _started(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            consumer = groupless_consumer(self.conn)
-            await consumer.start()
+            consumer = await start_or_close(groupless_consumer(self.conn))
             self._consumer = consumer
         return self._consumer
 

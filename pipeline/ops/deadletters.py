@@ -37,7 +37,7 @@ from pymongo.errors import BulkWriteError
 
 from pipeline.core.replay import natural_key, origin, wrap
 from pipeline.kafka.options import KafkaConnection
-from pipeline.kafka.probe import groupless_consumer, read_to_end, topic_partitions
+from pipeline.kafka.probe import groupless_consumer, read_to_end, start_or_close, topic_partitions
 from pipeline.kafka.producer import EventProducer
 from pipeline.ops.lease import Lease
 from pipeline.ops.replay_recovery import (
@@ -164,7 +164,7 @@ async def read_dead_letters(
     """Every dead letter from ``start`` (per partition; else the beginning) to the topic's end."""
     dlq = settings.deadletter_topic
     c = groupless_consumer(KafkaConnection.of(settings), "earliest")
-    await c.start()
+    await start_or_close(c)
     records: list[dict[str, Any]] = []
 
     def keep(tp: TopicPartition, r: ConsumerRecord[bytes, bytes]) -> None:

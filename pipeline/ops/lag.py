@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline.kafka.options import kafka_client_kwargs
-from pipeline.kafka.probe import topic_partitions
+from pipeline.kafka.probe import start_or_close, topic_partitions
 from pipeline.settings import Settings
 
 
@@ -42,7 +42,7 @@ async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]
         group_id=settings.group_id,
         enable_auto_commit=False,
     )
-    await consumer.start()
+    await start_or_close(consumer)
     try:
         tps: list[TopicPartition] = []
         for t in topics:

@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.kafka.options import kafka_client_kwargs
-from pipeline.kafka.probe import topic_partitions
+from pipeline.kafka.probe import start_or_close, topic_partitions
 from pipeline.ops.lag import end_offsets
 from pipeline.ops.ledger import read_ledger
 from pipeline.settings import Settings
@@ -171,7 +171,7 @@ async def look_once(
 ) -> Pending | None:
     """For one CLI query: one look, and a second ``again_after`` s later when something waits."""
     consumer = looker(settings)
-    await consumer.start()
+    await start_or_close(consumer)
     try:
         first = await sample(settings, db, consumer, topic, exact_ends=False)
         if first is None:
@@ -216,13 +216,7 @@ class PendingWatch:
             while True:
                 try:
                     if consumer is None:
-                        consumer = looker(self.settings)
-                        try:
-                            await consumer.start()
-                        except BaseException:
-                            await consumer.stop()
-                            consumer = None
-                            raise
+                        consumer = await start_or_close(looker(self.settings))
                     for topic in self.topics:
                         await self._look(consumer, topic)
                 except asyncio.CancelledError:

@@ -26,7 +26,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from pipeline.core.envelope import unpack
 from pipeline.core.replay import key_of, origin_of
 from pipeline.kafka.options import KafkaConnection
-from pipeline.kafka.probe import groupless_consumer, read_to_end, topic_partitions
+from pipeline.kafka.probe import groupless_consumer, read_to_end, start_or_close, topic_partitions
 from pipeline.settings import Settings
 
 #: How :func:`sent_since` tells a wrapper's ``key`` from its ``from`` in the set it returns.
@@ -72,7 +72,7 @@ def marks_from_doc(doc: Iterable[dict[str, object]]) -> Marks:
 async def end_marks(settings: Settings, topics: Iterable[str]) -> Marks:
     """Where every partition of ``topics`` ends now (ListOffsets(latest))."""
     c = groupless_consumer(KafkaConnection.of(settings), "earliest")
-    await c.start()
+    await start_or_close(c)
     try:
         tps = [TopicPartition(t, p) for t in sorted(set(topics)) for p in await topic_partitions(c, t)]
         ends = await c.end_offsets(tps) if tps else {}
@@ -107,7 +107,7 @@ async def sent_since(settings: Settings, marks: Marks, timeout: float = 300.0) -
                 found.add(KEY_PREFIX + key)
 
     c = groupless_consumer(KafkaConnection.of(settings), "earliest")
-    await c.start()
+    await start_or_close(c)
     try:
         _, complete = await read_to_end(c, tps, collect, timeout)
     finally:

@@ -31,7 +31,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.kafka.options import kafka_client_kwargs
-from pipeline.kafka.probe import topic_partitions
+from pipeline.kafka.probe import start_or_close, topic_partitions
 from pipeline.settings import Settings
 from pipeline.store.offsets import OFFSETS_COLLECTION
 
@@ -129,7 +129,7 @@ async def look_at_topics(settings: Settings, db: AsyncDatabase[dict[str, Any]], 
     consumer = AIOKafkaConsumer(
         **kafka_client_kwargs(settings), group_id=settings.group_id, enable_auto_commit=False
     )
-    await consumer.start()
+    await start_or_close(consumer)
     try:
         tps = [TopicPartition(t, p) for t in topics for p in await topic_partitions(consumer, t)]
         ends = await consumer.end_offsets(tps) if tps else {}

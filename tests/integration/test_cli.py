@@ -201,6 +201,7 @@ def test_an_unreachable_store_or_broker_is_one_line_naming_its_url(settings: Set
             len(lines) == 1 and f"MongoDB at mongodb://app:***@127.0.0.1:{closed}/ did not answer" in lines[0]
         )
         assert "s3cr" not in r.stderr
+        assert r.stderr.strip().splitlines() == lines  # nothing else: one line (issue 42, item 4)
     no_kafka = settings.with_(kafka_url=f"127.0.0.1:{free_port()}")
     r = subprocess.run(
         [sys.executable, "-m", "pipeline", "status", "--interval", "0"],
@@ -212,6 +213,7 @@ def test_an_unreachable_store_or_broker_is_one_line_naming_its_url(settings: Set
     lines = [x for x in r.stderr.splitlines() if x.startswith("preagg:")]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert len(lines) == 1 and f"Kafka at {no_kafka.kafka_url} did not answer" in lines[0]
+    assert r.stderr.strip().splitlines() == lines, r.stderr  # not the client's own ERROR, nor "Unclosed ..."
 
 
 def test_produce_fails_past_the_rejected_share_and_suggests_the_format(
