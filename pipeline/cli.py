@@ -18,13 +18,25 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.core.errors import PreaggError
 from pipeline.core.parse import UsageError, parse_time
 from pipeline.files import SEND_AS, Accepted, Record, shipped
 from pipeline.kinds import stream_topics
 from pipeline.services.embedded import STATE_FILE
 from pipeline.services.urls import command_settings
-from pipeline.settings import Settings, SettingsError
+from pipeline.settings import Settings
 from pipeline.store.command import on_db
+
+#: What ``preagg --help`` says (plain text: the module docstring is for readers of the code).
+DESCRIPTION = (
+    "Pre-aggregate event streams from Kafka into MongoDB documents, exactly once, and query them. "
+    "Start the embedded Kafka and MongoDB with `preagg services up` (or point PREAGG_KAFKA_URL and "
+    "PREAGG_MONGO_URL at yours), send events with `preagg produce`, count them with `preagg worker`, "
+    "read them with `preagg query`, `preagg serve` or any MongoDB client. Each stream kind (hits, "
+    "listens, impressions, relations) adds its own produce formats and query commands. "
+    "Exit status: 0 done, 2 a wrong command line, setting or input, 3 another operator action "
+    "holds the lease, 75 restart from MongoDB's positions, 1 anything else."
+)
 
 if TYPE_CHECKING:
     from pipeline.store.client import Db
@@ -226,10 +238,10 @@ def cmd_deadletters(args: argparse.Namespace) -> int:
         out = on_db(s, run, primary_reads=True)
     except ReadBackFailed as exc:  # a replay cut short could not be checked: sending now could count twice
         print(f"preagg deadletters {args.action}: {exc}; run it again", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except LeaseHeld as exc:  # two replays at once would send events twice or drop live claims
         print(f"preagg deadletters {args.action}: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     others = ", ".join(f"{r} {n}" for r, n in sorted(out.by_reason.items())) or "none"
     print(f"read {out.read} dead letters not yet replayed for {args.reason!r} ({others})")
     if out.already_sent:
@@ -267,7 +279,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
         lines = asyncio.run(run())
     except NotSetUp as exc:
         print(f"preagg setup: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     if args.check:
         print("\n".join(f"missing: {x}" for x in lines) or "set up: nothing missing")
         return 1 if lines else 0
@@ -427,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``preagg``: the kinds of ``PREAGG_KINDS`` add their own subcommands."""
     from pipeline.kinds import load_kinds
 
-    p = argparse.ArgumentParser(prog="preagg", description=__doc__)
+    p = argparse.ArgumentParser(prog="preagg", description=DESCRIPTION)
     p.add_argument("--version", action=_Version, nargs=0, help="print the installed version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -610,9 +622,9 @@ def main(argv: list[str] | None = None) -> None:
         code = args.func(args)
         if code == 0 and getattr(args, "pending_kind", None):
             note_pending(args.pending_kind)
-    except (SettingsError, UsageError) as exc:
+    except PreaggError as exc:  # raised on purpose: one line, the class's exit status (core/errors.py)
         print(f"preagg: {exc}", file=sys.stderr)
-        code = 2
+        code = exc.exit_code
     except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError) as exc:
         print(f"preagg: {exc.filename}: {exc.strerror}", file=sys.stderr)
         code = 2

@@ -18,6 +18,7 @@ from stat import S_ISREG
 from types import UnionType
 from typing import Any, Generic, Literal, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from pipeline.core.errors import InputError
 from pipeline.core.fields import FieldMode
 from pipeline.core.shippers import InputFormat
 
@@ -30,7 +31,7 @@ KafkaSecurity = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 BUILTIN_KINDS = ("hits", "impressions", "relations", "listens")
 
 
-class SettingsError(ValueError):
+class SettingsError(InputError):
     """A ``PREAGG_*`` variable holds a value the setting cannot take; the message names it."""
 
 

@@ -26,6 +26,8 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from functools import cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from pipeline.core.errors import InputError
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 #: Slots of this many minutes are memoised whole when no day starts inside them (every
@@ -35,7 +37,7 @@ SLOT = 15
 MEMO_LIMIT = 10_000
 
 
-class ZoneError(ValueError):
+class ZoneError(InputError):
     """Not an IANA time zone name, or a zone history out of order."""
 
 

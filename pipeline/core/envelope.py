@@ -21,3 +21,12 @@ def unpack(value: bytes) -> Iterator[bytes]:
     for line in value.split(b"\n"):
         if line.strip():
             yield line
+
+
+def events_of(value: bytes | None) -> list[bytes]:
+    """The events of one Kafka message: one (plain clients and log shippers), or many packed."""
+    if not value:
+        return []
+    if b"\n" in value:
+        return list(unpack(value))
+    return [value] if value.strip() else []

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
+from pipeline.core.errors import InputError
 from pipeline.core.parse import parse_end, parse_id, parse_time
 
 #: Times an answer may ask about: events are refused outside them (``pipeline.core.times``),
@@ -24,7 +25,7 @@ MAX_TEXT = 2048
 ParamType = Literal["string", "integer", "time", "end", "date", "id", "choice", "boolean"]
 
 
-class BadParam(ValueError):
+class BadParam(InputError):
     """A query parameter the endpoint cannot take; ``name`` is the parameter."""
 
     def __init__(self, name: str, message: str) -> None:

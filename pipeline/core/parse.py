@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from pipeline.core.errors import InputError
+
 _REL = re.compile(r"^now(?:([+-])(\d+)([smhdw]))?$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-class UsageError(ValueError):
+class UsageError(InputError):
     """A mistake in a command's arguments: ``preagg`` prints it as one line and exits 2."""
 
 

@@ -10,6 +10,7 @@ import math
 from datetime import UTC, date, datetime
 from typing import Any
 
+from pipeline.core.errors import InputError
 from pipeline.core.rejection import Rejection
 
 MIN_EPOCH = 0.0
@@ -17,7 +18,7 @@ MIN_EPOCH = 0.0
 MAX_EPOCH = 32_503_680_000.0
 
 
-class TimeError(ValueError):
+class TimeError(InputError):
     """The event time cannot be understood; the message is the dead-letter reason."""
 
 

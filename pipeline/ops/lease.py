@@ -18,19 +18,22 @@ import os
 import socket
 import time
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 from pymongo import ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
+from pipeline.core.errors import EXIT_BUSY, PreaggError
 from pipeline.store.meta import META_COLLECTION
 
 #: Seconds a lease lasts without a renewal (a run killed holds it this long at most).
 LEASE_TTL = 120.0
 
 
-class LeaseHeld(RuntimeError):
+class LeaseHeld(PreaggError, RuntimeError):
+    exit_code: ClassVar[int] = EXIT_BUSY
+
     """Another run holds the lease: this one must not start (or must stop)."""
 
 

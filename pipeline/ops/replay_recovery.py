@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from aiokafka import ConsumerRecord, TopicPartition
 
 from pipeline.core.envelope import unpack
+from pipeline.core.errors import PreaggError
 from pipeline.core.replay import key_of, origin_of
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import groupless_consumer, read_to_end, start_or_close, topic_partitions
@@ -38,7 +39,7 @@ log = logging.getLogger("preagg.deadletters")
 Marks = dict[str, dict[int, int]]
 
 
-class ReadBackFailed(RuntimeError):
+class ReadBackFailed(PreaggError, RuntimeError):
     """The read-back did not reach the partitions' ends in time: sending now could count twice."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
+from pipeline.core.errors import InputError
 from pipeline.core.fields import FieldMode, Index, ShardKey, check_mode, hashed_id
 from pipeline.kafka.admin import TopicSpec, ensure_topics, missing_topics
 from pipeline.kafka.options import KafkaConnection
@@ -34,7 +35,7 @@ from pipeline.store.names.store import names_fields, names_indexes
 from pipeline.store.offsets import OFFSETS_COLLECTION
 
 
-class NotSetUp(RuntimeError):
+class NotSetUp(InputError):
     """What is missing, in one line for the operator."""
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError, ServerSelectionTimeoutError
 
+from pipeline.core.errors import PreaggError
+
 #: Server error codes that a smaller or shorter transaction avoids.
 SHRINK_CODES = frozenset(
     {
@@ -27,7 +29,7 @@ SHRINK_CODES = frozenset(
 )
 
 
-class CommitTooLarge(Exception):
+class CommitTooLarge(PreaggError):
     """A flush's updates exceed the commit byte bound; raised before anything is written."""
 
     def __init__(self, size: int, limit: int) -> None:

@@ -34,6 +34,7 @@ from pymongo import AsyncMongoClient, InsertOne, ReturnDocument, UpdateOne
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
+from pipeline.core.commit import TP, Committed, Fence, FenceConflict, Ledgers, check_fences
 from pipeline.core.marks import DUPLICATE_KEY, marked, missing_sources
 from pipeline.core.updates import DocUpdate, new_document
 from pipeline.settings import CommitMode
@@ -42,12 +43,6 @@ from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreU
 from pipeline.store.offsets import (
     OFFSETS_COLLECTION,
     STUCK,
-    TP,
-    Committed,
-    Fence,
-    FenceConflict,
-    Ledgers,
-    check_fences,
     finish_update,
     intent_update,
     offset_doc_update,

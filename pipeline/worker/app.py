@@ -50,6 +50,7 @@ from pipeline.worker.ghost import clear_ghost, ghost_leader
 from pipeline.worker.guard import LedgerGuard
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
+from pipeline.worker.policy import FlushHooks, FlushPolicy, no_fault
 from pipeline.worker.progress import Tally, report_progress
 from pipeline.worker.rebalance import bound_revoke_drain, last_join, leave_group, membership, track_leadership
 from pipeline.worker.shutdown import BoundedWorker
@@ -175,21 +176,19 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             sink,
             send_dead,
             ack,
-            settings.max_pending_keys,
-            settings.fields_per_update,
-            fault=fault,
-            on_gap=guard.on_gap,
-            check_incarnation=guard.check,
-            on_diverged=guard.on_diverged,
-            before_plan=stream.before_plan,
-            before_plan_label=stream.before_plan_label,
-            bound=bound,
-            on_sealed=sealed.set,
-            marked=marked,
+            FlushPolicy(settings.max_pending_keys, settings.fields_per_update, marked=marked),
+            bound,
+            FlushHooks(
+                fault=fault or no_fault,
+                on_sealed=sealed.set,
+                on_stuck=sink.note_stuck,
+                before_plan=stream.before_plan,
+                before_plan_label=stream.before_plan_label,
+                after_commit=stream.after_commit,
+            ),
+            checks=guard,
             read_range=read_range,
             clock=clock,
-            on_stuck=sink.note_stuck,
-            after_commit=stream.after_commit,
         )
         flushers.append(flusher)
         _subscribe(app, settings.of(kind).topic, settings.partitions, flusher)

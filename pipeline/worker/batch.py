@@ -19,10 +19,10 @@ from typing import Any, Generic, TypeVar
 
 from pipeline.core.aggregator import Aggregator
 from pipeline.core.clock import DecisionClock
+from pipeline.core.commit import TP, Fence
 from pipeline.core.decode import raised
 from pipeline.core.incarnation import Fingerprint, digest
 from pipeline.core.rejection import Rejection
-from pipeline.store.offsets import TP, Fence
 from pipeline.worker.deadletter import DeadLetter
 
 A = TypeVar("A", bound=Aggregator)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeline.store.offsets import TP
+from pipeline.core.commit import TP
 
 
 class Positions:

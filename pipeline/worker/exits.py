@@ -23,10 +23,12 @@ import sys
 import time
 from collections.abc import Callable
 
+from pipeline.core import errors
+
 log = logging.getLogger("preagg.worker")
 
 #: Exit status of a worker that must resume from MongoDB's positions (fenced, or reset).
-EXIT_FENCED = 75
+EXIT_FENCED = errors.EXIT_FENCED
 #: Exit status of a worker that reached its shutdown deadline with work uncommitted.
 EXIT_SHUTDOWN_DEADLINE = 76
 #: Seconds the LeaveGroup request may take before the process exits anyway.
@@ -139,3 +141,20 @@ def _handlers() -> list[logging.Handler]:
         out.extend(logger.handlers)
         logger = logger.parent if logger.propagate else None
     return out
+
+
+def exit_to_resume(reason: str) -> None:
+    """End the process at once (after leaving the group) so that its restart resumes from MongoDB."""
+    exit_now(EXIT_FENCED, f"{reason}; exiting (status {EXIT_FENCED}) to resume from MongoDB's positions.")
+
+
+def exit_fenced(conflict: Exception) -> None:
+    """Default reaction to a failed fence (a :class:`~pipeline.core.commit.FenceConflict`): log,
+    then end the process at once.
+
+    ``os._exit`` skips Faust's shutdown on purpose: a clean stop would ack and commit
+    the dropped batch's offsets. The supervisor (compose ``restart``, systemd, the
+    chaos driver) restarts the worker; it rejoins the group and resumes from
+    MongoDB's offsets.
+    """
+    exit_now(EXIT_FENCED, f"{conflict}; another worker owns these partitions now. Dropped the batch.")

@@ -28,7 +28,8 @@ from pipeline.core.incarnation import Fingerprint, Verdict, judge
 from pipeline.kafka.probe import PartitionProbe
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
 from pipeline.store.sink import MongoSink
-from pipeline.worker.flusher import Flusher, exit_to_resume
+from pipeline.worker.exits import exit_to_resume
+from pipeline.worker.gate import Gated
 
 log = logging.getLogger("preagg.worker")
 
@@ -63,9 +64,7 @@ class LedgerGuard:
         at = last.offset if last is not None else max(0, int(stored) - 1)
         return judge(int(stored), last, await self.probe.look(tp[0], tp[1], at))
 
-    async def _recheck(
-        self, flushers: Sequence[Flusher[Any]], seen: dict[tuple[str, int], int | None]
-    ) -> None:
+    async def _recheck(self, flushers: Sequence[Gated], seen: dict[tuple[str, int], int | None]) -> None:
         """Check the partitions that consumed nothing since the last look (or went backwards)."""
         assigned = {(t.topic, t.partition) for t in self.app.consumer.assignment()}
         for f in flushers:
@@ -127,7 +126,7 @@ class LedgerGuard:
         await consumer._commit(targets)  # type: ignore[attr-defined]
         exit_to_resume(reason)
 
-    async def watch(self, flushers: Sequence[Flusher[Any]]) -> None:
+    async def watch(self, flushers: Sequence[Gated]) -> None:
         """Restart the worker once an operator has reset the ledger of a diverged partition; check
         again, every :data:`RECHECK_INTERVAL` s, the partitions whose consumption stopped moving.
 

@@ -1,7 +1,7 @@
 """Prometheus metrics and the health verdict of one worker, read from its flushers on scrape.
 
 A pull collector: nothing is updated on the hot path; every scrape reads the
-flushers' :class:`~pipeline.worker.flusher.FlushStats` and the consumer's positions.
+flushers' :class:`~pipeline.worker.accounting.FlushStats` and the consumer's positions.
 No URL, credential or event content is ever a label (security: metrics are often
 readable by more people than logs).
 """
@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pipeline.worker.flusher import LATENCY_BUCKETS, Flusher
+from pipeline.worker.accounting import LATENCY_BUCKETS
+from pipeline.worker.flusher import Flusher
 from pipeline.worker.memory import rss_bytes
 
 #: ``(topic, partition) -> messages behind the partition's end`` for assigned partitions.

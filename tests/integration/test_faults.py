@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
+from pipeline.core.commit import Fence
 from pipeline.core.ids import id_bytes
 from pipeline.core.updates import DocUpdate, merge_sources
 from pipeline.kafka.producer import EventProducer
@@ -35,7 +36,6 @@ from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.services.embedded import Endpoints, free_port
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
-from pipeline.store.offsets import Fence
 from pipeline.store.sink import MongoSink
 from pipeline.testing.mongofault import FaultRates, MongoFaultProxy
 from pipeline.testing.simulate import draw_rates, run_schedule

@@ -14,15 +14,18 @@ from typing import Any
 import pytest
 from pymongo.errors import BulkWriteError, ExecutionTimeout, OperationFailure, PyMongoError
 
+from pipeline.core.commit import Committed, Fence, FenceConflict, Ledgers, check_fences
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.settings import Settings
-from pipeline.store.offsets import Committed, Fence, FenceConflict, Ledgers, check_fences
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
+from pipeline.worker.policy import FlushHooks, FlushPolicy
+
+from .checks import Checks
 
 TP0 = ("hits", 0)
 
@@ -128,10 +131,9 @@ def make(
         store,
         send_dead,
         ack,
-        max_pending_keys=bound,
-        max_backoff=0.01,
-        on_fenced=fenced,
-        bound=commit,
+        FlushPolicy(max_pending_keys=bound, max_backoff=0.01),
+        commit,
+        FlushHooks(on_fenced=fenced),
     )
     return f, log, store
 
@@ -251,7 +253,7 @@ def test_first_message_beyond_the_stored_position_reports_a_gap() -> None:
         gaps.append((tp, stored, offset))
 
     f, _, _ = make(store)
-    f._on_gap = on_gap
+    f.gate.checks = Checks(on_gap_fn=on_gap)
 
     async def go() -> None:
         await f.receive(TP0, 9, hit(), "m9")
@@ -274,7 +276,7 @@ def test_a_failing_gap_probe_is_retried_and_counted_not_raised_into_the_fetcher(
             raise TimeoutError("hits[0]: no record read within 5s")
 
     f, _, _ = make(store)
-    f._on_gap = on_gap
+    f.gate.checks = Checks(on_gap_fn=on_gap)
     asyncio.run(f.receive(TP0, 9, hit(), "m9"))
     assert calls == [9, 9, 9] and f.stats.retries == 2 and f.uncommitted_events() == 1
 
@@ -329,10 +331,8 @@ def test_name_store_failures_are_retried_before_the_commit_and_nothing_is_lost()
         store,
         noop,
         ack,
-        max_pending_keys=100,
-        max_backoff=0.01,
-        before_plan=prepare,
-        before_plan_label="name store",
+        FlushPolicy(max_pending_keys=100, max_backoff=0.01),
+        hooks=FlushHooks(before_plan=prepare, before_plan_label="name store"),
     )
 
     async def go() -> None:
@@ -455,7 +455,7 @@ def test_a_message_too_large_alone_is_escalated_after_a_bound_then_clears() -> N
     async def on_stuck(tps: Sequence[tuple[str, int]], reason: str | None) -> None:
         noted.append(reason)
 
-    f._on_stuck = on_stuck
+    f.retry.on_stuck = on_stuck
     packed = b"\n".join(day_hit(d) for d in range(4))
 
     async def go() -> None:
@@ -499,7 +499,7 @@ def test_a_diverged_partition_is_held_back_and_reported_others_are_counted() -> 
     async def on_diverged(tp: tuple[str, int], verdict: Verdict) -> None:
         reported.append(tp)
 
-    f._check_incarnation, f._on_diverged = check, on_diverged
+    f.gate.checks = Checks(check, on_diverged)
 
     async def run() -> None:
         await feed(f, range(3))  # a recreated log: offsets below the ledger's 40
@@ -527,7 +527,7 @@ def test_the_consumer_moving_backwards_is_checked_again() -> None:
         calls.append(tp)
         return next(outcomes)
 
-    f._check_incarnation = check
+    f.gate.checks = Checks(check)
 
     async def run() -> None:
         await feed(f, range(5))
@@ -750,7 +750,7 @@ def test_a_message_the_store_refuses_for_good_is_dead_lettered_alone_in_transact
     async def send_dead(dead: Sequence[DeadLetter]) -> None:
         letters.extend(dead)
 
-    f._send_dead = send_dead
+    f.committer.send_dead = send_dead
 
     async def go() -> None:
         for o in range(10):

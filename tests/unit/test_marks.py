@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pipeline.core.clock import DecisionClock
+from pipeline.core.commit import Committed, Fence, FenceConflict, Ledgers, Pending
 from pipeline.core.incarnation import Verdict
 from pipeline.core.marks import MARKS, mark_key, marked, missing_sources
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
@@ -23,9 +24,11 @@ from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.sites.caps import PageCaps
-from pipeline.store.offsets import Committed, Fence, FenceConflict, Ledgers, Pending
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
+from pipeline.worker.policy import FlushPolicy
+
+from .checks import Checks
 
 P0, P1 = ("hits", 0), ("hits", 1)
 
@@ -153,11 +156,9 @@ def flusher(
         store,  # type: ignore[arg-type]
         send_dead,
         ack,
-        max_pending_keys=10_000,
-        max_backoff=0.01,
-        marked=True,
+        FlushPolicy(max_pending_keys=10_000, max_backoff=0.01, marked=True),
+        checks=Checks(check_incarnation) if check_incarnation is not None else None,
         read_range=read_range,
-        check_incarnation=check_incarnation,
         clock=clock,
     )
 

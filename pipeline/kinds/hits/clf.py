@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from urllib.parse import urlsplit
 
+from pipeline.core.errors import InputError
+
 _Q = r'"((?:[^"\\]|\\.)*)"'
 _LINE = re.compile(
     r"^(\S+) (\S+) (\S+) \[([^\]]+)\] " + _Q + r" (\d{3}|-) (\d+|-)(?: " + _Q + " " + _Q + r")?\s*$"
 )
 
 
-class ClfError(ValueError):
+class ClfError(InputError):
     """The line is not in combined log format; the message says where it breaks."""
 
 

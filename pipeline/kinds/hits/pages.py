@@ -22,12 +22,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pipeline.core.errors import InputError
+
 _ESCAPE = re.compile("%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _SLASHES = re.compile("/{2,}")
 
 
-class QueryPolicyError(ValueError):
+class QueryPolicyError(InputError):
     """A ``PREAGG_HITS_QUERY_STRING`` that is none of ``drop``, ``keep``, ``allow:<names>``."""
 
 

@@ -6,13 +6,14 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from pathlib import PurePath
 
+from pipeline.core.errors import InputError
 from pipeline.core.shippers import Shipped
 
 #: Distinct field values whose site is remembered (hosts and files are few; a flood is not cached).
 CACHE_LIMIT = 10_000
 
 
-class SiteMapError(ValueError):
+class SiteMapError(InputError):
     """A ``PREAGG_HITS_SITE_MAP`` entry is not ``PATTERN=SITE``."""
 
 

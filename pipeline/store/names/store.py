@@ -16,6 +16,7 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
+from pipeline.core.errors import PreaggError
 from pipeline.core.fields import STORE_SCHEMAS, FieldMode, Index, field_names
 from pipeline.store.names.layout import Namespace, Registration, doc_id, learn
 from pipeline.store.reads import READ_CHUNK, find_in
@@ -133,7 +134,7 @@ class NameStore:
 MAX_TORN_READS = 100
 
 
-class NameStoreContention(RuntimeError):
+class NameStoreContention(PreaggError, RuntimeError):
     """A namespace kept changing under this reader; the caller retries later."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import UTC_CALENDAR, Calendar, ZoneChange, ZoneError, check_zone, minute_dt
+from pipeline.core.errors import InputError
 from pipeline.kinds.hits.layout import SITES_COLLECTION
 from pipeline.kinds.hits.sites.tiers import REFRESH_SECONDS, Pruned
 from pipeline.store.meta import META_COLLECTION
@@ -35,7 +36,7 @@ PRUNED_ID = "hits_retention"
 MIN_NOTICE = 3600.0
 
 
-class SiteConfigError(ValueError):
+class SiteConfigError(InputError):
     """A zone or retention change that cannot be made; the message says why and what to do."""
 
 

@@ -1,0 +1,153 @@
+"""The commit port: what a flush hands its store, and what the store answers (pure).
+
+A flusher (pipeline/worker/flusher.py) commits a batch's document updates together with
+its *fences*, one per source partition: the position the batch started from, which the
+store must still hold, and the position to move it to. A :class:`Sink` is any store that
+can do that all or nothing (MongoDB's transaction, or idempotent marked writes); the
+MongoDB sink (pipeline/store/sink.py) implements it, the unit tests' model stores too. No
+adapter is imported here: a second store implements this module, not MongoDB's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from pipeline.core.errors import EXIT_FENCED, PreaggError
+from pipeline.core.updates import DocUpdate
+
+#: A Kafka partition as the flushers key it: ``(topic, partition)``.
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A batch's claim on one partition: MongoDB holds ``expected``; the flush moves it to ``next``."""
+
+    topic: str
+    partition: int
+    expected: int | None
+    next: int
+    #: Events of this partition in the batch, and refused ones by reason.
+    events: int = 0
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    #: Documents written and flushes: attributed to a flush's first partition only,
+    #: so that sums over the ledger are exact.
+    docs: int = 0
+    flushes: int = 0
+    #: The last record the batch counted on this partition: ``{offset, ts, digest}``
+    #: (see :mod:`pipeline.core.incarnation`); stored as the ledger's ``last``.
+    last: Mapping[str, Any] | None = None
+    #: The batch's first offset on this partition (an intent records it: with no
+    #: ledger yet, ``expected`` is ``None`` and the range to write again starts here).
+    begin: int | None = None
+    #: The writing worker's resident memory, bytes (stored as the ledger's ``rss``).
+    rss: int | None = None
+    #: The batch's "now" for its decisions (pipeline.core.clock): an intent records it, so
+    #: that a redo of the range refuses and accepts exactly what the flush did.
+    decided_at: float | None = None
+    #: What the partition's plan decided from the worker's own state (hits: the pages it
+    #: refused a document past the day's cap), recorded with the intent for a redo.
+    decisions: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A flush that recorded its intent on a partition and did not finish: its range is written again."""
+
+    flush: str
+    #: The flush's sequence on this partition: what its documents' marks hold (or will).
+    seq: int
+    #: The ledger's position (where the range starts) and the intent's end.
+    start: int | None
+    end: int
+    #: The flush's "now" for its decisions (``None``: an intent written before it was recorded).
+    decided_at: float | None = None
+    #: The plan's recorded decisions (``Fence.decisions``).
+    decisions: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Ledgers:
+    """What a set of partitions' ledgers hold: positions (``None``: none stored) and unfinished flushes."""
+
+    positions: dict[TP, int | None]
+    pending: dict[TP, Pending]
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a commit reports: whether it had committed before (a retried commit), and its size."""
+
+    already: bool = False
+    #: BSON bytes of the update statements sent (0 when nothing was written).
+    bytes: int = 0
+    #: Idempotent writes: upserts refused with a duplicate key whose documents held their marks.
+    applied: int = 0
+    #: Idempotent writes: upserts refused with a duplicate key whose documents lacked their
+    #: marks (another writer inserted them first), sent again.
+    raced: int = 0
+    #: Idempotent writes: merged upserts some of whose partitions were applied; the others sent apart.
+    split: int = 0
+
+
+class FenceConflict(PreaggError):
+    exit_code: ClassVar[int] = EXIT_FENCED
+
+    """MongoDB's position differs from the batch's: another worker counted this range.
+
+    The batch must be dropped unwritten and unacked; the worker is a zombie of an
+    older group generation and stops (see :data:`pipeline.worker.exits.EXIT_FENCED`).
+    """
+
+    def __init__(self, conflicts: list[tuple[Fence, int | None]]) -> None:
+        self.conflicts = conflicts
+        detail = ", ".join(
+            f"{f.topic}[{f.partition}] expected {f.expected} found {found}" for f, found in conflicts
+        )
+        super().__init__(f"offset fence conflict: {detail}")
+
+
+def check_fences(fences: Iterable[Fence], stored: Mapping[TP, Mapping[str, Any]], flush_id: str) -> bool:
+    """Decide a flush against the stored offsets documents.
+
+    Returns ``True`` when this very flush already committed (a retry after a lost
+    commit acknowledgement), ``False`` when it may be applied; raises
+    :class:`FenceConflict` when any partition moved under it.
+    """
+    fences = list(fences)
+    if fences and all(stored.get((f.topic, f.partition), {}).get("flush") == flush_id for f in fences):
+        return True
+    conflicts = []
+    for f in fences:
+        found = stored.get((f.topic, f.partition), {}).get("next")
+        if found != f.expected:
+            conflicts.append((f, found))
+    if conflicts:
+        raise FenceConflict(conflicts)
+    return False
+
+
+class Sink(Protocol):
+    """Where flushes are committed (MongoDB; a model store in unit tests)."""
+
+    @property
+    def exactly_once(self) -> bool: ...
+
+    async def ledgers(self, tps: Sequence[TP]) -> Ledgers:
+        """Stored positions, and the partitions whose ledger records a flush cut short (idempotent writes)."""
+        ...
+
+    async def commit(
+        self,
+        updates: Sequence[DocUpdate],
+        fences: Sequence[Fence],
+        flush_id: str,
+        token: str | None = None,
+        marked: bool = False,
+    ) -> Committed: ...
+
+    async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
+        """Whether flush ``flush_id`` committed (its ledgers), or ``FenceConflict``."""
+        ...
