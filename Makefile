@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install constraints browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
+.PHONY: install constraints docs-settings browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,9 @@ bench-rollups: $(STAMP)  ## site charts before/after site rollups at 100..100k p
 
 simulate: $(STAMP)  ## seeded fault schedules (rival inserts, lost answers, kills, crashes at commit points): faults per kind, mismatches must be 0
 	$(PY) -m benchmarks.simulate --schedules 20 --seed 1 --out bench-results/simulate.json
+
+docs-settings: $(STAMP)  ## rewrite docs/design.md's settings table from the settings' comments
+	$(PY) -m pipeline.settings_doc
 
 drill-stop-together: $(STAMP)  ## issue 42's wedge drill: two workers stopped at once (SIGTERM, kill -9) after a rebalance, then a third; recovered, wedged or miscounted per run
 	$(PY) -m benchmarks.stop_together --runs 6 --out bench-results/stop_together.json

@@ -399,19 +399,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 #: ``preagg worker --help``: the settings an operator sets first (all: docs/design.md).
-WORKER_SETTINGS = """\
-settings that matter (environment, or preagg.toml / PREAGG_CONFIG; the environment wins):
-  PREAGG_KAFKA_URL, PREAGG_MONGO_URL   the servers (unset: the embedded ones, preagg services up)
-  PREAGG_GROUP_ID=preagg               replicas with one group id share the partitions
-  PREAGG_KINDS=hits,...                the stream kinds this worker runs
-  PREAGG_FLUSH_INTERVAL=1.0            seconds between flushes while live (freshness vs writes)
-  PREAGG_BACKLOG_FLUSH_INTERVAL=20     ...while catching up a backlog (fewer, larger flushes)
-  PREAGG_MAX_PENDING_KEYS=400000       memory bound (about 370 bytes a key); past it, pause and flush
-  PREAGG_WEB_PORT=0                    Prometheus /metrics and /health on 127.0.0.1 (0: off)
-  PREAGG_HITS_QUERY_STRING=drop        page query strings: drop, keep, allow:<name>,<name>
-  PREAGG_HITS_MAX_PAGES_PER_DAY=50000  pages per site and day with documents of their own
-every setting and its trade-off: docs/design.md; `preagg status` shows what the group does
-"""
+#: The settings ``preagg worker --help`` lists (their text is each field's comment: pipeline/settings_doc.py).
+WORKER_SETTINGS = (
+    "kafka_url",
+    "mongo_url",
+    "group_id",
+    "kinds",
+    "flush_interval",
+    "backlog_flush_interval",
+    "max_pending_keys",
+    "web_port",
+    "log_format",
+)
 
 
 def cmd_completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -420,6 +419,23 @@ def cmd_completion(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 
     print(bash_script(parser), end="")
     return 0
+
+
+def _worker_help() -> str:
+    from pipeline.settings_doc import worker_help
+
+    return worker_help(WORKER_SETTINGS)
+
+
+def _lazy_epilog(parser: argparse.ArgumentParser, make: Callable[[], str]) -> None:
+    """Compute ``parser``'s epilog only when its help is shown (every other command skips it)."""
+    shown = parser.format_help
+
+    def format_help() -> str:
+        parser.epilog = make()
+        return shown()
+
+    parser.format_help = format_help  # type: ignore[method-assign]
 
 
 class _Version(argparse.Action):
@@ -485,9 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
     wp = sub.add_parser(
         "worker",
         help="run a Faust worker (replicas share partitions)",
-        epilog=WORKER_SETTINGS,
+        epilog="",  # made from the settings' comments when the help is shown (settings_doc)
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _lazy_epilog(wp, _worker_help)
     wp.add_argument("--loglevel", default="info")
     wp.add_argument(
         "--no-restart",

@@ -395,13 +395,13 @@ class Settings:
     #: space in every document; readable is easier to query by hand. Choose once per
     #: database: a worker refuses a database written in the other mode.
     schema: FieldMode = "compact"
-    #: Names one name-store document holds before the next document starts (the
-    #: seed's array cap). Larger: fewer documents to read cold; each push rewrites
-    #: a bigger array.
     #: Name-store namespaces a worker keeps cached between flushes (least recently used
     #: are dropped first and read again when needed): bounds a worker's memory when sites
     #: and properties keep appearing. Higher: fewer reads, more memory.
     name_cache_namespaces: int = 20_000
+    #: Names one name-store document holds before the next document starts (the
+    #: seed's array cap). Larger: fewer documents to read cold; each push rewrites
+    #: a bigger array.
     name_store_doc_cap: int = 1000
     #: Most documents one commit (one MongoDB transaction) writes: a batch is sealed,
     #: and committed on its own, once its planned documents reach this (or its bytes
@@ -425,11 +425,11 @@ class Settings:
     #: default), which counts from the transaction's start. A commit past it is
     #: aborted and its batch split and retried.
     commit_timeout: float = 30.0
-    #: Deadline of every other MongoDB call (client ``timeoutMS``), seconds: a lost
-    #: primary or a hung server shows up as a logged, retried error, not a hang.
     #: Seconds a command (and a worker's start check) waits to reach MongoDB before it
     #: says, in one line, which URL did not answer. Longer tolerates a slow failover.
     connect_timeout: float = 5.0
+    #: Deadline of every other MongoDB call (client ``timeoutMS``), seconds: a lost
+    #: primary or a hung server shows up as a logged, retried error, not a hang.
     mongo_timeout: float = 20.0
     #: Ids per ``$in`` when documents are read by id (sketches, filters, names). The
     #: embedded store answers ``$in`` in time quadratic in its length (fastest at

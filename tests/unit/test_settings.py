@@ -134,3 +134,13 @@ def test_the_documented_settings_file_is_read_as_shown() -> None:
     assert all(k in own or k.startswith("PREAGG_HITS_") for k in env)
     s = Settings.from_env(env)
     assert s.kinds == ("hits", "listens") and s.of(HITS_KEY).max_pages_per_day == 20000
+
+
+def test_the_settings_table_is_made_from_the_settings_comments() -> None:
+    """Settings stated once (issue 38, item 4): the docs' table is the fields' comments."""
+    from pipeline.settings_doc import builtin_kinds, rows, table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    assert table(builtin_kinds()) in doc, "docs/design.md's settings table is stale: run `make docs-settings`"
+    undocumented = [var for var, _, said in rows(builtin_kinds()) if not said]
+    assert not undocumented, f"settings without a comment: {undocumented}"
