@@ -71,6 +71,6 @@ def test_a_second_replay_refuses_while_another_holds_the_lease(settings: Setting
 
     asyncio.run(hold())  # held by this (live) test process
     busy = run_cli(settings, "deadletters", "replay", "--reason", "late")
-    assert busy.returncode == 1 and "holds its lease" in busy.stderr, busy
+    assert busy.returncode == 3 and "holds its lease" in busy.stderr, busy  # EXIT_BUSY: run it again later
     assert len(busy.stderr.strip().splitlines()) == 1
     assert "nothing to send" in cli(settings, "deadletters", "show", "--reason", "late")  # reads only

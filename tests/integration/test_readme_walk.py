@@ -33,27 +33,6 @@ README = ROOT / "README.md"
 
 #: How a line with alternatives or placeholders runs (each of the listed commands).
 CONCRETE: dict[str, list[str]] = {
-    # a new group id (PREAGG_GROUP_ID) adopting the running group's ledgers; without --apply: the plan
-    "preagg positions adopt --from-group OLD": [
-        "PREAGG_GROUP_ID=preagg-new preagg positions adopt --from-group preagg"
-    ],
-    "preagg query impressions --user 7 | --item 19 | --top 10 [--day 2023-11-14]": [
-        "preagg query impressions --user 7",
-        "preagg query impressions --item 19",
-        "preagg query impressions --top 10 --day 2023-11-14",
-    ],
-    "preagg query related --user 196 | --item 242": [
-        "preagg query related --user 196",
-        "preagg query related --item 242",
-    ],
-    "preagg query top-tags --user 2 --days 7 --today 2009-04-07 [--limit 10]": [
-        "preagg query top-tags --user 2 --days 7 --today 2009-04-07 --limit 10"
-    ],
-    "preagg query props --site semicomplete.com --from 2015-05-17 --to 2015-05-20 "
-    "[--page /] [--name agent]": [
-        "preagg query props --site semicomplete.com --from 2015-05-17 --to 2015-05-20 --name agent"
-    ],
-    "preagg schema [--mode compact|readable] [--json]": ["preagg schema --mode readable"],
     'eval "$(preagg completion bash)"': ['eval "$(preagg completion bash)" && complete -p preagg'],
     # The walk binds to loopback (this machine's rule); the token is checked below.
     "PREAGG_SERVE_TOKEN=\"$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')\" "
