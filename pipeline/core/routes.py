@@ -38,6 +38,8 @@ class Route:
     method: Literal["GET", "POST"] = "GET"
     #: In the OpenAPI document (an alias such as a trailing-slash path is not).
     listed: bool = True
+    #: Bounds beyond each parameter's own (``x-preagg-limits`` in OpenAPI: the dashboard reads them).
+    limits: Mapping[str, Any] = field(default_factory=dict)
 
 
 def rows_of(*props: tuple[str, Mapping[str, Any]]) -> dict[str, Any]:

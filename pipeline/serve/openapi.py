@@ -85,6 +85,8 @@ def _operation(route: Route, guarded: bool) -> dict[str, Any]:
         ],
         "responses": _responses(route.returns, guarded, any(p.name == "envelope" for p in route.params)),
     }
+    if route.limits:
+        op["x-preagg-limits"] = dict(route.limits)
     if route.method == "POST":
         body = {"type": "object", "description": "as the route's summary says"}
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}

@@ -153,7 +153,7 @@ def test_ordinary_mistakes_are_one_line_and_exit_2(settings: Settings, tmp_path:
         # The API's range bounds hold on the CLI too (15.8M rows before).
         (
             ["query", "hits", "--site", "s", "--from", "2000-01-01", "--to", "2030-01-01", "--by", "minute"],
-            "--from: the range is longer than --by minute allows (2 days)",
+            "--from: the range is longer than by=minute allows (2 days)",
         ),
         (["query", "hits", "--site", "s", "--from", "9999-12-30", "--by", "month"], "--from: 9999-12-30"),
     ]

@@ -5,14 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.params import Param, exactly_one, one_of
+from pipeline.core.params import one_of
 from pipeline.core.routes import ID_SCHEMA, Route
 from pipeline.core.text import json_rows
+from pipeline.kinds.impressions.queries import QUERIES
 from pipeline.kinds.impressions.query import items_of_user, top_items, users_of_item
 from pipeline.settings import Settings
-
-#: Most rows one answer holds (a popular item's users can be millions).
-MAX_ROWS = 10_000
 
 
 def routes(settings: Settings) -> list[Route]:
@@ -33,27 +31,4 @@ def routes(settings: Settings) -> list[Route]:
         "properties": {"item": ID_SCHEMA, "user": ID_SCHEMA, "count": {"type": "integer"}},
         "required": ["count"],
     }
-    return [
-        Route(
-            "/api/impressions",
-            "Items a user has seen (user=), users who saw an item (item=) or the N most viewed items (top=)",
-            (
-                Param("user", "items this user has seen, with counts", "id"),
-                Param("item", "users who saw this item, with counts", "id"),
-                Param("top", "the N most viewed items", "integer", minimum=1, maximum=MAX_ROWS),
-                Param("day", "with top: that UTC day", "date"),
-                Param(
-                    "limit",
-                    "with user or item: most rows",
-                    "integer",
-                    default="1000",
-                    minimum=1,
-                    maximum=MAX_ROWS,
-                ),
-            ),
-            impressions,
-            {"type": "array", "items": row},
-            exactly_one("user", "item", "top"),
-            "impressions",
-        )
-    ]
+    return [QUERIES["impressions"].route(impressions, {"type": "array", "items": row}, "impressions")]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.params import Param, exactly_one, one_of
+from pipeline.core.params import one_of
 from pipeline.core.routes import ID_SCHEMA, Route
 from pipeline.kinds.relations.layout import relation_sides
+from pipeline.kinds.relations.queries import QUERIES
 from pipeline.kinds.relations.query import related_items, related_users
 from pipeline.kinds.relations.settings import KEY
 from pipeline.settings import Settings
@@ -26,18 +27,4 @@ def routes(settings: Settings) -> list[Route]:
             found = await related_users(db, a["item"], sides)
         return found[: a["limit"]]
 
-    return [
-        Route(
-            "/api/related",
-            "Items whose Bloom filter holds a user (user=), or users whose filter holds an item (item=)",
-            (
-                Param("user", "items related to this user", "id"),
-                Param("item", "users related to this item", "id"),
-                Param("limit", "most ids", "integer", default="1000", minimum=1, maximum=100_000),
-            ),
-            related,
-            {"type": "array", "items": dict(ID_SCHEMA)},
-            exactly_one("user", "item"),
-            "relations",
-        )
-    ]
+    return [QUERIES["related"].route(related, {"type": "array", "items": dict(ID_SCHEMA)}, "relations")]

@@ -11,8 +11,26 @@ function refreshSeconds(text) {
   const n = Number(text);
   return Number.isFinite(n) && n > 0 ? Math.min(3600, Math.max(1, n)) : 5;
 }
-// The API's bounds (pipeline/kinds/hits/limits.py): longer ranges are narrowed, and said so.
-const MAX_PAGE_DAYS = 366, MAX_PROP_DAYS = 93, MAX_DAY_BARS = 1100, MAX_PAGES = 1000;
+// The API's bounds, read from its OpenAPI document at start (x-preagg-limits and each parameter's
+// maximum: pipeline/kinds/hits/queries.py declares them once): longer ranges are narrowed, and said so.
+let MAX_PAGE_DAYS = 366, MAX_PROP_DAYS = 93, MAX_DAY_BARS = 1100, MAX_PAGES = 1000;
+
+async function readLimits() {
+  try {
+    const res = await fetch("/openapi.json");
+    if (!res.ok) return;
+    const paths = (await res.json()).paths || {};
+    const op = (path) => (paths[path] || {}).get || {};
+    const limits = (path) => op(path)["x-preagg-limits"] || {};
+    const max = (path, name) => ((op(path).parameters || []).find((p) => p.name === name) || { schema: {} }).schema.maximum;
+    MAX_PAGE_DAYS = limits("/api/pages").max_days || MAX_PAGE_DAYS;
+    MAX_PROP_DAYS = limits("/api/props").max_days || MAX_PROP_DAYS;
+    MAX_DAY_BARS = (limits("/api/hits").max_days_by || {}).day || MAX_DAY_BARS;
+    MAX_PAGES = max("/api/pages", "limit") || MAX_PAGES;
+  } catch (err) {
+    // The document is public and small; if it cannot be read the built-in bounds hold.
+  }
+}
 const PROPS_SHOWN = 10;
 
 const state = {
@@ -576,6 +594,7 @@ function adoptSite(sites) {
 }
 
 async function start() {
+  await readLimits();
   let sites;
   try {
     sites = await api("/api/sites", {});

@@ -1,0 +1,105 @@
+"""The hits kind's queries, declared once: ``preagg query hits|pages|props`` and ``/api/hits|pages|props``.
+
+``api.py`` answers them over HTTP and ``cli.py`` on the command line (:mod:`pipeline.core.queries`);
+both take these parameters, defaults and bounds, parsed by the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from pipeline.core.params import BadParam, Param
+from pipeline.core.queries import Query, indexed
+from pipeline.core.series import GRANULARITIES
+from pipeline.kinds.hits.bots import FILTERED_BY
+from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN, check_span
+
+SITE = Param("site", "the site, as in the events' `site`", required=True)
+PAGE = Param("page", "one page (default: all pages of the site)")
+BOTS = Param(
+    "bots",
+    "`exclude`: leave out hits whose `agent` property is `Bot` (`preagg produce --format clf --props`); "
+    "known per day, so series need by=day or by=month",
+    "choice",
+    default="include",
+    choices=("include", "exclude"),
+)
+#: Most pages one top-pages answer lists.
+MAX_PAGES = 1000
+
+
+def _check_series(a: Mapping[str, Any]) -> None:
+    check_span("from", a["from"], a["to"], MAX_SPAN[a["by"]], f"by={a['by']}")
+    if a["bots"] == "exclude" and a["by"] not in FILTERED_BY:
+        raise BadParam("bots", "exclude needs by=day or by=month: bot hits are counted per day")
+
+
+def _check_days(longest: int) -> Callable[[Mapping[str, Any]], None]:
+    def check(a: Mapping[str, Any]) -> None:
+        check_span("from", a["from"], a["to"] or a["from"], timedelta(days=longest), "this query")
+
+    return check
+
+
+QUERIES = indexed(
+    Query(
+        "hits",
+        "/api/hits",
+        "Zero-filled hit series of a site or page",
+        (
+            SITE,
+            PAGE,
+            Param(
+                "from",
+                "start: ISO date or time (without offset: the site's local time), epoch ms or now-60m",
+                "time",
+                default="now-60m",
+            ),
+            Param(
+                "to",
+                "end (inclusive bucket): ISO time, epoch ms or now; a date is its whole local day",
+                "end",
+                default="now",
+            ),
+            Param("by", "bucket size", "choice", default="minute", choices=GRANULARITIES),
+            BOTS,
+        ),
+        _check_series,
+        {"max_days_by": {by: span.days for by, span in MAX_SPAN.items()}},
+    ),
+    Query(
+        "pages",
+        "/api/pages",
+        "The pages of a site with the most hits over a range of its local days",
+        (
+            SITE,
+            Param(
+                "from",
+                "first day, the site's local calendar (YYYY-MM-DD, today-29d)",
+                "date",
+                default="today-29d",
+            ),
+            Param("to", "last day (inclusive)", "date", default="today"),
+            Param("limit", "most pages", "integer", default="10", minimum=1, maximum=MAX_PAGES),
+            BOTS,
+        ),
+        _check_days(MAX_PAGE_DAYS),
+        {"max_days": MAX_PAGE_DAYS},
+    ),
+    Query(
+        "props",
+        "/api/props",
+        "Custom property counts of a site or page over its local days",
+        (
+            SITE,
+            PAGE,
+            Param("from", "first local day", "date", default="today"),
+            Param("to", "last local day (default: from)", "date"),
+            Param("name", "one property (default: all)"),
+        ),
+        _check_days(MAX_PROP_DAYS),
+        {"max_days": MAX_PROP_DAYS},
+    ),
+)
