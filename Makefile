@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install constraints docs-settings browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
+.PHONY: install constraints docs-settings docs-map browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,9 @@ simulate: $(STAMP)  ## seeded fault schedules (rival inserts, lost answers, kill
 
 docs-settings: $(STAMP)  ## rewrite docs/design.md's settings table from the settings' comments
 	$(PY) -m pipeline.settings_doc
+
+docs-map: $(STAMP)  ## rewrite docs/design.md's module map from the tree and the modules' docstrings
+	$(PY) -m pipeline.docs_map
 
 drill-stop-together: $(STAMP)  ## issue 42's wedge drill: two workers stopped at once (SIGTERM, kill -9) after a rebalance, then a third; recovered, wedged or miscounted per run
 	$(PY) -m benchmarks.stop_together --runs 6 --out bench-results/stop_together.json

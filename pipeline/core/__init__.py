@@ -1,0 +1,1 @@
+"""Pure computation below every other layer: parsing, ids, times, sketches, filters, the commit port."""

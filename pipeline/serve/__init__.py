@@ -1,0 +1,1 @@
+"""`preagg serve`: the read-only query API, its OpenAPI document and the dashboard over HTTP."""

@@ -1,0 +1,1 @@
+"""The MongoDB adapter: the client, commits with their fences, ledgers, reads by id, the name store."""
