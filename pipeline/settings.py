@@ -395,14 +395,6 @@ class Settings:
     #: space in every document; readable is easier to query by hand. Choose once per
     #: database: a worker refuses a database written in the other mode.
     schema: FieldMode = "compact"
-    #: Name-store namespaces a worker keeps cached between flushes (least recently used
-    #: are dropped first and read again when needed): bounds a worker's memory when sites
-    #: and properties keep appearing. Higher: fewer reads, more memory.
-    name_cache_namespaces: int = 20_000
-    #: Names one name-store document holds before the next document starts (the
-    #: seed's array cap). Larger: fewer documents to read cold; each push rewrites
-    #: a bigger array.
-    name_store_doc_cap: int = 1000
     #: Most documents one commit (one MongoDB transaction) writes: a batch is sealed,
     #: and committed on its own, once its planned documents reach this (or its bytes
     #: ``commit_max_bytes``, whichever comes first). Larger: more events aggregated

@@ -17,21 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import faust
 from faust.types import TP
-from prometheus_client.core import Metric
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from pipeline.core.clock import DecisionClock
 from pipeline.core.fields import check_mode
-from pipeline.kafka.group import describe_group
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe
 from pipeline.kinds import StreamContext, load_kinds, stream_topics
@@ -45,15 +42,16 @@ from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, in
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.exits import EXIT_FENCED, exit_now, on_exit
 from pipeline.worker.faults import fault_hook
+from pipeline.worker.faust_conf import faust_settings
 from pipeline.worker.flusher import Flusher
-from pipeline.worker.ghost import clear_ghost, ghost_leader
 from pipeline.worker.guard import LedgerGuard
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
-from pipeline.worker.metrics import CONTENT_TYPE, WorkerCollector, exposition, health
 from pipeline.worker.policy import FlushHooks, FlushPolicy, no_fault
 from pipeline.worker.progress import Tally, report_progress
-from pipeline.worker.rebalance import bound_revoke_drain, last_join, leave_group, membership, track_leadership
+from pipeline.worker.rebalance import bound_revoke_drain, leave_group, membership, track_leadership
 from pipeline.worker.shutdown import BoundedWorker
+from pipeline.worker.start_watch import STARTED, group_context, watch_start
+from pipeline.worker.web import add_web_pages
 
 log = logging.getLogger("preagg.worker")
 
@@ -62,45 +60,6 @@ UNBOUNDED = 1 << 62
 #: Messages behind the partitions' ends past which a worker is catching up a backlog
 #: (Settings.backlog_flush_interval).
 BACKLOG_MESSAGES = 1000
-
-
-def faust_settings(settings: Settings) -> dict[str, Any]:
-    """Faust configuration tuned for this pipeline and for the embedded broker."""
-    return {
-        "broker": settings.faust_broker,
-        "store": "memory://",
-        "topic_partitions": settings.partitions,
-        "topic_replication_factor": 1,
-        # No `<group>-__assignor-__leader` topic: nothing here uses Faust's leader election
-        # (on_leader timers), and Faust would create it at every start with replication
-        # factor 1, which clusters restricting replication factors or denying CREATE refuse.
-        "topic_disable_leader": True,
-        # The embedded Tansu holds a group join for half the session timeout (30 s by default).
-        # Every group timeout is set here, not left to Faust's defaults: the revoke drain is
-        # bounded at half the rebalance timeout (bounded_revoke below), and the request
-        # timeout must exceed the session timeout (aiokafka refuses otherwise).
-        "broker_session_timeout": settings.session_timeout,
-        "broker_heartbeat_interval": min(3.0, settings.session_timeout / 3),
-        "broker_rebalance_timeout": settings.rebalance_timeout,
-        "broker_request_timeout": max(40.0, settings.session_timeout + 5.0),
-        # The embedded Tansu answers ListOffsets in a way that makes this check crash on
-        # rebalance; real Kafka keeps Faust's default.
-        "recovery_consistency_check": not settings.embedded_kafka,
-        "consumer_auto_offset_reset": "earliest",
-        "broker_commit_interval": min(1.0, settings.flush_interval),
-        "stream_wait_empty": True,
-        "broker_credentials": KafkaConnection.of(settings).faust_credentials(),
-        "web_enabled": settings.web_port > 0,
-        "web_port": settings.web_port or 6066,
-        "web_bind": settings.web_bind,
-        "web_host": "127.0.0.1",
-        "datadir": str(settings.home / "faust-data" / settings.worker_id),
-        "autodiscover": False,
-        "stream_buffer_maxsize": 4096,
-        # Records per fetch call: each call crosses from Faust's consumer thread to the event
-        # loop; 10,000 instead of 2,000 took one event per message from 39k to 43k events/s.
-        "broker_max_poll_records": 10000,
-    }
 
 
 def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
@@ -194,7 +153,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         _subscribe(app, settings.of(kind).topic, settings.partitions, flusher)
 
     extra_metrics = [stream.metrics for _, stream in streams if stream.metrics is not None]
-    _add_web_pages(app, settings, flushers, extra_metrics, started)
+    add_web_pages(app, settings, flushers, extra_metrics, started)
 
     async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
         # Positions may have moved while another worker held a partition: reload lazily.
@@ -314,67 +273,6 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     return app, flushers
 
 
-def _add_web_pages(
-    app: faust.App,
-    settings: Settings,
-    flushers: list[Flusher[Any]],
-    extra_metrics: list[Callable[[], Iterable[Metric]]],
-    started: float,
-) -> None:
-    """Prometheus ``/metrics`` and ``/health`` on the worker's web server."""
-
-    def consumer_lag() -> dict[tuple[str, int], int]:
-        out = {}
-        consumer = app.consumer
-        for tp in consumer.assignment():
-            hw = consumer.highwater(tp)
-            key = (tp.topic, tp.partition)
-            for f in flushers:
-                if hw is not None and f.positions.known(key):
-                    out[key] = max(0, hw - (f.consumed.get(key) or f.positions.get(key) or 0))
-        return out
-
-    collector = WorkerCollector(flushers, consumer_lag, started, extra_metrics)
-
-    @app.page("/metrics")
-    async def metrics(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        return self.bytes(exposition(collector), content_type=CONTENT_TYPE)
-
-    async def ready(view: faust.web.View) -> faust.web.Response:
-        verdict = health(
-            flushers, settings.health_max_flush_age, started, backlog_interval=settings.backlog_flush_interval
-        )
-        verdict["worker"] = settings.worker_id
-        verdict["assigned"] = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
-        idle = getattr(app, "idle_watch", None)
-        if idle is not None and idle.problem is not None:  # in the group, no partition, messages waiting
-            verdict["ok"], verdict["idle"] = False, idle.problem
-        return view.json(verdict, status=200 if verdict["ok"] else 503)
-
-    @app.page("/health/ready")
-    async def readiness(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        """Readiness: counting keeps up (503 while a flush is stale or a partition is held back)."""
-        return await ready(self)
-
-    @app.page("/health")
-    async def healthcheck(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        """``/health/ready`` under its old name."""
-        return await ready(self)
-
-    @app.page("/health/live")
-    async def liveness(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        """Liveness: the process's event loop answers. 200 through a store outage on purpose:
-        restarting a worker does not bring a store back, and a restart during the outage's
-        rebalance is what fences healthy workers (docs/operations.md). 503 when a flush fails
-        for good (a permanent write error, escalated): nothing but an operator helps then."""
-        stuck = {f.stream: f.stuck for f in flushers if f.stuck is not None}
-        if stuck:  # a write that fails for good: retrying cannot help, an operator must act
-            return self.json({"live": False, "worker": settings.worker_id, "stuck": stuck}, status=503)
-        return self.json(
-            {"live": True, "worker": settings.worker_id, "uptime": round(time.time() - started, 1)}
-        )
-
-
 async def prepare_store(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> None:
     """Checks before the first flush: transactions, the database's field-name mode."""
     db = primary(client, settings.db)
@@ -433,62 +331,6 @@ async def _ready(settings: Settings, setup: Setup) -> tuple[list[str], str | Non
         return lines, refused
     finally:
         await client.close()
-
-
-#: Set once the worker is ready (Faust started its tasks: the group gave it its assignment).
-STARTED = threading.Event()
-
-
-def watch_start(bound: float, context: Callable[[], str] = lambda: "") -> threading.Thread:
-    """A WARNING every ``bound`` seconds until the worker is ready, from a thread of its own.
-
-    Faust runs the worker's tasks only once the group has answered its join: a worker the
-    group never assigns (the embedded broker's wedge after two workers stopped at once,
-    issue 42) printed nothing at all. Its own checks cannot run then; this one can, and
-    says what the worker and the broker know of the group (``context``).
-    """
-
-    def warn() -> None:
-        waited = 0.0
-        while not STARTED.wait(bound):
-            waited += bound
-            try:
-                known = context()
-            except Exception as exc:  # the look is best effort; the warning is not
-                known = f"group not described ({type(exc).__name__}: {exc})"
-            log.warning(
-                "not ready after %.0f s: the consumer group has not let this worker start (no "
-                "assignment); %s. `preagg status` shows which partitions nothing counts "
-                '(docs/operations.md, "A worker the group never lets start")',
-                waited,
-                known,
-            )
-
-    thread = threading.Thread(target=warn, name="preagg-start-watch", daemon=True)
-    thread.start()
-    return thread
-
-
-def group_context(settings: Settings, app: faust.App) -> Callable[[], str]:
-    """What :func:`watch_start` says: this worker's membership and the broker's view of the group;
-    on the embedded broker, a ghost leader the group waits for is cleared (:mod:`.ghost`)."""
-    conn = KafkaConnection.of(settings)
-
-    async def look_and_clear() -> str:
-        group = await describe_group(conn, settings.group_id)
-        said = f"{membership(app)}; " + (
-            group.summary() if group else "the broker does not describe the group"
-        )
-        own, leader = last_join(app)
-        ghost = ghost_leader(group, own, leader)
-        if group is not None and ghost is not None:
-            if not settings.embedded_kafka:
-                return f"{said}; its leader {ghost} is not a member"
-            cleared = await clear_ghost(conn, group, ghost, stream_topics(settings), settings.session_timeout)
-            return f"{said}; {cleared}"
-        return said
-
-    return lambda: asyncio.run(look_and_clear())
 
 
 def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None:

@@ -80,8 +80,10 @@ def expected(times1: int, times2: int) -> Counter[tuple[str, str]]:
 
 @pytest.mark.parametrize("schema", ["compact", "readable"])
 def test_props_counted_per_day_under_tokens_with_limits(settings: Settings, schema: str) -> None:
-    settings = settings.with_(schema=schema, name_store_doc_cap=2)
-    settings = settings.with_stream(HITS, props_max_names=3, props_max_values=2, props_max_bytes=20)
+    settings = settings.with_(schema=schema)
+    settings = settings.with_stream(
+        HITS, props_max_names=3, props_max_values=2, props_max_bytes=20, name_store_doc_cap=2
+    )
     asyncio.run(produce(settings, hits(PHASE1, 10), pack=7))
     run_worker_to_end(settings)
     oversize = orjson.dumps(
@@ -182,8 +184,8 @@ def _assigned(port: int) -> list[str]:
 
 def test_three_worker_processes_meet_the_same_1000_new_names_at_once(settings: Settings) -> None:
     """Real workers, one per partition, each flushing the same 1,000 unseen names in its first batch."""
-    settings = settings.with_(name_store_doc_cap=100).with_stream(
-        HITS, props_max_per_event=32, props_max_names=1000
+    settings = settings.with_stream(
+        HITS, props_max_per_event=32, props_max_names=1000, name_store_doc_cap=100
     )
     names = [f"attr-{i:04d}" for i in range(1000)]
     ports = [free_port() for _ in range(3)]

@@ -59,7 +59,7 @@ def test_a_partition_assigned_clears_the_problem() -> None:
 
 
 def test_a_worker_the_group_never_starts_says_so_until_it_starts(caplog: pytest.LogCaptureFixture) -> None:
-    from pipeline.worker import app
+    from pipeline.worker import start_watch as app
 
     app.STARTED.clear()
     with caplog.at_level(logging.WARNING, logger="preagg.worker"):
@@ -75,7 +75,7 @@ def test_a_worker_the_group_never_starts_says_so_until_it_starts(caplog: pytest.
 
 
 def test_a_failing_look_at_the_group_still_warns(caplog: pytest.LogCaptureFixture) -> None:
-    from pipeline.worker import app
+    from pipeline.worker import start_watch as app
 
     def broken() -> str:
         raise OSError("broker down")

@@ -84,6 +84,14 @@ class HitsSettings(StreamSettings):
     #: ``props_max_values`` (with the defaults: 5,331 values in compact mode, 201 in
     #: readable mode with 128-byte values; see ``pipeline/kinds/hits/budget.py``).
     props_max_doc_bytes: int = 8_000_000
+    #: Name-store namespaces a worker keeps cached between flushes (least recently used
+    #: are dropped first and read again when needed): bounds a worker's memory when sites
+    #: and properties keep appearing. Higher: fewer reads, more memory.
+    name_cache_namespaces: int = 20_000
+    #: Names one name-store document holds before the next document starts (the
+    #: seed's array cap). Larger: fewer documents to read cold; each push rewrites
+    #: a bigger array.
+    name_store_doc_cap: int = 1000
     #: Days the minute counters (the real-time chart) and the hourly counters of the daily
     #: documents are kept; 0: forever. Daily and monthly counts are kept forever.
     #: ``preagg retention run`` prunes past them; ``preagg sites set-retention`` overrides

@@ -47,8 +47,8 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
     names = NameCache(
         NameStore(ctx.db, ctx.mode, ctx.settings.read_chunk),
         limit,
-        ctx.settings.name_store_doc_cap,
-        ctx.settings.name_cache_namespaces,
+        s.name_store_doc_cap,
+        s.name_cache_namespaces,
     )
     prop_keys = PropKeys(names, ctx.mode)
     fields = layout.hits_fields(ctx.mode)
