@@ -91,9 +91,15 @@ def run_outage_rebalance(
         port = free_port()
         crew.start("w2", web_port=port)
         second = crew.workers["w2"]
-        # Stop the store once w2 passed its start checks and its Faust app starts: its join
-        # (and the rebalance of w0 and w1, which hold uncommitted batches) meets the outage.
-        while "BoundedWorker]: Starting" not in second.log_path.read_text():
+        # Stop the store once w2 passed its start checks and its Faust app starts (its own
+        # "starting: joining" line: Faust's "Starting" lines are out of the log since the
+        # worker's logs went quiet): its join (and the rebalance of w0 and w1, which hold
+        # uncommitted batches) meets the outage. Bounded: a worker that never gets there is
+        # the drill's failure, not a wait for ever.
+        deadline = time.monotonic() + 120.0
+        while "starting: joining the consumer group" not in second.log_path.read_text():
+            if time.monotonic() > deadline or not second.alive():
+                raise RuntimeError(f"w2 did not pass its start checks: {second.log_path.read_text()[-2000:]}")
             time.sleep(0.05)
         services.stop_store()
         down = time.monotonic()
@@ -128,7 +134,7 @@ def run_outage_rebalance(
     return report
 
 
-_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]")
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 
 
 def _when(line: str) -> float | None:
@@ -147,7 +153,7 @@ def _rebalance_seconds(log: str, before: float) -> float:
             continue
         if "rebalance: committing what was delivered" in line:
             began = t
-        elif began is not None and "Setting newly assigned partitions" in line:
+        elif began is not None and "assigned " in line and "partition(s)" in line:
             return round(t - began, 1)
     return -1.0
 

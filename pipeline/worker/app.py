@@ -156,6 +156,9 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     add_web_pages(app, settings, flushers, extra_metrics, started)
 
     async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        # One line a rebalance (Faust's assignment tables are out of the log): what it holds now.
+        held = sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned)
+        log.info("assigned %d partition(s): %s", len(held), ", ".join(held) or "none")
         # Positions may have moved while another worker held a partition: reload lazily.
         for f in flushers:
             f.forget_positions(f.positions.assigned())

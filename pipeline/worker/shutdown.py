@@ -56,6 +56,7 @@ class BoundedWorker(faust.Worker):
         """Preagg's lines in ``PREAGG_LOG_FORMAT``; Faust's and aiokafka's INFO kept out of them."""
         super().on_setup_root_logger(logger, level)
         configure(logger, level, self._log_format, self._log_flushes)
+        log.info("starting: joining the consumer group")
 
     def install_signal_handlers(self) -> None:
         super().install_signal_handlers()
