@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import faust
 from faust.types import TP
@@ -47,8 +47,6 @@ class LedgerGuard:
         self.sink = sink
         self.probe = probe
         self.worker = worker
-        #: Ledger positions last committed to Kafka by :meth:`_hint_kafka`.
-        self._hinted: dict[tuple[str, int], int] = {}
 
     async def _ledger(self, tp: tuple[str, int]) -> dict[str, Any] | None:
         doc: dict[str, Any] | None = await self.sink.db[OFFSETS_COLLECTION].find_one(
@@ -128,34 +126,6 @@ class LedgerGuard:
         await consumer._commit(targets)  # type: ignore[attr-defined]
         exit_to_resume(reason)
 
-    async def _hint_kafka(self, flushers: Sequence[Gated]) -> None:
-        """Keep Kafka's committed offsets (a hint: the ledgers decide) up with the ledgers.
-
-        Faust records offsets as committed whether or not Kafka took them (faust-streaming
-        0.15, ``Consumer._commit_offsets``): after an OffsetCommit refused during a rebalance
-        (``IllegalGeneration``), a partition with no later message kept Kafka's committed
-        offset behind its ledger for good, and the group's lag (what `kafka-consumer-groups`,
-        KEDA and the seeded-fault drill read) never reached 0. Every :data:`RECHECK_INTERVAL`
-        s, the ledgers' positions of the assigned partitions that moved since the last look
-        are committed to Kafka (below a ledger's ``next`` everything is counted, so the hint
-        never runs ahead of MongoDB). Best effort: a refusal is retried at the next look.
-        """
-        consumer = self.app.consumer
-        assigned = [(tp.topic, tp.partition) for tp in consumer.assignment()]
-        if not assigned:
-            return
-        try:
-            stored = (await self.sink.ledgers(assigned)).positions
-            due = {
-                TP(t, p): n
-                for (t, p), n in stored.items()
-                if n is not None and n > self._hinted.get((t, p), -1)
-            }
-            if due and await cast(Any, consumer)._commit(due):
-                self._hinted.update({(tp.topic, tp.partition): n for tp, n in due.items()})
-        except Exception as exc:  # the store or the broker away: the next look tries again
-            log.info("cannot commit the ledgers' positions to Kafka now: %s", exc)
-
     async def watch(self, flushers: Sequence[Gated]) -> None:
         """Restart the worker once an operator has reset the ledger of a diverged partition; check
         again, every :data:`RECHECK_INTERVAL` s, the partitions whose consumption stopped moving.
@@ -173,7 +143,6 @@ class LedgerGuard:
             if time.monotonic() - last_recheck >= RECHECK_INTERVAL:
                 last_recheck = time.monotonic()
                 await self._recheck(flushers, seen)
-                await self._hint_kafka(flushers)
             for f in flushers:
                 for tp in list(f.diverged):
                     doc = await self._ledger(tp)

@@ -27,7 +27,6 @@ SEAMS = [
     (BaseConsumer, "_new_topicpartition"),
     (BaseConsumer, "_add_gap"),
     (BaseConsumer, "_wait_for_ack"),
-    (BaseConsumer, "_commit"),
     (GroupCoordinator, "_send_req"),
     (GroupCoordinator, "_maybe_leave_group"),
     (GroupCoordinator, "reset_generation"),
