@@ -52,7 +52,12 @@ def describe(p: Param) -> str:
 def add_params(parser: argparse.ArgumentParser, params: Sequence[Param]) -> None:
     """``--name`` for each parameter."""
     for p in params:
-        if p.type == "boolean":
+        if p.flag is not None:
+            spelling, value = p.flag
+            parser.add_argument(
+                spelling, dest=_dest(p), action="store_const", const=value, help=p.help.replace("`", "")
+            )
+        elif p.type == "boolean":
             parser.add_argument(
                 option(p.name), dest=_dest(p), action="store_const", const="true", help=describe(p)
             )
@@ -76,7 +81,8 @@ def values(query: Query, args: argparse.Namespace, now: datetime | None = None) 
         if query.check is not None:
             query.check(out)
     except BadParam as exc:
-        raise UsageError(f"{option(exc.name)}: {exc.message}") from None
+        named = next((p.flag[0] for p in query.params if p.name == exc.name and p.flag), option(exc.name))
+        raise UsageError(f"{named}: {exc.message}") from None
     return out
 
 
@@ -107,8 +113,4 @@ def add_command(
 
 def declared_options(parser: argparse.ArgumentParser) -> set[str]:
     """The parameter options a command takes (the output options left out), for the parity test."""
-    return {
-        a.option_strings[0][2:].replace("-", "_")
-        for a in parser._actions
-        if a.option_strings and a.dest.startswith("param_")
-    }
+    return {a.dest.removeprefix("param_") for a in parser._actions if a.dest.startswith("param_")}

@@ -47,6 +47,9 @@ class Param:
     choices: tuple[str, ...] = ()
     minimum: int | None = None
     maximum: int | None = None
+    #: On the command line, a flag that sets one value instead of ``--name VALUE``:
+    #: ``("--no-bots", "exclude")`` for ``bots`` (the spelling the issues and docs use).
+    flag: tuple[str, str] | None = None
 
     def parse(self, raw: str | None, now: datetime) -> Any:
         """The value of ``raw`` (``None``: absent), or :class:`BadParam`."""

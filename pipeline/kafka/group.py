@@ -101,6 +101,17 @@ async def describe_group(conn: KafkaConnection, group_id: str) -> GroupView | No
         await admin.close()
 
 
+async def _to_coordinator(conn: KafkaConnection, group_id: str, request: Any) -> Any:
+    """Send one request to the group's coordinator on a connection of its own; its answer."""
+    admin = AIOKafkaAdminClient(**conn.client_kwargs())
+    await admin.start()
+    try:
+        node = await admin.find_coordinator(group_id)
+        return await admin._client.send(node, request)
+    finally:
+        await admin.close()
+
+
 async def join_as(
     conn: KafkaConnection,
     group_id: str,
@@ -116,33 +127,15 @@ async def join_as(
     makes one. Returns the member id the broker answered; raises the broker's error.
     """
     metadata = bytes(ConsumerProtocolMemberMetadata(0, topics, b"").encode())
-    admin = AIOKafkaAdminClient(**conn.client_kwargs())
-    await admin.start()
-    try:
-        node = await admin.find_coordinator(group_id)
-        request = JoinGroupRequest(
-            group_id,
-            session_timeout_ms,
-            session_timeout_ms,
-            member_id,
-            "",
-            "consumer",
-            [(protocol, metadata)],
-        )
-        response = await admin._client.send(node, request)
-        if response.error_code:
-            raise for_code(response.error_code)(f"JoinGroup {group_id} as {member_id or 'a new member'}")
-        return str(response.member_id)
-    finally:
-        await admin.close()
+    request = JoinGroupRequest(
+        group_id, session_timeout_ms, session_timeout_ms, member_id, "", "consumer", [(protocol, metadata)]
+    )
+    response = await _to_coordinator(conn, group_id, request)
+    if response.error_code:
+        raise for_code(response.error_code)(f"JoinGroup {group_id} as {member_id or 'a new member'}")
+    return str(response.member_id)
 
 
 async def leave_as(conn: KafkaConnection, group_id: str, member_id: str) -> None:
     """Send one LeaveGroup for ``member_id`` (a test's way to leave a ghost leader behind)."""
-    admin = AIOKafkaAdminClient(**conn.client_kwargs())
-    await admin.start()
-    try:
-        node = await admin.find_coordinator(group_id)
-        await admin._client.send(node, LeaveGroupRequest(group_id, member_id))
-    finally:
-        await admin.close()
+    await _to_coordinator(conn, group_id, LeaveGroupRequest(group_id, member_id))

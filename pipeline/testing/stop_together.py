@@ -66,14 +66,16 @@ def stop_together(
             time.sleep(0.5)
         time.sleep(SETTLE)  # the rebalance done: both hold partitions
     finally:
-        sig = signal.SIGTERM if how == "term" else signal.SIGKILL
-        for w in (a, b):  # the same instant
+        for w in (a, b):  # the same instant: SIGTERM to the worker, or SIGKILL to its process group
             if w.proc is not None and w.alive():
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(w.proc.pid, sig) if how == "kill" else os.kill(w.proc.pid, sig)
-        for w in (a, b):
+                    if how == "term":
+                        os.kill(w.proc.pid, signal.SIGTERM)
+                    else:
+                        os.killpg(w.proc.pid, signal.SIGKILL)
+        for w in (a, b):  # reaped (a SIGTERMed one within its stop deadline)
             if w.proc is not None:
-                w.terminate() if how == "term" else w.kill()
+                w.terminate()
     c = WorkerProcess(settings, "c", restart=True).start()
     started = time.monotonic()
     try:

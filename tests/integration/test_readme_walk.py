@@ -119,10 +119,9 @@ def checks(known: dict[str, object], work: Path) -> dict[str, Callable[[str], No
             out, "13", "15"
         ),
         "preagg query hits --site semicomplete.com --from 2015-05-17 --to 2015-05-20 --by day": days,
-        "preagg query pages --site semicomplete.com --from 2015-05-17 --to 2015-05-20 "
-        "--bots exclude": no_crawlers,
+        "preagg query pages --site semicomplete.com --from 2015-05-17 --to 2015-05-20 --no-bots": no_crawlers,
         "preagg query hits --site semicomplete.com --from 2015-05-17 --to 2015-05-20 "
-        "--by day --bots exclude": people,
+        "--by day --no-bots": people,
     }
 
 

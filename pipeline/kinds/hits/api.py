@@ -10,17 +10,15 @@ from collections.abc import Mapping
 from datetime import date
 from typing import Any
 
-from pipeline.core.params import local_day
 from pipeline.core.routes import Route, rows_of
 from pipeline.core.text import json_rows
 from pipeline.kinds.hits import grafana
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.queries import QUERIES
-from pipeline.kinds.hits.query import hits_series, listed_sites, site_months, top_pages
+from pipeline.kinds.hits.query import hits_series, listed_sites, site_day_range, site_months, top_pages
 from pipeline.kinds.hits.query_bots import humans, top_human_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
 from pipeline.kinds.hits.render import series_rows
-from pipeline.kinds.hits.sites.store import site_config
 from pipeline.settings import Settings
 
 
@@ -45,10 +43,7 @@ def routes(settings: Settings) -> list[Route]:
         return series_rows(rows)
 
     async def days(db: Any, a: Mapping[str, Any]) -> tuple[date, date]:
-        """The range in the site's calendar: ``today`` is the site's today."""
-        today = (await site_config(db, a["site"])).calendar.today()
-        first = local_day(a["from"], today)
-        return first, local_day(a["to"], today) if a["to"] else first
+        return await site_day_range(db, a["site"], a["from"], a["to"])
 
     async def pages(db: Any, a: Mapping[str, Any]) -> Any:
         first, last = await days(db, a)

@@ -60,13 +60,9 @@ def cmd_query_hits(a: Mapping[str, Any], args: argparse.Namespace) -> int:
 
 
 async def _days(db: Db, a: Mapping[str, Any]) -> tuple[date, date]:
-    """The range in the site's calendar: ``today`` is the site's today (as the API reads it)."""
-    from pipeline.core.params import local_day
-    from pipeline.kinds.hits.sites.store import site_config
+    from pipeline.kinds.hits.query import site_day_range
 
-    today = (await site_config(db, a["site"])).calendar.today()
-    first = local_day(a["from"], today)
-    return first, local_day(a["to"], today) if a["to"] else first
+    return await site_day_range(db, a["site"], a["from"], a["to"])
 
 
 def cmd_query_props(a: Mapping[str, Any], args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ BOTS = Param(
     "choice",
     default="include",
     choices=("include", "exclude"),
+    flag=("--no-bots", "exclude"),
 )
 #: Most pages one top-pages answer lists.
 MAX_PAGES = 1000

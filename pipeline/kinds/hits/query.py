@@ -393,3 +393,15 @@ async def busiest_page(
     async for doc in await db[f.collection].aggregate(pipeline):
         return doc["_id"]["s"], doc["_id"]["p"]
     return None
+
+
+async def site_day_range(
+    db: AsyncDatabase[dict[str, Any]], site: str, first: date, last: date | None
+) -> tuple[date, date]:
+    """A ``from``/``to`` range of days in the site's calendar: ``today`` (``today-7d``) is the
+    site's today; ``last`` missing is ``first`` (the CLI and the API read ranges the same way)."""
+    from pipeline.core.params import local_day
+
+    today = (await site_config(db, site)).calendar.today()
+    start = local_day(first, today)
+    return start, local_day(last, today) if last else start

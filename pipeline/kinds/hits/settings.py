@@ -45,7 +45,7 @@ class HitsSettings(StreamSettings):
     #: bytes a page more than its name: 4 KiB holds about 80 pages of 40-byte names).
     #: A batch's busiest pages enter first; past the budget a new page counts under
     #: ``(other)`` until the period is sealed (``top_pages_seal_after``). Higher: longer
-    #: lists, so more ranges and ``--bots exclude`` answers proven exact from the lists alone,
+    #: lists, so more ranges and ``--no-bots`` answers proven exact from the lists alone,
     #: and slower top-page reads (30 days read up to 31 of them; at 16 KiB a 30-day list of
     #: a 100,000-page site took 17 ms p50 against 5.5 ms at 4 KiB: docs/benchmarks.md).
     top_pages_bytes: int = 4_096
