@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.core.cli_params import Commands, add_command
 from pipeline.core.errors import PreaggError
 from pipeline.core.parse import UsageError, parse_time
 from pipeline.files import SEND_AS, Accepted, Record, shipped
@@ -516,14 +517,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     qp = sub.add_parser("query", help="query pre-aggregated documents")
     qsub = qp.add_subparsers(dest="what", required=True)
+    queries = Commands(qsub)
     for kind in kinds:
-        known = set(qsub.choices)
-        kind.add_queries(qsub)
-        for name, parser in qsub.choices.items():
-            if name not in known:  # the answer says what of this kind's topic waits to be counted
-                parser.set_defaults(pending_kind=kind.name)
+        for qc in kind.query_commands():
+            # the answer says what of this kind's topic waits to be counted
+            add_command(queries, qc).set_defaults(pending_kind=kind.name)
     for kind in kinds:
-        kind.add_commands(sub)
+        kind.add_commands(Commands(sub))
 
     sc = sub.add_parser("schema", help="the stored field names of every collection, and what they mean")
     sc.add_argument("--mode", choices=["compact", "readable"], help="default: PREAGG_SCHEMA (compact)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,21 +87,43 @@ def values(query: Query, args: argparse.Namespace, now: datetime | None = None) 
     return out
 
 
-def add_command(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    query: Query,
-    run: Run,
-    outputs: Sequence[str] = ("json",),
-    help: str | None = None,
-) -> argparse.ArgumentParser:
-    """``preagg query <command>`` of ``query``: its parameters as options, then the output options."""
-    parser = sub.add_parser(
-        query.command, help=help or query.summary.replace("`", ""), description=query.summary
-    )
+@dataclass(frozen=True)
+class QueryCommand:
+    """A kind's ``preagg query <command>``: its declaration and what runs it (``Kind.query_commands``)."""
+
+    query: Query
+    run: Run
+    #: Output options beside the table: ``json``, ``csv``, ``plot``.
+    outputs: Sequence[str] = ("json",)
+
+
+class Commands:
+    """Where a kind adds its own ``preagg`` commands (``Kind.add_commands``).
+
+    It hides argparse's private subparsers type from the kinds' interface: a kind asks for a
+    parser by name and help, and fills it in with argparse's public methods.
+    """
+
+    def __init__(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        self._sub = sub
+
+    def add(self, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        """A new ``preagg <name>`` command's parser."""
+        return self._sub.add_parser(name, help=help, description=description or help)
+
+    def names(self) -> list[str]:
+        """The commands added so far, in order."""
+        return list(self._sub.choices)
+
+
+def add_command(commands: Commands, qc: QueryCommand) -> argparse.ArgumentParser:
+    """``preagg query <command>`` of a declared query: its parameters as options, then the output options."""
+    query, run = qc.query, qc.run
+    parser = commands.add(query.command, query.summary.replace("`", ""), query.summary)
     add_params(parser, query.params)
-    if outputs:
+    if qc.outputs:
         fmt = parser.add_mutually_exclusive_group()
-        for name in outputs:
+        for name in qc.outputs:
             if name == "plot":
                 parser.add_argument("--plot", metavar="FILE.png", help="also draw the series into a PNG file")
             else:

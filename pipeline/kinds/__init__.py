@@ -1,8 +1,10 @@
-"""The registry of stream kinds: one folder each under ``pipeline/kinds/``, one line each here.
+"""The registry of stream kinds: one folder each under ``pipeline/kinds/``, named in ``BUILTIN_KINDS``.
 
+A built-in kind is registered by its name in ``pipeline.settings.BUILTIN_KINDS`` (the
+registry below maps each name to ``pipeline.kinds.<name>``); nothing else lists kinds.
 ``PREAGG_KINDS`` picks the kinds a deployment runs, by these names or as
-``module:attribute`` of a :class:`~pipeline.kinds.kind.Kind` defined elsewhere (a
-plugin, or a test's example kind). See docs/design.md, "Adding a stream kind".
+``module:attribute`` of a :class:`~pipeline.kinds.kind.Kind` defined elsewhere (a plugin,
+or a test's example kind). See docs/design.md, "Adding a stream kind".
 """
 
 from __future__ import annotations

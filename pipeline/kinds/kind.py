@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from pymongo.asynchronous.database import AsyncDatabase
 
+    from pipeline.core.cli_params import Commands, QueryCommand
     from pipeline.core.routes import Route
 
 
@@ -146,11 +147,14 @@ class Kind(Generic[S]):
             paths, self.decoder(settings, replace(s, format="event", lateness=0.0)).decode, self.key
         )
 
-    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        """The kind's ``preagg query`` subcommands (each sets ``func``)."""
+    def query_commands(self) -> Sequence[QueryCommand]:
+        """The kind's ``preagg query`` subcommands: each a declared query (the same as its
+        endpoint's, :mod:`pipeline.core.queries`) and the function that runs it."""
+        return ()
 
-    def add_commands(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        """The kind's own top-level ``preagg`` commands (hits: ``sites``, ``retention``)."""
+    def add_commands(self, commands: Commands) -> None:
+        """The kind's own top-level ``preagg`` commands (hits: ``sites``, ``retention``);
+        each parser sets ``func``."""
 
     def api_routes(self, settings: Settings) -> list[Route]:
         """The kind's read-only endpoints of ``preagg serve``: its queries over HTTP (default: none)."""

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Generic
 
 from pipeline.core.clock import DecisionClock
@@ -43,31 +43,41 @@ Ack = Callable[[Sequence[object]], Awaitable[object]]
 ReadRange = Callable[[TP, int | None, int], Awaitable[list[tuple[int, bytes | None, int]]]]
 
 
+@dataclass(frozen=True)
+class StreamPorts(Generic[A]):
+    """What one stream's batches are made with, written to and read again from (the flusher's
+    arguments, handed on to its committer as one value)."""
+
+    stream: str
+    factory: Callable[[], A]
+    sink: Sink
+    send_dead: SendDead
+    ack: Ack
+    read_range: ReadRange | None = None
+    clock: DecisionClock | None = None
+
+
 class BatchCommitter(Generic[A]):
     """Commits one stream's batches, one at a time (the flusher serialises them)."""
 
     def __init__(
         self,
-        stream: str,
-        factory: Callable[[], A],
-        sink: Sink,
-        send_dead: SendDead,
-        ack: Ack,
+        ports: StreamPorts[A],
         policy: FlushPolicy,
         bound: CommitBound,
         hooks: FlushHooks,
         retrier: Retrier,
         accounting: Accounting,
         marked: bool,
-        read_range: ReadRange | None,
-        clock: DecisionClock | None,
         epoch: Callable[[], int],
     ) -> None:
-        self.stream = stream
-        self.factory = factory
-        self.sink = sink
-        self.send_dead = send_dead
-        self.ack = ack
+        self.stream = ports.stream
+        self.factory = ports.factory
+        self.sink = ports.sink
+        self.send_dead = ports.send_dead
+        self.ack = ports.ack
+        self.read_range = ports.read_range
+        self.clock = ports.clock
         self.policy = policy
         self.bound = bound
         self.hooks = hooks
@@ -75,8 +85,6 @@ class BatchCommitter(Generic[A]):
         self.accounting = accounting
         self.stats = accounting.stats
         self.marked = marked
-        self.read_range = read_range
-        self.clock = clock
         #: The flusher's epoch (bumped by an abandon): a redo read before it is not written.
         self.epoch = epoch
 

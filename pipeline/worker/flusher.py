@@ -38,7 +38,7 @@ from pipeline.core.envelope import events_of
 from pipeline.worker.accounting import Accounting, FlushStats
 from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
-from pipeline.worker.committer import Ack, BatchCommitter, ReadRange, SendDead
+from pipeline.worker.committer import Ack, BatchCommitter, ReadRange, SendDead, StreamPorts
 from pipeline.worker.cursors import Positions
 from pipeline.worker.gate import PartitionChecks, PartitionGate
 from pipeline.worker.policy import FlushHooks, FlushPolicy
@@ -105,19 +105,13 @@ class Flusher(Generic[A]):
         self.retry = Retrier(stream, self.stats, policy.max_backoff, self.hooks.on_stuck)
         self.gate = PartitionGate(sink, self.retry, checks, self.marked)
         self.committer: BatchCommitter[A] = BatchCommitter(
-            stream,
-            factory,
-            sink,
-            send_dead,
-            ack,
+            StreamPorts(stream, factory, sink, send_dead, ack, read_range, clock),
             policy,
             self.bound,
             self.hooks,
             self.retry,
             Accounting(stream, self.stats),
             self.marked,
-            read_range,
-            clock,
             lambda: self._epoch,
         )
         self.batch: PendingBatch[A] = new_batch(factory, self.marked, clock)

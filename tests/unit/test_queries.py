@@ -15,6 +15,8 @@ from pipeline.kinds import kind_named
 from pipeline.serve.openapi import openapi_document
 from pipeline.settings import BUILTIN_KINDS, Settings
 
+KINDS = (*BUILTIN_KINDS, "tests.kinds.purchases:KIND")
+
 
 def query_parsers() -> dict[str, argparse.ArgumentParser]:
     top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
@@ -23,26 +25,27 @@ def query_parsers() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
-def declared() -> list[tuple[str, object]]:
-    out = []
-    for name in BUILTIN_KINDS:
-        module = importlib.import_module(f"pipeline.kinds.{name}.queries")
-        out += [(name, q) for q in module.QUERIES.values()]
-    return out
-
-
-def test_every_query_has_its_command_and_its_endpoint_with_the_same_parameters() -> None:
+def test_every_query_has_its_command_and_its_endpoint_with_the_same_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PREAGG_KINDS", ",".join(KINDS))
     parsers = query_parsers()
     settings = Settings()
-    found = declared()
-    assert len(found) >= 7
+    found = [(kind, qc.query) for kind in map(kind_named, KINDS) for qc in kind.query_commands()]
+    assert len(found) >= 8
     for kind, q in found:
-        names = {p.name for p in q.params}  # type: ignore[attr-defined]
-        assert q.command in parsers, q.command  # type: ignore[attr-defined]
-        assert declared_options(parsers[q.command]) == names, q.command  # type: ignore[attr-defined]
-        routes = {r.path: r for r in kind_named(kind).api_routes(settings)}
-        route = routes[q.path]  # type: ignore[attr-defined]
-        assert {p.name for p in route.params} == names and route.summary == q.summary  # type: ignore[attr-defined]
+        names = {p.name for p in q.params}
+        assert declared_options(parsers[q.command]) == names, q.command
+        routes = {r.path: r for r in kind.api_routes(settings)}
+        route = routes[q.path]
+        assert {p.name for p in route.params} == names and route.summary == q.summary
+
+
+def test_every_declared_query_of_a_builtin_kind_is_offered() -> None:
+    for name in BUILTIN_KINDS:
+        declared = importlib.import_module(f"pipeline.kinds.{name}.queries").QUERIES
+        offered = {qc.query.command for qc in kind_named(name).query_commands()}
+        assert offered == set(declared), name
 
 
 def test_the_command_line_refuses_what_the_api_refuses_naming_the_option() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from pipeline.core.cli_params import Commands, QueryCommand
 from pipeline.core.fields import FieldMode, Index, ShardKey, hashed_id
 from pipeline.core.routes import Route
 from pipeline.core.text import printable
@@ -99,13 +100,13 @@ class Hits(Kind[HitsSettings]):
             args.props,
         )
 
-    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        cli.add_queries(sub)
+    def query_commands(self) -> tuple[QueryCommand, ...]:
+        return cli.query_commands()
 
-    def add_commands(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        from pipeline.kinds.hits.sites import commands
+    def add_commands(self, commands: Commands) -> None:
+        from pipeline.kinds.hits.sites.commands import add_commands
 
-        commands.add_commands(sub)
+        add_commands(commands)
 
     async def status_notes(self, db: Any, settings: Settings) -> list[str]:
         from pipeline.kinds.hits.sites.caps_read import capped_days

@@ -10,7 +10,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.core.cli_params import add_command
+from pipeline.core.cli_params import QueryCommand
 from pipeline.core.parse import UsageError
 from pipeline.core.text import csv_text, print_rows, printable
 from pipeline.kinds.hits.layout import hits_fields
@@ -116,8 +116,10 @@ def not_exact_note(bound: int) -> str:
     )
 
 
-def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The hits kind's ``preagg query`` subcommands, made from their declarations (queries.py)."""
-    add_command(qsub, QUERIES["hits"], cmd_query_hits, ("json", "csv", "plot"))
-    add_command(qsub, QUERIES["props"], cmd_query_props, ("json", "csv"))
-    add_command(qsub, QUERIES["pages"], cmd_query_pages, ("json", "csv"))
+def query_commands() -> tuple[QueryCommand, ...]:
+    """The hits kind's ``preagg query`` subcommands: their declarations (queries.py) and runners."""
+    return (
+        QueryCommand(QUERIES["hits"], cmd_query_hits, ("json", "csv", "plot")),
+        QueryCommand(QUERIES["props"], cmd_query_props, ("json", "csv")),
+        QueryCommand(QUERIES["pages"], cmd_query_pages, ("json", "csv")),
+    )

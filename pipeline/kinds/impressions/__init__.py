@@ -5,8 +5,7 @@ Settings ``PREAGG_IMPRESSIONS_*``; event schema and field names in ``schemas/imp
 
 from __future__ import annotations
 
-import argparse
-
+from pipeline.core.cli_params import QueryCommand
 from pipeline.core.fields import FieldMode, Index
 from pipeline.core.routes import Route
 from pipeline.kinds.impressions import cli, layout
@@ -41,8 +40,8 @@ class Impressions(Kind[ImpressionsSettings]):
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
 
-    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        cli.add_queries(sub)
+    def query_commands(self) -> tuple[QueryCommand, ...]:
+        return cli.query_commands()
 
     def api_routes(self, settings: Settings) -> list[Route]:
         from pipeline.kinds.impressions import api

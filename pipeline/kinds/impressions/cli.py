@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pipeline.core.cli_params import add_command
+from pipeline.core.cli_params import QueryCommand
 from pipeline.core.params import one_of
 from pipeline.core.text import print_rows
 from pipeline.kinds.impressions.queries import QUERIES
@@ -37,6 +37,6 @@ def cmd_query_impressions(a: Mapping[str, Any], args: argparse.Namespace) -> int
     return 0
 
 
-def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def query_commands() -> tuple[QueryCommand, ...]:
     """The impressions kind's ``preagg query`` subcommand."""
-    add_command(qsub, QUERIES["impressions"], cmd_query_impressions)
+    return (QueryCommand(QUERIES["impressions"], cmd_query_impressions),)

@@ -5,10 +5,10 @@ Settings ``PREAGG_LISTENS_*``; event schema and field names in ``schemas/listens
 
 from __future__ import annotations
 
-import argparse
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from pipeline.core.cli_params import QueryCommand
 from pipeline.core.fields import FieldMode, Index
 from pipeline.core.routes import Route
 from pipeline.kinds.kind import Kind, Stream, StreamContext
@@ -61,8 +61,8 @@ class Listens(Kind[ListensSettings]):
             return []
         return [f"top-tags summaries ({layout.top_fields(mode)['collection']})"]
 
-    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        cli.add_queries(sub)
+    def query_commands(self) -> tuple[QueryCommand, ...]:
+        return cli.query_commands()
 
     def api_routes(self, settings: Settings) -> list[Route]:
         from pipeline.kinds.listens import api

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pipeline.core.cli_params import add_command
+from pipeline.core.cli_params import QueryCommand
 from pipeline.core.text import print_rows
 from pipeline.kinds.listens.queries import QUERIES
 from pipeline.kinds.listens.settings import KEY
@@ -59,12 +59,9 @@ def cmd_query_heard(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     return 0
 
 
-def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def query_commands() -> tuple[QueryCommand, ...]:
     """The listens kind's ``preagg query`` subcommands."""
-    add_command(qsub, QUERIES["top-tags"], cmd_query_top_tags)
-    add_command(
-        qsub,
-        QUERIES["heard"],
-        cmd_query_heard,
-        help="has this user heard this song under this tag (Bloom filter)",
+    return (
+        QueryCommand(QUERIES["top-tags"], cmd_query_top_tags),
+        QueryCommand(QUERIES["heard"], cmd_query_heard),
     )

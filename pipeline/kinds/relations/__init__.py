@@ -5,9 +5,9 @@ Settings ``PREAGG_RELATIONS_*``; event schema and field names in ``schemas/relat
 
 from __future__ import annotations
 
-import argparse
 from types import MappingProxyType
 
+from pipeline.core.cli_params import QueryCommand
 from pipeline.core.fields import FieldMode, Index
 from pipeline.core.routes import Route
 from pipeline.kinds.kind import Kind, Stream, StreamContext
@@ -43,8 +43,8 @@ class Relations(Kind[RelationsSettings]):
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
 
-    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        cli.add_queries(sub)
+    def query_commands(self) -> tuple[QueryCommand, ...]:
+        return cli.query_commands()
 
     def api_routes(self, settings: Settings) -> list[Route]:
         from pipeline.kinds.relations import api

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pipeline.core.cli_params import add_command
+from pipeline.core.cli_params import QueryCommand
 from pipeline.core.params import one_of
 from pipeline.core.text import printable
 from pipeline.kinds.relations.queries import QUERIES
@@ -47,8 +47,6 @@ def cmd_query_related(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     return 0
 
 
-def add_queries(qsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def query_commands() -> tuple[QueryCommand, ...]:
     """The relations kind's ``preagg query`` subcommand."""
-    add_command(
-        qsub, QUERIES["related"], cmd_query_related, help="relations through the Bloom filters (server side)"
-    )
+    return (QueryCommand(QUERIES["related"], cmd_query_related),)

@@ -1,20 +1,26 @@
 """An example stream kind, as docs/design.md "Adding a stream kind" builds it: revenue per site and day.
 
 Nothing outside this folder knows it; ``PREAGG_KINDS=...,tests.kinds.purchases:KIND``
-registers it (a built-in kind would add one line to ``pipeline/kinds/__init__.py``).
+registers it (a built-in kind would add its name to ``BUILTIN_KINDS`` in ``pipeline/settings.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.cli_params import QueryCommand
 from pipeline.core.decode import TimedDecoder
 from pipeline.core.fields import FieldMode, Index, event_schema, field_names
 from pipeline.core.ids import escape_part
+from pipeline.core.params import Param
+from pipeline.core.queries import Query
 from pipeline.core.rejection import Rejection
+from pipeline.core.routes import Route, rows_of
+from pipeline.core.text import json_rows
 from pipeline.core.times import day_key
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds import Kind, Stream, StreamContext
@@ -63,20 +69,29 @@ class PurchaseSums:
         return out
 
 
-def cmd_query_purchases(args: argparse.Namespace) -> int:
+#: The kind's one query, declared once: ``preagg query purchases`` and ``GET /api/purchases``.
+QUERY = Query(
+    "purchases",
+    "/api/purchases",
+    "Revenue of a site per day, in cents",
+    (Param("site", "the site", required=True),),
+)
+
+
+async def revenue(db: Any, site: str, mode: FieldMode) -> list[tuple[Any, Any]]:
+    """(day, cents) of ``site``, day by day."""
+    f = field_names(FOLDER, "purchases_daily", mode)
+    docs = db[f["collection"]].find({f["site"]: site}).sort(f["day"], 1)
+    return [(d[f["day"]], d[f["revenue"]]) async for d in docs]
+
+
+def cmd_query_purchases(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     from pipeline.core.text import print_rows
     from pipeline.services.urls import command_settings
-    from pipeline.store.client import Db
     from pipeline.store.command import on_db
 
     s = command_settings()
-    f = field_names(FOLDER, "purchases_daily", s.schema)
-
-    async def run(db: Db) -> list[tuple[Any, Any]]:
-        docs = db[f["collection"]].find({f["site"]: args.site}).sort(f["day"], 1)
-        return [(d[f["day"]], d[f["revenue"]]) async for d in docs]
-
-    print_rows(on_db(s, run), args.json, ("day", "cents"))
+    print_rows(on_db(s, lambda db: revenue(db, a["site"], s.schema)), args.json, ("day", "cents"))
     return 0
 
 
@@ -103,11 +118,18 @@ class Purchases(Kind[PurchasesSettings]):
     def key(self, event: Any) -> bytes:
         return str(event[0]).encode()
 
-    def add_queries(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        q = sub.add_parser("purchases", help="revenue of a site per day")
-        q.add_argument("--site", required=True)
-        q.add_argument("--json", action="store_true")
-        q.set_defaults(func=cmd_query_purchases)
+    def query_commands(self) -> tuple[QueryCommand, ...]:
+        return (QueryCommand(QUERY, cmd_query_purchases),)
+
+    def api_routes(self, settings: Settings) -> list[Route]:
+        async def handler(db: Any, a: Mapping[str, Any]) -> Any:
+            return json_rows(await revenue(db, a["site"], settings.schema), ("day", "cents"))
+
+        return [
+            QUERY.route(
+                handler, rows_of(("day", {"type": "string"}), ("cents", {"type": "integer"})), self.name
+            )
+        ]
 
 
 KIND = Purchases()

@@ -18,6 +18,7 @@ from pipeline.settings import Settings
 from pipeline.store.command import on_db
 
 if TYPE_CHECKING:
+    from pipeline.core.cli_params import Commands
     from pipeline.store.client import Db
 
 
@@ -192,9 +193,9 @@ def periodic_text(every_hours: float, schedule: dict[str, Any]) -> str:
     return out
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``preagg sites ...`` and ``preagg retention run``."""
-    sp = sub.add_parser("sites", help="sites: their time zones and retention (set-zone, set-retention)")
+def add_commands(commands: Commands) -> None:
+    """``preagg sites ...``, ``preagg retention run`` and ``preagg rollups rebuild``."""
+    sp = commands.add("sites", "sites: their time zones and retention (set-zone, set-retention)")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_sites)
     ssub = sp.add_subparsers(dest="action")
@@ -216,7 +217,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     r.add_argument("--minutes", type=int, help="days of minute counters (0: the deployment's)")
     r.add_argument("--hours", type=int, help="days of hourly counters (0: the deployment's)")
     r.set_defaults(func=cmd_set_retention)
-    rp = sub.add_parser("retention", help="prune minute and hourly counters past their retention")
+    rp = commands.add("retention", "prune minute and hourly counters past their retention")
     rsub = rp.add_subparsers(dest="action", required=True)
     run = rsub.add_parser("run", help="prune now (a few update_many statements, safe while workers run)")
     run.add_argument("--dry-run", action="store_true", help="count what would be pruned, change nothing")
@@ -229,7 +230,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         f"(default {SETTLE_SECONDS:g})",
     )
     run.set_defaults(func=cmd_retention)
-    ro = sub.add_parser("rollups", help="site rollups: rebuild them from page documents")
+    ro = commands.add("rollups", "site rollups: rebuild them from page documents")
     rosub = ro.add_subparsers(dest="action", required=True)
     rb = rosub.add_parser(
         "rebuild",
