@@ -83,8 +83,8 @@ bench-api: $(STAMP) browser  ## query API p50/p99 per endpoint on 200 pages x 30
 bench-hostile: $(STAMP)  ## name-store bursts (100 new sites x 32 new properties): flush durations; 32 concurrent API clients under the concurrency bound
 	$(PY) -m benchmarks.hostile --out bench-results/hostile.json
 
-bench-peers: $(STAMP)  ## preagg against Quix Streams (own venv .venv-quix): hot keys, 10k and 100k live Zipf pages, kill -9
-	$(PY) -m benchmarks.peers --reps 2 --kill --out bench-results/peers.json
+bench-peers: $(STAMP)  ## preagg against Quix Streams exactly-once (own venv .venv-quix) over a grid of shapes, a live row; shape options: python -m benchmarks.peers --help
+	$(PY) -m benchmarks.peers --reps 2 --live long --out bench-results/peers.json
 
 bench-store: $(STAMP)  ## the store's document updates per second by document size, with and without its oplog; per-document upserts against grouped update_many
 	$(PY) -m benchmarks.store_updates --out bench-results/store-updates.json

@@ -138,7 +138,7 @@ async def freshness_probes(
     rate: float,
     seconds: float,
     probes_per_s: float,
-    background: list[tuple[bytes, bytes]] | None = None,
+    background: list[tuple[bytes, bytes | None]] | None = None,
 ) -> list[float]:
     """Send background traffic at ``rate`` events/s plus probe events on unique pages; time their arrival.
 

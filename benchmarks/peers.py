@@ -1,8 +1,9 @@
 """``make bench-peers``: preagg and Quix Streams side by side on the same broker, store and bytes.
 
-Per shape (hot keys; 10,000 live Zipf pages; 100,000 live Zipf pages) one topic of
-single keyed events and one of the same events packed by 100 (preagg's producer),
-4 partitions, filled once. Then, alternating, each system in a fresh process with its
+Per shape of a grid (sites × Zipf pages per site × minutes of event time, partitions,
+keyed or keyless: :data:`GRID`, or one shape given by ``--sites --pages --minutes
+--partitions --keyless``) one topic of single events and one of the same events packed by
+100 (preagg's producer), filled once. Then, alternating, each system in a fresh process with its
 own consumer group and database: preagg single-event and packed (defaults), Quix
 Streams at-least-once and exactly-once (its idiomatic job: :mod:`benchmarks.quix_job`,
 run in a virtual environment of its own, ``--quix-venv``, created on first use).
@@ -34,7 +35,7 @@ from pymongo import MongoClient
 
 from benchmarks.common import cpu_seconds, embedded, header, side_venv, write_results
 from benchmarks.hits import freshness_probes
-from benchmarks.steady import flush_figures
+from benchmarks.steady import FLUSHED, flush_figures
 from pipeline.kafka.admin import partition_for
 from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kafka.producer import send_lines
@@ -42,14 +43,13 @@ from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.layout import indexes as hits_indexes
-from pipeline.ops.lag import wait_caught_up
+from pipeline.ops.lag import group_lag, wait_caught_up
 from pipeline.services.embedded import EmbeddedServices, free_port
 from pipeline.settings import Settings
 from pipeline.store.offsets import OFFSETS_COLLECTION
 from pipeline.worker.process import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[1]
-PARTITIONS = 4
 #: Quix closes a window when a later timestamp reaches the partition: one tick per
 #: partition after the last event (preagg counts them as hits of this site).
 TICK_SITE = "__tick__"
@@ -59,24 +59,37 @@ Cell = tuple[str, str, int]
 
 @dataclass(frozen=True)
 class Shape:
-    """Sites × pages per site (Zipf-ranked within a site), over ``minutes`` of event time."""
+    """Sites × pages per site (Zipf-ranked within a site), over ``minutes`` of event time, on
+    ``partitions`` partitions; keyless: no message key (log shippers, plain clients), so the
+    events of a page are spread over every partition."""
 
     sites: int
     pages: int
     minutes: int
+    partitions: int = 4
+    keyless: bool = False
 
 
 SHAPES = {
     "hot": Shape(3, 200, 10),
     "zipf10k": Shape(50, 200, 50),
     "zipf100k": Shape(500, 200, 50),
+    # issue 39's shape: 25 sites x 1,000 pages over 70 minutes (about 21,000 live pages).
+    "long": Shape(25, 1000, 70),
+    "many-sites": Shape(2000, 10, 60),
+    "few-sites": Shape(2, 20_000, 60),
+    "long-12p": Shape(25, 1000, 70, partitions=12),
+    "long-keyless": Shape(25, 1000, 70, keyless=True),
 }
+#: The shapes ``make bench-peers`` runs: long event-time ranges, many sites with few pages
+#: and few sites with many pages, 4 and 12 partitions, keyed and keyless.
+GRID = ["hot", "zipf10k", "long", "many-sites", "few-sites", "long-12p", "long-keyless"]
 
 
 def generate(
     shape: Shape, n: int, end: float, seed: int = 7
-) -> tuple[list[tuple[bytes, bytes]], Counter[Cell]]:
-    """``n`` keyed hit events and the truth per (site, page, minute)."""
+) -> tuple[list[tuple[bytes, bytes | None]], Counter[Cell]]:
+    """``n`` hit events (keyed by site and page unless keyless) and the truth per (site, page, minute)."""
     rng = random.Random(seed)
     weights = [1 / (k + 1) for k in range(shape.pages)]
     sites = [f"site{i}.example" for i in range(shape.sites)]
@@ -84,30 +97,40 @@ def generate(
     pages = rng.choices(range(shape.pages), weights=weights, k=n)
     # In time order, as a log is: Quix drops events older than a closed window (grace 0).
     times = sorted(round(rng.uniform(start, end), 3) for _ in range(n))
-    lines: list[tuple[bytes, bytes]] = []
+    lines: list[tuple[bytes, bytes | None]] = []
     truth: Counter[Cell] = Counter()
     for p, ts in zip(pages, times, strict=True):
         site = rng.choice(sites)
         page = f"/p{p}"
-        lines.append((json.dumps({"site": site, "page": page, "ts": ts}).encode(), hit_key(site, page)))
+        key = None if shape.keyless else hit_key(site, page)
+        lines.append((json.dumps({"site": site, "page": page, "ts": ts}).encode(), key))
         truth[(site, page, int(ts // 60))] += 1
     return lines, truth
 
 
-def ticks(end: float) -> list[tuple[bytes, bytes]]:
-    """One event per partition, an hour after the last: it closes Quix's last windows."""
-    out: dict[int, tuple[bytes, bytes]] = {}
+#: Ticks of a keyless shape: Quix repartitions by page, so every partition of its
+#: repartition topic must get one too (the chance that 200 keys miss one of 12 is ~1e-6).
+KEYLESS_TICKS = 200
+
+
+def ticks(end: float, shape: Shape) -> list[tuple[bytes, bytes | None]]:
+    """Events an hour after the last, keyed to reach every partition: they close Quix's last windows."""
+    out: dict[int, tuple[bytes, bytes | None]] = {}
+    extra: list[tuple[bytes, bytes | None]] = []
     i = 0
-    while len(out) < PARTITIONS:
+    while len(out) < shape.partitions or len(out) + len(extra) < (KEYLESS_TICKS if shape.keyless else 0):
         key = hit_key(TICK_SITE, f"/{i}")
-        p = partition_for(key, PARTITIONS)
+        p = partition_for(key, shape.partitions)
+        line = (json.dumps({"site": TICK_SITE, "page": f"/{i}", "ts": end + 3600}).encode(), key)
         if p not in out:
-            out[p] = (json.dumps({"site": TICK_SITE, "page": f"/{i}", "ts": end + 3600}).encode(), key)
+            out[p] = line
+        elif shape.keyless:
+            extra.append(line)
         i += 1
-    return list(out.values())
+    return list(out.values()) + extra
 
 
-async def create_topic(settings: Settings, topic: str) -> None:
+async def create_topic(settings: Settings, topic: str, partitions: int) -> None:
     """The input topic with an explicit ``retention.ms``: Quix reads it, and the embedded broker's
     DescribeConfigs reports only the configs a topic was created with."""
     admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings))
@@ -115,7 +138,7 @@ async def create_topic(settings: Settings, topic: str) -> None:
     try:
         if topic not in await admin.list_topics():
             await admin.create_topics(
-                [NewTopic(topic, PARTITIONS, 1, topic_configs={"retention.ms": str(7 * 86_400_000)})]
+                [NewTopic(topic, partitions, 1, topic_configs={"retention.ms": str(7 * 86_400_000)})]
             )
     finally:
         await admin.close()
@@ -152,10 +175,20 @@ class Run:
     """One system's process on one topic, with its own group and database."""
 
     def __init__(
-        self, system: str, settings: Settings, topic: str, tag: str, svc: EmbeddedServices, quix: Path | None
+        self,
+        system: str,
+        settings: Settings,
+        topic: str,
+        tag: str,
+        svc: EmbeddedServices,
+        quix: Path | None,
+        shape: Shape,
     ) -> None:
         self.system = system
-        self.settings = settings.with_(db=f"peers_{tag}", group_id=f"peers-{tag}", kinds=("hits",))
+        self.shape = shape
+        self.settings = settings.with_(
+            db=f"peers_{tag}", group_id=f"peers-{tag}", kinds=("hits",), partitions=shape.partitions
+        )
         self.settings = self.settings.with_stream(HITS, topic=topic)
         self.topic = topic
         self.tag = tag
@@ -164,6 +197,10 @@ class Run:
         self.proc: subprocess.Popen[bytes] | None = None
         self.worker: WorkerProcess | None = None
         self.log = self.settings.home / "logs" / f"peers-{tag}.log"
+        #: Keyless shapes, Quix: the ticks, sent once the group has read every event. Sent
+        #: with the events, a tick read early from one partition would close the windows of
+        #: its repartitioned page keys before the events of slower partitions get there.
+        self.late_ticks: list[tuple[bytes, bytes | None]] = []
 
     def start(self) -> None:
         if self.system.startswith("quix"):
@@ -206,6 +243,11 @@ class Run:
                     json.dumps(names),
                     "--state-dir",
                     str(self.settings.home / "quix-state" / self.tag),
+                    *(
+                        ["--keyless", "--grace-minutes", str(self.shape.minutes + 5)]
+                        if self.shape.keyless
+                        else []
+                    ),
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -245,13 +287,25 @@ class Run:
         if self.worker is not None:
             self.worker.terminate()
 
-    def upserts(self, db: Any) -> int:
+    def writes(self, db: Any) -> dict[str, Any]:
+        """Document writes, write calls (Quix: bulk writes; preagg: flushes) and seconds spent in them."""
         if self.system.startswith("quix"):
             doc = db["peer_stats"].find_one({"_id": "quix"}) or {}
-            return int(doc.get("upserts", 0))
-        return sum(
+            return {
+                "upserts": int(doc.get("upserts", 0)),
+                "write_calls": int(doc.get("calls", 0)),
+                "write_s": round(float(doc.get("write_s", 0.0)), 1),
+            }
+        assert self.worker is not None
+        flushes = [
+            float(m.group(5))
+            for m in FLUSHED.finditer(self.worker.log_path.read_text())
+            if m.group(1) == "hits" and int(m.group(2)) > 0
+        ]
+        docs = sum(
             int(d.get("docs", 0)) for d in db[OFFSETS_COLLECTION].find({"group": self.settings.group_id})
         )
+        return {"upserts": docs, "write_calls": len(flushes), "write_s": round(sum(flushes), 1)}
 
 
 def services_cpu(svc: EmbeddedServices) -> dict[str, float]:
@@ -270,7 +324,14 @@ def measure(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[s
     try:
         deadline = began + timeout
         total = 0
+        next_look = 0.0
         while time.perf_counter() < deadline and run.alive():
+            if run.late_ticks and time.perf_counter() >= next_look:
+                next_look = time.perf_counter() + 1.0
+                lags = asyncio.run(group_lag(run.settings, [run.topic]))
+                if lags and all(p.committed > 0 and p.lag == 0 for p in lags):
+                    asyncio.run(send_lines(run.settings, run.topic, run.late_ticks, 1))
+                    run.late_ticks = []
             cpu = cpu_seconds(run.pid)
             total = stored_total(db)
             if total >= want:
@@ -282,14 +343,16 @@ def measure(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[s
     finally:
         run.stop()
     audit = mismatched_cells(db, truth)
+    events = sum(truth.values())
     out = {
         "system": run.system,
         "seconds": round(took, 2),
-        "events_per_s": round(sum(truth.values()) / took) if total >= want else None,
+        "events_per_s": round(events / took) if total >= want else None,
         "done": total >= want,
         "cpu_s_process": round(cpu, 1),
+        "cpu_us_per_event": round(cpu / events * 1e6, 1),
         **{f"cpu_s_{name}": v for name, v in services.items()},
-        "upserts": run.upserts(db),
+        **run.writes(db),
         **audit,
     }
     client.close()
@@ -361,11 +424,61 @@ def live(base: Settings, shape: str, rate: int, seconds: float) -> dict[str, Any
     }
 
 
+def summary(name: str, shape: Shape, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row of the grid: per system its mean events/s, CPU µs per event and writes; preagg's lead."""
+    out: dict[str, Any] = {"shape": name, **shape.__dict__, "live_pages": rows[0]["live_pages"]}
+    for system in dict.fromkeys(r["system"] for r in rows):
+        mine = [r for r in rows if r["system"] == system]
+        rates = [r["events_per_s"] for r in mine if r["events_per_s"]]
+        out[system] = {
+            "events_per_s": round(sum(rates) / len(rates)) if len(rates) == len(mine) else None,
+            "cpu_us_per_event": round(sum(r["cpu_us_per_event"] for r in mine) / len(mine), 1),
+            "upserts": round(sum(r["upserts"] for r in mine) / len(mine)),
+            "write_calls": round(sum(r["write_calls"] for r in mine) / len(mine)),
+            "write_s": round(sum(r["write_s"] for r in mine) / len(mine), 1),
+            "exact": all(r["mismatched_cells"] == 0 for r in mine),
+        }
+    mine, peer = out.get("preagg", {}).get("events_per_s"), out.get("quix-eos", {}).get("events_per_s")
+    out["preagg_vs_quix_eos"] = round(mine / peer, 2) if mine and peer else None
+    return out
+
+
+def grid_shapes(args: argparse.Namespace) -> dict[str, Shape]:
+    """The shapes to run: one from ``--sites ...`` if given, else the named ones (default: the grid)."""
+    if args.sites or args.pages or args.minutes:
+        default = SHAPES["long"]
+        shape = Shape(
+            args.sites or default.sites,
+            args.pages or default.pages,
+            args.minutes or default.minutes,
+            args.partitions or default.partitions,
+            args.keyless,
+        )
+        label = f"{shape.sites}x{shape.pages}x{shape.minutes}m-{shape.partitions}p" + (
+            "-keyless" if shape.keyless else ""
+        )
+        return {label: shape}
+    out = {name: SHAPES[name] for name in args.shapes}
+    if args.partitions or args.keyless:
+        out = {
+            f"{name}-{args.partitions or s.partitions}p{'-keyless' if args.keyless else ''}": Shape(
+                s.sites, s.pages, s.minutes, args.partitions or s.partitions, args.keyless or s.keyless
+            )
+            for name, s in out.items()
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=300_000)
-    ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
-    ap.add_argument("--systems", nargs="*", default=["preagg", "preagg-packed", "quix-alo", "quix-eos"])
+    ap.add_argument("--events", type=int, default=250_000, help="events per shape")
+    ap.add_argument("--shapes", nargs="*", default=GRID, choices=list(SHAPES), help="named shapes (the grid)")
+    ap.add_argument("--sites", type=int, help="one shape instead: sites (others default to 'long')")
+    ap.add_argument("--pages", type=int, help="one shape instead: Zipf pages per site")
+    ap.add_argument("--minutes", type=int, help="one shape instead: minutes of event time")
+    ap.add_argument("--partitions", type=int, help="partitions of the input topics")
+    ap.add_argument("--keyless", action="store_true", help="events without a message key")
+    ap.add_argument("--systems", nargs="*", default=["preagg", "preagg-packed", "quix-eos"])
     ap.add_argument("--reps", type=int, default=2, help="alternating repetitions of each system")
     ap.add_argument("--kill", action="store_true", help="also one kill -9 run of each system per shape")
     ap.add_argument("--quix-venv", type=Path, default=REPO / ".venv-quix")
@@ -386,16 +499,22 @@ def main() -> None:
     results: dict[str, Any] = header(" ".join(sys.argv))
     results["events"] = args.events
     end = time.time() - 3 * 3600  # in the past: the ticks an hour later stay behind the clock
-    with embedded("preagg-peers-", partitions=PARTITIONS) as (base, svc):
-        for name in args.shapes:
-            shape = SHAPES[name]
+    grid = []
+    with embedded("preagg-peers-") as (base, svc):
+        for name, shape in grid_shapes(args).items():
             lines, truth = generate(shape, args.events, end)
-            tick = ticks(end)
+            tick = ticks(end, shape)
             single, packed = f"peers-{name}-single", f"peers-{name}-packed"
             for topic, pack in ((single, 1), (packed, 100)):
-                asyncio.run(create_topic(base, topic))
+                asyncio.run(create_topic(base, topic, shape.partitions))
                 asyncio.run(send_lines(base, topic, lines, pack))
                 asyncio.run(send_lines(base, topic, tick, 1))
+            if shape.keyless and any(s.startswith("quix") for s in args.systems):
+                for rep in range(args.reps):  # one topic per run: its ticks come in late
+                    for system in (s for s in args.systems if s.startswith("quix")):
+                        topic = f"peers-{name}-{system}-{rep}"
+                        asyncio.run(create_topic(base, topic, shape.partitions))
+                        asyncio.run(send_lines(base, topic, lines, 1))
             with_ticks = truth + Counter(
                 {(TICK_SITE, json.loads(v)["page"], int((end + 3600) // 60)): 1 for v, _ in tick}
             )
@@ -403,28 +522,50 @@ def main() -> None:
             for rep in range(args.reps):
                 for system in args.systems:
                     topic = packed if system == "preagg-packed" else single
-                    run = Run(system, base, topic, f"{name}-{system}-{rep}".replace("-", "_"), svc, quix)
+                    tag = f"{name}-{system}-{rep}".replace("-", "_")
+                    late = shape.keyless and system.startswith("quix")
+                    if late:
+                        topic = f"peers-{name}-{system}-{rep}"
+                    run = Run(system, base, topic, tag, svc, quix, shape)
+                    if late:
+                        run.late_ticks = tick
                     want = sum(truth.values()) + (len(tick) if system.startswith("preagg") else 0)
                     row = measure(run, truth, want, args.timeout)
                     row.update(shape=name, rep=rep, live_pages=len({(s, p) for s, p, _ in truth}))
                     print(json.dumps(row), flush=True)
                     rows.append(row)
             results[name] = {"shape": shape.__dict__, "runs": rows}
+            grid.append(summary(name, shape, rows))
+            print(json.dumps(grid[-1]), flush=True)
             if args.kill:
                 kills = []
                 for system in args.systems:
+                    if shape.keyless and system.startswith("quix"):
+                        continue  # its ticks must come late (Run.late_ticks): not measured killed
                     topic = packed if system == "preagg-packed" else single
-                    run = Run(system, base, topic, f"{name}-{system}-kill".replace("-", "_"), svc, quix)
+                    tag = f"{name}-{system}-kill".replace("-", "_")
+                    run = Run(system, base, topic, tag, svc, quix, shape)
                     want = sum(truth.values()) + (len(tick) if system.startswith("preagg") else 0)
                     row = killed(run, truth, want, args.timeout)
                     print(json.dumps(row), flush=True)
                     kills.append(row)
                 results[name]["kill"] = kills
             del with_ticks
+        # The store's capacity as the backlogs measured it: preagg's document writes per
+        # second of writing (the live row says what share of it live traffic needs).
+        capacity = [
+            r["preagg"]["upserts"] / r["preagg"]["write_s"]
+            for r in grid
+            if r.get("preagg", {}).get("write_s")
+        ]
         for name in args.live:
             row = live(base, name, args.live_rate, args.live_seconds)
+            if capacity:
+                row["store_capacity_upserts_per_s"] = round(min(capacity))
+                row["share_of_capacity"] = round(row["upserts_per_s"] / min(capacity), 2)
             print(json.dumps(row), flush=True)
             results.setdefault("live", []).append(row)
+    results["grid"] = grid
     write_results(results, args.out)
 
 
