@@ -57,6 +57,7 @@ class MongoIncSink(BatchingSink):  # type: ignore[misc]
         fd, fm = self.f["daily"], self.f["monthly"]
         daily: Docs = {}
         monthly: Docs = {}
+        events = 0
         for item in batch:
             key = item.key.decode() if isinstance(item.key, bytes) else str(item.key)
             site, _, page = key.partition("\x00")
@@ -64,6 +65,7 @@ class MongoIncSink(BatchingSink):  # type: ignore[misc]
                 continue
             start = datetime.fromtimestamp(item.value["start"] / 1000, UTC)
             n = int(item.value["value"])
+            events += n
             day = start.date()
             inc = counters(daily, fd, f"{day:%Y%m%d}/{escape_part(site)}/{page}", site, page)
             inc[fd["total"]] += n
@@ -93,9 +95,8 @@ class MongoIncSink(BatchingSink):  # type: ignore[misc]
                 written += len(ops)
         if written:
             took = time.perf_counter() - began
-            self.db["peer_stats"].update_one(
-                {"_id": "quix"}, {"$inc": {"upserts": written, "calls": 1, "write_s": took}}, upsert=True
-            )
+            figures = {"upserts": written, "calls": 1, "write_s": took, "events": events}
+            self.db["peer_stats"].update_one({"_id": "quix"}, {"$inc": figures}, upsert=True)
 
 
 def main() -> None:
