@@ -36,7 +36,7 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
 from pipeline.core.commit import TP, Committed, Fence, FenceConflict, Ledgers, check_fences
 from pipeline.core.marks import DUPLICATE_KEY, marked, missing_sources
-from pipeline.core.updates import DocUpdate, new_document
+from pipeline.core.updates import DocUpdate, key_on_insert, new_document
 from pipeline.settings import CommitMode
 from pipeline.store.client import primary, reach, start_transaction
 from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreUnreachable
@@ -206,10 +206,19 @@ class MongoSink:
             await reach(self.client, min(REACH_TIMEOUT, self.commit_timeout))
         except PyMongoError as exc:
             raise StoreUnreachable(f"the store did not answer a ping ({type(exc).__name__}: {exc})") from exc
+        if not self.shard_keys_matched():
+            updates = [key_on_insert(u) for u in updates]
         if marked and self.exactly_once:
             return await self._commit_marked(updates, fences, flush_id)
         with pymongo.timeout(self.commit_timeout):
             return await self._commit(updates, fences, flush_id, token)
+
+    def shard_keys_matched(self) -> bool:
+        """Whether upserts must match their shard key's equalities: on a sharded cluster (a mongos,
+        as the driver sees it after the ping), an upsert on a sharded collection needs the whole
+        shard key in its filter; elsewhere ``_id`` alone is matched, which costs the store less
+        (:func:`~pipeline.core.updates.key_on_insert`)."""
+        return bool(self.client.topology_description.topology_type_name == "Sharded")
 
     async def _commit_marked(
         self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str

@@ -8,6 +8,8 @@
 * Workers read from the primary whatever the URL says (transactions require it).
 * A read-modify-write that found no document is sent as an insert of the document the
   upsert would have created: it holds the full shard key (MongoDB routes an insert by it).
+* Off a sharded cluster an upsert matches ``_id`` alone (its shard key's fields set on
+  insert, never twice): the same stored document, a cheaper write.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient, InsertOne, ReadPreference
 
-from pipeline.core.updates import DocUpdate, new_document
+from pipeline.core.updates import DocUpdate, key_on_insert, new_document
 from pipeline.kinds import REGISTRY, StreamContext, kind_named
 from pipeline.ops.setup import collections, shard_keys
 from pipeline.settings import Settings
@@ -101,6 +103,32 @@ def test_documents_found_absent_are_inserted_whole_with_their_shard_key(name: st
             doc = op._doc
             for field in keys[coll]:
                 assert field in doc and not isinstance(doc[field], dict), (coll, field, doc)
+
+
+@pytest.mark.parametrize("mode", ["compact", "readable"])
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_off_a_sharded_cluster_an_upsert_matches_its_id_alone_and_sets_its_key_on_insert(
+    name: str, mode: str
+) -> None:
+    planned_ = planned(name, mode)
+    ops, _ = group_operations([key_on_insert(u) for u in planned_])
+    for coll, updates in ops.items():
+        for op in updates:
+            flt, doc = op._filter, op._doc
+            assert set(flt) == {"_id"}, (coll, flt)
+            written = [p for operator in doc.values() for p in operator]
+            assert not any(overlaps(a, b) for i, a in enumerate(written) for b in written[i + 1 :]), written
+    for u in planned_:
+        if u.key and not u.merging:  # the document an insert makes is the same either way
+            assert new_document(key_on_insert(u)) == new_document(u)
+        if u.key:
+            moved = key_on_insert(u)
+            assert moved.filter() == {"_id": u.id} and moved.set_on_insert == {**u.key, **u.set_on_insert}
+
+
+def test_the_sink_matches_shard_keys_only_on_a_sharded_cluster() -> None:
+    sink = MongoSink(client(), "db", "group", "worker")
+    assert not sink.shard_keys_matched()  # not connected: a replica set's rules, never a mongos's
 
 
 def test_a_new_document_is_what_the_upsert_would_create() -> None:
