@@ -488,7 +488,12 @@ def main() -> None:
     ap.add_argument("--minutes", type=int, help="one shape instead: minutes of event time")
     ap.add_argument("--partitions", type=int, help="partitions of the input topics")
     ap.add_argument("--keyless", action="store_true", help="events without a message key")
-    ap.add_argument("--systems", nargs="*", default=["preagg", "preagg-packed", "quix-eos"])
+    ap.add_argument("--systems", nargs="*", default=["preagg", "quix-eos"])
+    ap.add_argument(
+        "--max-pending-keys",
+        type=int,
+        help="preagg's PREAGG_MAX_PENDING_KEYS (its batch bound; default: its own)",
+    )
     ap.add_argument("--reps", type=int, default=2, help="alternating repetitions of each system")
     ap.add_argument("--kill", action="store_true", help="also one kill -9 run of each system per shape")
     ap.add_argument("--quix-venv", type=Path, default=REPO / ".venv-quix")
@@ -511,6 +516,8 @@ def main() -> None:
     end = time.time() - 3 * 3600  # in the past: the ticks an hour later stay behind the clock
     grid = []
     with embedded("preagg-peers-") as (base, svc):
+        if args.max_pending_keys:
+            base = base.with_(max_pending_keys=args.max_pending_keys)
         for name, shape in grid_shapes(args).items():
             lines, truth = generate(shape, args.events, end)
             tick = ticks(end, shape)
