@@ -9,13 +9,15 @@ or a test's example kind). See docs/design.md, "Adding a stream kind".
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Iterable
+from dataclasses import fields
 from functools import cache
 from typing import Any
 
 from pipeline.kinds.kind import Kind, Stream, StreamContext
-from pipeline.settings import BUILTIN_KINDS, Settings, SettingsError
+from pipeline.settings import BUILTIN_KINDS, Settings, SettingsError, env_name, kind_prefix
 
 #: Built-in kind name → the module whose ``KIND`` it is (imported on first use): one
 #: folder each, named as the kind, listed once in ``pipeline.settings.BUILTIN_KINDS``.
@@ -57,6 +59,33 @@ def kind_in(specs: Iterable[str], name: str) -> Kind[Any]:
     raise SettingsError(f"stream kind {name!r} is not among PREAGG_KINDS ({', '.join(specs)})")
 
 
+#: ``PREAGG_*`` variables read outside the settings: the settings file's path, the embedded
+#: store's oplog switch, a worker's restarts carried across ``exec``.
+OTHER_VARIABLES = frozenset({"PREAGG_CONFIG", "PREAGG_EMBEDDED_OPLOG", "PREAGG_WORKER_RESTARTS"})
+#: Variables of the test harness (tests/conftest.py), never the deployment's.
+TEST_PREFIX = "PREAGG_TEST_"
+
+
+def known_variables(settings: Settings) -> set[str]:
+    """Every ``PREAGG_*`` variable a setting reads: the deployment's and each kind's (built-in and loaded)."""
+    names = {env_name(f.name) for f in fields(Settings) if f.metadata.get("env", True)}
+    kinds = {kind_named(k) for k in (*REGISTRY, *settings.kinds)}
+    for kind in kinds:
+        names |= {env_name(f.name, kind_prefix(kind.name)) for f in fields(kind.settings_type)}
+    return names | OTHER_VARIABLES
+
+
+def unknown_variables(settings: Settings) -> list[tuple[str, str | None]]:
+    """``PREAGG_*`` variables (or settings-file keys) that no setting reads, each with the known
+    name nearest to it: a misspelt setting is otherwise silently left at its default."""
+    known = known_variables(settings)
+    return [
+        (name, next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.75)), None))
+        for name in sorted(settings.environ)
+        if name not in known and not name.startswith(TEST_PREFIX)
+    ]
+
+
 def stream_topics(settings: Settings) -> list[str]:
     """The input topics the workers consume, one per stream kind of ``settings.kinds``."""
     return [settings.of(k).topic for k in load_kinds(settings.kinds)]
@@ -84,4 +113,5 @@ __all__ = [
     "load_kinds",
     "named",
     "stream_topics",
+    "unknown_variables",
 ]

@@ -31,7 +31,7 @@ from pipeline.core.clock import DecisionClock
 from pipeline.core.fields import check_mode
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe
-from pipeline.kinds import StreamContext, load_kinds, stream_topics
+from pipeline.kinds import StreamContext, load_kinds, stream_topics, unknown_variables
 from pipeline.settings import Settings, redact_url
 from pipeline.store.client import mongo_client, primary, reach
 from pipeline.store.meta import claim_schema_mode, supports_transactions
@@ -64,6 +64,8 @@ BACKLOG_MESSAGES = 1000
 
 def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     """The worker's Faust app for the given (resolved) settings, and its flushers (one per stream)."""
+    for name, near in unknown_variables(settings):  # a misspelt setting would keep its default unseen
+        log.warning("%s is not a preagg setting: ignored%s", name, f" (did you mean {near}?)" if near else "")
     conf = faust_settings(settings)
     Path(conf["datadir"]).parent.mkdir(parents=True, exist_ok=True)
     install(settings.embedded_kafka)

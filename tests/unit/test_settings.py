@@ -144,3 +144,24 @@ def test_the_settings_table_is_made_from_the_settings_comments() -> None:
     assert table(builtin_kinds()) in doc, "docs/design.md's settings table is stale: run `make docs-settings`"
     undocumented = [var for var, _, said in rows(builtin_kinds()) if not said]
     assert not undocumented, f"settings without a comment: {undocumented}"
+
+
+def test_a_misspelt_variable_is_named_with_the_setting_it_is_nearest_to() -> None:
+    from pipeline.kinds import unknown_variables
+
+    s = Settings.from_env(
+        {
+            "PREAGG_MAX_PENDNG_KEYS": "5",  # misspelt: the default stays, so it must be said
+            "PREAGG_HITS_QUERYSTRING": "keep",
+            "PREAGG_NOTHING_LIKE_IT": "1",
+            "PREAGG_HITS_FORMAT": "clf",  # a kind's own setting
+            "PREAGG_EMBEDDED_OPLOG": "1",  # read outside the settings
+            "PREAGG_TEST_ARTIFACTS": "x",  # the test harness's
+        }
+    )
+    assert s.max_pending_keys == Settings().max_pending_keys
+    assert unknown_variables(s) == [
+        ("PREAGG_HITS_QUERYSTRING", "PREAGG_HITS_QUERY_STRING"),
+        ("PREAGG_MAX_PENDNG_KEYS", "PREAGG_MAX_PENDING_KEYS"),
+        ("PREAGG_NOTHING_LIKE_IT", None),
+    ]
