@@ -46,9 +46,11 @@ from pipeline.worker.faust_conf import faust_settings
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.guard import LedgerGuard
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
+from pipeline.worker.metrics import refused_commits_metric
 from pipeline.worker.policy import FlushHooks, FlushPolicy, no_fault
 from pipeline.worker.progress import Tally, report_progress
 from pipeline.worker.rebalance import bound_revoke_drain, leave_group, membership, track_leadership
+from pipeline.worker.refused import RefusedCommits
 from pipeline.worker.shutdown import BoundedWorker
 from pipeline.worker.start_watch import STARTED, group_context, watch_start
 from pipeline.worker.web import add_web_pages
@@ -260,6 +262,9 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     )
     app.idle_watch = idle  # type: ignore[attr-defined]
     extra_metrics.append(lambda: [idle_metric(idle)])
+    extra_metrics.append(
+        lambda: [refused_commits_metric(getattr(app.consumer, "refused_commits", RefusedCommits()).refusals)]
+    )
 
     @app.task
     async def watch_idle() -> None:

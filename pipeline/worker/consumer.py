@@ -25,8 +25,9 @@ partition, from which Faust computes the offset it commits).
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from time import monotonic
 from typing import Any, TypeAlias
 
@@ -37,6 +38,10 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, AppT, Message
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
+
+from pipeline.worker.refused import RefusedCommits
+
+log = logging.getLogger("preagg.worker")
 
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 #: Takes the records of one partition from one fetch, in offset order.
@@ -63,6 +68,10 @@ def batch_handlers(app: AppT) -> Mapping[str, tuple[BatchHandler, Taken]]:
     return _HANDLERS.get(app, {})
 
 
+def _named(tps: Iterable[TP], offsets: Mapping[TP, int]) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]@{offsets[tp]}" for tp in tps)
+
+
 class ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's consumer thread with an aiokafka consumer in ``read_committed`` mode."""
 
@@ -87,9 +96,43 @@ class WorkerConsumer(faust_aiokafka.Consumer):
     #: Per partition and offset, the message that stands in Faust's unacked set for a list.
     _standing: dict[tuple[str, int, int], Message]
 
+    #: Offset commits Kafka refused, asked for again at the next commit (:mod:`~pipeline.worker.refused`).
+    refused_commits: RefusedCommits[TP]
+
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         self._standing = {}
+        self.refused_commits = RefusedCommits()
         return ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+    def _filter_committable_offsets(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """Faust's offsets to commit, and those Kafka refused before for partitions still held."""
+        offsets: dict[TP, int] = super()._filter_committable_offsets(tps)
+        if self.refused_commits.offsets:
+            offsets = self.refused_commits.with_refused(offsets, self.assignment())
+        return offsets
+
+    async def _commit_offsets(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
+        """Faust's commit; when Kafka refuses it, Faust's committed offsets put back and the refusal kept."""
+        before = {tp: self._committed_offset[tp] for tp in offsets}
+        did: bool = await super()._commit_offsets(offsets, start_new_transaction=start_new_transaction)
+        if did:
+            ended = self.refused_commits.committed(offsets)
+            if ended:
+                log.info("Kafka took the offset commit it had refused: %s", _named(ended, offsets))
+            return did
+        held = self.refused_commits.refused(offsets, self.assignment())
+        for tp in held:  # Faust recorded them as committed: they were not
+            self._committed_offset[tp] = before[tp]
+        if held:
+            log.warning(
+                "Kafka refused the offset commit of %s (a rebalance); asked again at the next commit",
+                _named(held, offsets),
+            )
+        return did
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        await super().on_partitions_revoked(revoked)
+        self.refused_commits.revoked(revoked)
 
     def ack_records(self, records: Sequence[Record]) -> None:
         """Ack delivered records, as ``Consumer.ack`` acks messages: Faust commits up to them."""

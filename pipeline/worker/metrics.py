@@ -293,3 +293,13 @@ def health(
             "diverged": {f"{t}[{p}]": why for (t, p), why in f.diverged.items()},
         }
     return {"ok": ok, "streams": streams}
+
+
+def refused_commits_metric(refusals: int) -> Metric:
+    """``preagg_kafka_commits_refused_total``: offset commits Kafka refused (each asked again)."""
+    family = CounterMetricFamily(
+        "preagg_kafka_commits_refused",
+        "Offset commits Kafka refused during a rebalance; each is asked again at the next commit",
+    )
+    family.add_metric([], refusals)
+    return family
