@@ -113,6 +113,12 @@ def generate(
 KEYLESS_TICKS = 200
 
 
+def tick_time(end: float, shape: Shape) -> float:
+    """When the ticks are: an hour after the last event, and past the keyless job's grace period
+    (``shape.minutes + 5``) after the last window, or that window would never close."""
+    return end + max(3600, (shape.minutes + 65) * 60)
+
+
 def ticks(end: float, shape: Shape) -> list[tuple[bytes, bytes | None]]:
     """Events an hour after the last, keyed to reach every partition: they close Quix's last windows."""
     out: dict[int, tuple[bytes, bytes | None]] = {}
@@ -121,7 +127,7 @@ def ticks(end: float, shape: Shape) -> list[tuple[bytes, bytes | None]]:
     while len(out) < shape.partitions or len(out) + len(extra) < (KEYLESS_TICKS if shape.keyless else 0):
         key = hit_key(TICK_SITE, f"/{i}")
         p = partition_for(key, shape.partitions)
-        line = (json.dumps({"site": TICK_SITE, "page": f"/{i}", "ts": end + 3600}).encode(), key)
+        line = (json.dumps({"site": TICK_SITE, "page": f"/{i}", "ts": tick_time(end, shape)}).encode(), key)
         if p not in out:
             out[p] = line
         elif shape.keyless:
@@ -533,7 +539,7 @@ def main() -> None:
                         asyncio.run(create_topic(base, topic, shape.partitions))
                         asyncio.run(send_lines(base, topic, lines, 1))
             with_ticks = truth + Counter(
-                {(TICK_SITE, json.loads(v)["page"], int((end + 3600) // 60)): 1 for v, _ in tick}
+                {(TICK_SITE, json.loads(v)["page"], int(tick_time(end, shape) // 60)): 1 for v, _ in tick}
             )
             rows: list[dict[str, Any]] = []
             for rep in range(args.reps):
