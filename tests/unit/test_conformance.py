@@ -126,7 +126,7 @@ def test_off_a_sharded_cluster_an_upsert_matches_its_id_alone_and_sets_its_key_o
             assert moved.filter() == {"_id": u.id} and moved.set_on_insert == {**u.key, **u.set_on_insert}
 
 
-def test_the_sink_matches_shard_keys_only_on_a_sharded_cluster() -> None:
+def test_the_sink_matches_id_alone_until_the_driver_sees_a_mongos() -> None:
     sink = MongoSink(client(), "db", "group", "worker")
     assert not sink.shard_keys_matched()  # not connected: a replica set's rules, never a mongos's
 
