@@ -11,7 +11,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import Field, dataclass, field, fields, replace
 from functools import cache, lru_cache
 from pathlib import Path
 from stat import S_ISREG
@@ -64,6 +64,11 @@ def _parse(var: str, raw: str, hint: Any) -> Any:
     raise TypeError(f"{var}: settings of type {hint!r} cannot be read from the environment")
 
 
+def env_fields(cls: type[Any]) -> list[Field[Any]]:
+    """The fields of a settings dataclass read from a variable of their own (``<prefix><FIELD>``)."""
+    return [f for f in fields(cls) if f.init and f.metadata.get("env") is not False]
+
+
 def read_env(cls: type[T], prefix: str, environ: Mapping[str, str]) -> T:
     """An instance of the frozen dataclass ``cls`` from ``<prefix><FIELD>`` variables.
 
@@ -73,9 +78,7 @@ def read_env(cls: type[T], prefix: str, environ: Mapping[str, str]) -> T:
     """
     hints = get_type_hints(cls)
     values: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        if not f.init or f.metadata.get("env") is False:
-            continue
+    for f in env_fields(cls):
         var = env_name(f.name, prefix)
         raw = environ.get(var)
         if raw:
@@ -86,9 +89,9 @@ def read_env(cls: type[T], prefix: str, environ: Mapping[str, str]) -> T:
 def write_env(obj: object, prefix: str) -> dict[str, str]:
     """The ``<prefix><FIELD>`` variables that :func:`read_env` turns back into ``obj``."""
     out = {}
-    for f in fields(obj):  # type: ignore[arg-type]
+    for f in env_fields(type(obj)):
         value = getattr(obj, f.name)
-        if value is None or not f.init or f.metadata.get("env") is False:
+        if value is None:
             continue
         out[env_name(f.name, prefix)] = ",".join(value) if isinstance(value, tuple) else str(value)
     return out

@@ -111,10 +111,6 @@ class Commands:
         """A new ``preagg <name>`` command's parser."""
         return self._sub.add_parser(name, help=help, description=description or help)
 
-    def names(self) -> list[str]:
-        """The commands added so far, in order."""
-        return list(self._sub.choices)
-
 
 def add_command(commands: Commands, qc: QueryCommand) -> argparse.ArgumentParser:
     """``preagg query <command>`` of a declared query: its parameters as options, then the output options."""

@@ -12,12 +12,11 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Iterable
-from dataclasses import fields
 from functools import cache
 from typing import Any
 
 from pipeline.kinds.kind import Kind, Stream, StreamContext
-from pipeline.settings import BUILTIN_KINDS, Settings, SettingsError, env_name, kind_prefix
+from pipeline.settings import BUILTIN_KINDS, Settings, SettingsError, env_fields, env_name, kind_prefix
 
 #: Built-in kind name → the module whose ``KIND`` it is (imported on first use): one
 #: folder each, named as the kind, listed once in ``pipeline.settings.BUILTIN_KINDS``.
@@ -68,10 +67,9 @@ TEST_PREFIX = "PREAGG_TEST_"
 
 def known_variables(settings: Settings) -> set[str]:
     """Every ``PREAGG_*`` variable a setting reads: the deployment's and each kind's (built-in and loaded)."""
-    names = {env_name(f.name) for f in fields(Settings) if f.metadata.get("env", True)}
-    kinds = {kind_named(k) for k in (*REGISTRY, *settings.kinds)}
-    for kind in kinds:
-        names |= {env_name(f.name, kind_prefix(kind.name)) for f in fields(kind.settings_type)}
+    names = {env_name(f.name) for f in env_fields(Settings)}
+    for kind in {kind_named(k) for k in (*REGISTRY, *settings.kinds)}:
+        names |= {env_name(f.name, kind_prefix(kind.name)) for f in env_fields(kind.settings_type)}
     return names | OTHER_VARIABLES
 
 
