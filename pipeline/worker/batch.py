@@ -80,6 +80,11 @@ class PendingBatch(Generic[A]):
     decisions: dict[TP, bytes] = field(default_factory=dict)
     #: A redo's: the decisions its flush recorded, which the plan assumes (``Aggregator.assume``).
     assumed: dict[TP, bytes | None] = field(default_factory=dict)
+    #: With :attr:`by_tp`: the sums of the aggregates' keys and documents, kept as each message is
+    #: ingested (an aggregate changes only then). The flusher asks both at every message; summing
+    #: twelve partitions' aggregates each time cost 3.5 µs a message.
+    _keys: int = 0
+    _docs: int = 0
 
     def aggregates(self) -> list[A]:
         """Every aggregate of the batch: one, or one per source partition."""
@@ -104,7 +109,9 @@ class PendingBatch(Generic[A]):
         """
         self._open(tp, start)
         clock = self.clock
-        ingest, part = self._aggregate_of(tp).ingest, tp[1]
+        aggregate = self._aggregate_of(tp)
+        ingest, part = aggregate.ingest, tp[1]
+        keys, docs = len(aggregate), aggregate.documents()
         if clock is not None:
             clock.at = self.decided_at
         try:
@@ -118,6 +125,8 @@ class PendingBatch(Generic[A]):
         finally:
             if clock is not None:
                 clock.at = None
+            self._keys += len(aggregate) - keys
+            self._docs += aggregate.documents() - docs
         self._took(Received(tp, offset, lines, ack, start, ts=ts))
 
     def refuse_message(self, m: Received, reason: str, detail: str, kept: list[DeadLetter]) -> None:
@@ -199,13 +208,13 @@ class PendingBatch(Generic[A]):
         """Items held in memory: distinct aggregate keys plus dead letters."""
         if self.by_tp is None:
             return len(self.aggregate) + len(self.dead)
-        return sum(len(a) for a in self.by_tp.values()) + len(self.dead)
+        return self._keys + len(self.dead)
 
     def documents(self) -> int:
         """Documents this batch's commit writes, at most."""
         if self.by_tp is None:
             return self.aggregate.documents()
-        return sum(a.documents() for a in self.by_tp.values())
+        return self._docs
 
     def splittable(self) -> bool:
         """True when the batch holds at least two counted messages (it can be halved)."""
