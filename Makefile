@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install constraints docs-settings docs-map browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
+.PHONY: install constraints docs-settings docs-map browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-visitors bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline benchmarks tests
 	$(VENV)/bin/mypy
 
-bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-rollups bench-top-pages chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
+bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-rollups bench-top-pages bench-visitors chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
 
 bench-hits: $(STAMP)  ## naive vs packed vs single, freshness, access-log replay
 	$(PY) -m benchmarks.hits --out bench-results/hits.json
@@ -91,6 +91,9 @@ bench-store: $(STAMP)  ## the store's document updates per second by document si
 
 bench-top-pages: $(STAMP)  ## top pages as written and sealed: the README's log, shuffled Zipf backfills of 10k and 100k pages
 	$(PY) -m benchmarks.top_pages --out bench-results/top_pages.json
+
+bench-visitors: $(STAMP)  ## unique visitors: sketch accuracy 100..1M, the access log against its raw lines, 100k pages; bytes and events/s on and off
+	$(PY) -m benchmarks.visitors --out bench-results/visitors.json
 
 bench-rollups: $(STAMP)  ## site charts before/after site rollups at 100..100k pages; ingest with and without rollups; a 1M-URL crawl
 	git worktree add -f .bench-before 4a8ca27 >/dev/null 2>&1 || true

@@ -8,7 +8,9 @@ Side by side in one run on the embedded services, each over a topic filled befor
 3. the worker, one JSON event per message, keyed;
 4. the worker, one event per message, keyless (spread round robin);
 5. the worker, Filebeat envelopes around access-log lines, keyless (``PREAGG_HITS_FORMAT=filebeat``);
-6. the worker, packed messages (100 events each).
+6. the worker, packed messages (100 events each);
+7. the worker, one event per message, keyed, each naming one of 20,000 visitors: unique
+   visitors on (the default) and off (``PREAGG_HITS_VISITORS=false``), the same bytes.
 
 For the worker: events/s and its CPU seconds per 100k events, from the first record a
 worker receives to the last commit (the whole backlog: reading, counting and the last
@@ -220,6 +222,18 @@ def faust_count(base: Settings, n: int) -> dict[str, Any]:
     return {"events": n, "events_per_s": int(rate), "cpu_seconds_per_100k": float(cpu)}
 
 
+def with_visitors(
+    events: Sequence[tuple[bytes, bytes | None]], people: int
+) -> list[tuple[bytes, bytes | None]]:
+    """The same events, each naming one of ``people`` visitors (log-uniform: a few return often)."""
+    out: list[tuple[bytes, bytes | None]] = []
+    for i, (raw, key) in enumerate(events):
+        e = orjson.loads(raw)
+        e["visitor"] = f"u{int(people ** ((i * 0.6180339887) % 1.0)) - 1}"
+        out.append((orjson.dumps(e), key))
+    return out
+
+
 def filebeat_events(n: int) -> list[tuple[bytes, bytes | None]]:
     """``n`` access-log lines of the last 10 minutes (3 sites' hosts, 200 pages), in Filebeat envelopes."""
     out: list[tuple[bytes, bytes | None]] = []
@@ -333,6 +347,20 @@ def main() -> None:
             "worker, one event per message, keyed, 10,000 live Zipf pages",
             lambda: worker_run(base, "zipf10k", zipf, 1),
         )
+        people = (
+            with_visitors(single, 20_000) if not args.only or any("visitors" in o for o in args.only) else []
+        )
+
+        def visitors_run(on: bool) -> Callable[[], Any]:
+            return lambda: worker_run(base, f"visitors-{'on' if on else 'off'}", people, 1, visitors=on)
+
+        for tag, on in (("on", True), ("off", False)):
+            step(
+                results,
+                f"single_keyed_visitors_{tag}",
+                f"worker, one event per message, keyed, 20,000 visitors, unique visitors {tag}",
+                visitors_run(on),
+            )
         packed = realtime_events(args.packed, seed=2)
         step(
             results,

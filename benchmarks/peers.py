@@ -87,9 +87,14 @@ GRID = ["hot", "zipf10k", "long", "many-sites", "few-sites", "long-12p", "long-k
 
 
 def generate(
-    shape: Shape, n: int, end: float, seed: int = 7
+    shape: Shape, n: int, end: float, seed: int = 7, visitors: int = 0
 ) -> tuple[list[tuple[bytes, bytes | None]], Counter[Cell]]:
-    """``n`` hit events (keyed by site and page unless keyless) and the truth per (site, page, minute)."""
+    """``n`` hit events (keyed by site and page unless keyless) and the truth per (site, page, minute).
+
+    ``visitors``: each event names one of that many people (Zipf-ranked, ``visitor`` field):
+    the unique-visitor sketches' cost (issue 40), with system ``preagg-novisitors`` for the
+    same events with the feature off.
+    """
     rng = random.Random(seed)
     weights = [1 / (k + 1) for k in range(shape.pages)]
     sites = [f"site{i}.example" for i in range(shape.sites)]
@@ -103,7 +108,10 @@ def generate(
         site = rng.choice(sites)
         page = f"/p{p}"
         key = None if shape.keyless else hit_key(site, page)
-        lines.append((json.dumps({"site": site, "page": page, "ts": ts}).encode(), key))
+        event: dict[str, Any] = {"site": site, "page": page, "ts": ts}
+        if visitors:
+            event["visitor"] = f"u{int(visitors ** rng.random()) - 1}"  # log-uniform: a few return often
+        lines.append((json.dumps(event).encode(), key))
         truth[(site, page, int(ts // 60))] += 1
     return lines, truth
 
@@ -196,6 +204,8 @@ class Run:
             db=f"peers_{tag}", group_id=f"peers-{tag}", kinds=("hits",), partitions=shape.partitions
         )
         self.settings = self.settings.with_stream(HITS, topic=topic)
+        if system == "preagg-novisitors":
+            self.settings = self.settings.with_stream(HITS, visitors=False)
         self.topic = topic
         self.tag = tag
         self.svc = svc
@@ -496,6 +506,12 @@ def main() -> None:
     ap.add_argument("--keyless", action="store_true", help="events without a message key")
     ap.add_argument("--systems", nargs="*", default=["preagg", "quix-eos"])
     ap.add_argument(
+        "--visitors",
+        type=int,
+        default=0,
+        help="events name one of this many visitors (compare systems preagg and preagg-novisitors)",
+    )
+    ap.add_argument(
         "--max-pending-keys",
         type=int,
         help="preagg's PREAGG_MAX_PENDING_KEYS (its batch bound; default: its own)",
@@ -525,7 +541,7 @@ def main() -> None:
         if args.max_pending_keys:
             base = base.with_(max_pending_keys=args.max_pending_keys)
         for name, shape in grid_shapes(args).items():
-            lines, truth = generate(shape, args.events, end)
+            lines, truth = generate(shape, args.events, end, visitors=args.visitors)
             tick = ticks(end, shape)
             single, packed = f"peers-{name}-single", f"peers-{name}-packed"
             for topic, pack in ((single, 1), (packed, 100)):

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pipeline.kafka.producer import EventProducer
     from pipeline.kinds.hits.files import hit_key
     from pipeline.kinds.hits.query import hits_series
+    from pipeline.kinds.hits.query_visitors import visitor_rows
     from pipeline.services.embedded import EmbeddedServices
     from pipeline.services.urls import resolve
     from pipeline.settings import Settings
@@ -32,6 +33,7 @@ _WHERE = {
     "hits_series": "pipeline.kinds.hits.query",
     "mongo_client": "pipeline.store.client",
     "resolve": "pipeline.services.urls",
+    "visitor_rows": "pipeline.kinds.hits.query_visitors",
 }
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "hits_series",
     "mongo_client",
     "resolve",
+    "visitor_rows",
 ]
 
 

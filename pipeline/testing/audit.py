@@ -34,6 +34,11 @@ def counters(doc: Mapping[str, Any], skip: tuple[str, ...], prefix: str = "") ->
             yield path, v
 
 
+def sketches(f: object) -> tuple[str, ...]:
+    """The unique-visitor sketch fields of a document's names (``$max`` registers, not counters)."""
+    return tuple(name for name in (getattr(f, "visitors", None), getattr(f, "hourly_visitors", None)) if name)
+
+
 async def audit_hits(
     db: AsyncDatabase[dict[str, Any]], truth: Mapping[Key, int], fields: HitsFields, limit: int = 20
 ) -> list[str]:
@@ -48,7 +53,7 @@ async def audit_hits(
             seen.add(key)
             # a sealed list's two facts (seal.py) are not counters
             facts = (f.sealed, f.below) if isinstance(f, TopFields) else ()
-            stored = dict(counters(doc, ("_id", f.metadata, MARKS, *facts)))
+            stored = dict(counters(doc, ("_id", f.metadata, MARKS, *facts, *sketches(f))))
             want = expected.get(key)
             if want is None:
                 problems.append(f"{key}: unexpected document {stored}")
@@ -87,7 +92,7 @@ async def audit_rollups(db: AsyncDatabase[dict[str, Any]], fields: HitsFields, l
         async for doc in db[pages_f.collection].find():
             m = doc[pages_f.metadata]
             acc = want.setdefault((m[pages_f.site], m[pages_f.date]), {})
-            for path, n in counters(doc, ("_id", pages_f.metadata, MARKS)):
+            for path, n in counters(doc, ("_id", pages_f.metadata, MARKS, *sketches(pages_f))):
                 acc[path] = acc.get(path, 0) + n
         tops: dict[str, int] = {}
         async for doc in db[top_f.collection].find():
@@ -99,7 +104,7 @@ async def audit_rollups(db: AsyncDatabase[dict[str, Any]], fields: HitsFields, l
             seen.add(key)
             capped_field = getattr(site_f, "capped", "-")
             capped = int(doc.get(capped_field, 0) or 0)
-            stored = dict(counters(doc, ("_id", site_f.metadata, MARKS, capped_field)))
+            stored = dict(counters(doc, ("_id", site_f.metadata, MARKS, capped_field, *sketches(site_f))))
             if tops.get(doc["_id"], 0) != stored.get(site_f.total, 0):
                 problems.append(
                     f"{top_f.collection} {key}: {tops.get(doc['_id'])}, total {stored.get(site_f.total)}"

@@ -279,6 +279,17 @@ def history_events() -> list[tuple[str, datetime, str, str]]:
     return out
 
 
+def visitor_of(event: tuple[str, datetime, str, str]) -> str | None:
+    """The ``visitor`` of a history event: a few people a page and hour; crawlers are nobody."""
+    page, t, agent, _ = event
+    return None if agent == "Bot" else f"u{(t.hour * 3 + len(page)) % 11}"
+
+
+def visitors_of(events: list[tuple[str, datetime, str, str]]) -> int:
+    """Unique visitors of ``events`` with the daily salt: one person on two days counts twice."""
+    return len({(e[1].date(), visitor_of(e)) for e in events if visitor_of(e) is not None})
+
+
 def ranked(events: list[tuple[str, datetime, str, str]]) -> list[tuple[str, int]]:
     counts = Counter(page for page, *_ in events)
     return sorted(counts.items(), key=lambda r: (-r[1], r[0]))
@@ -304,7 +315,13 @@ def test_dashboard_navigates_history_by_url_range_bots_and_csv(pipeline: tuple[S
         [
             (
                 orjson.dumps(
-                    {"site": HISTORY, "page": p, "ts": t.timestamp(), "props": {"agent": a, "referrer": r}}
+                    {
+                        "site": HISTORY,
+                        "page": p,
+                        "ts": t.timestamp(),
+                        "props": {"agent": a, "referrer": r},
+                        **({"visitor": visitor_of((p, t, a, r))} if a != "Bot" else {}),
+                    }
                 ),
                 HISTORY.encode(),
             )
@@ -327,6 +344,8 @@ def test_dashboard_navigates_history_by_url_range_bots_and_csv(pipeline: tuple[S
         page.goto(f"{url}?site={HISTORY}&month=2015-05#token={TOKEN}")
         expect(page.locator("#range-label")).to_have_text("May 2015", timeout=30_000)
         expect(page.locator("#range-total")).to_have_text(f"{len(may):,}", timeout=30_000)
+        # Unique visitors first: the month's days are exact, so is their union.
+        expect(page.locator("#range-visitors")).to_have_text(f"{visitors_of(may):,}", timeout=30_000)
         bars = page.eval_on_selector_all(
             "#range-chart rect[data-t]", "rs => rs.map(r => [r.dataset.t.slice(0, 10), Number(r.dataset.n)])"
         )
@@ -432,7 +451,17 @@ def test_dashboard_navigates_history_by_url_range_bots_and_csv(pipeline: tuple[S
         with page.expect_download() as download:
             page.locator("#pages-csv").click()
         pages_csv = Path(download.value.path()).read_text().splitlines()
-        assert pages_csv == ["page,hits", *(f"{p},{n}" for p, n in ranked(may_people)[:20])]
+        assert pages_csv[0] == "page,hits,visitors,visitors_exact"
+        assert [tuple(line.split(",")[:2]) for line in pages_csv[1:]] == [
+            (p, str(n)) for p, n in ranked(may_people)[:20]
+        ]
+        for line in pages_csv[1:]:
+            name, _, shown_visitors, exact = line.split(",")
+            truth = visitors_of([e for e in may_people if e[0] == name])
+            if exact == "true":
+                assert int(shown_visitors) == truth, line
+            else:
+                assert abs(int(shown_visitors) - truth) <= 0.05 * truth, (line, truth)
         page.screenshot(path=str(ARTIFACTS / "dashboard-history.png"), full_page=True)
 
         # A custom range, kept in the address; a step back; the browser's back button.

@@ -60,6 +60,7 @@ GIVEN: dict[str, list[str]] = {
         "preagg produce hits ../shared/data/access-logs/apache_logs --format clf "
         "--site semicomplete.com --props",
     ],
+    "visitors.md": ["preagg services up", "preagg worker &"],
 }
 #: Lines run elsewhere.
 ELSEWHERE = {
@@ -105,6 +106,14 @@ CHECKS: dict[tuple[str, str], Callable[[str], bool]] = {
     ),
     ("listens.md", "preagg query heard --user 1 --tag 5 --song 9"): lambda out: out.strip() == "yes",
     ("name-store.md", PROPS_RUN): lambda out: sum(r["count"] for r in json.loads(out)) == 400,
+    ("visitors.md", "preagg query visitors --site blog.example --from 2025-11-24 --to 2025-11-24"): (
+        lambda out: out.split("\n")[1].split() == ["2025-11-24T00:00:00", "3", "4", "yes"]
+    ),
+    (
+        "visitors.md",
+        "preagg query visitors --site blog.example --page / --from 2025-11-24 --to 2025-11-24 "
+        "--by hour --json",
+    ): lambda out: [(r["visitors"], r["hits"]) for r in json.loads(out) if r["hits"]] == [(2, 3)],
 }
 
 

@@ -92,12 +92,30 @@ def checks(known: dict[str, object], work: Path) -> dict[str, Callable[[str], No
     def curl_pages(out: str) -> None:
         assert [(r["page"], r["hits"]) for r in json.loads(out)] == known["top_pages"][:5]  # type: ignore[index]
 
+    def visitors(out: str) -> None:
+        rows = re.findall(r"^(\d{4}-\d\d-\d\d)T00:00:00\s+(\d+)\s+(\d+)\s+(yes|no)", out, re.M)
+        want, hits_by_day = known["visitors_by_day"], known["hits_by_day"]
+        assert [day for day, *_ in rows] == sorted(want), out  # type: ignore[call-overload]
+        for day, n, hits, exact in rows:
+            truth = want[day]  # type: ignore[index]
+            assert int(hits) == hits_by_day[day], out  # type: ignore[index]
+            close = int(n) == truth if exact == "yes" else abs(int(n) - truth) <= 0.05 * truth
+            assert close, (day, n, truth)
+
+    def root_visitors(out: str) -> None:
+        (n,) = re.findall(r"^2015-05-17T00:00:00\s+(\d+)\s+\d+\s+(?:yes|no)", out, re.M)
+        truth = known["root_visitors"]
+        assert abs(int(n) - truth) <= 0.05 * truth, (out, truth)  # type: ignore[operator]
+
     def top_pages(out: str) -> None:
         rows = re.findall(r"^\s*(/\S*)\s+(\d+)$", out, re.M)
         assert [(p, int(n)) for p, n in rows] == known["top_pages"], out  # /favicon.ico first, no rebuild
 
     return {
         "preagg query hits --site semicomplete.com --from 2015-05-17 --to 2015-05-20 --by hour": hours,
+        "preagg query visitors --site semicomplete.com --from 2015-05-17 --to 2015-05-20": visitors,
+        "preagg query visitors --site semicomplete.com --page / --from 2015-05-17 --to 2015-05-20 "
+        "--by total": root_visitors,
         "preagg query hits --site semicomplete.com --page / --from 2015-05-17T10:00 --to 2015-05-17T10:59 "
         "--by minute --json": minutes,
         "preagg query hits --site semicomplete.com --from 2015-05-01 --to 2015-05-31 "

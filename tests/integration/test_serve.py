@@ -71,6 +71,7 @@ def hit_lines(rng: random.Random) -> list[tuple[bytes, bytes]]:
         event: dict[str, Any] = {"site": site, "page": page, "ts": round(ts, 3)}
         if rng.random() < 0.7:
             event["props"] = {"country": rng.choice(["DE", "FR", "US"]), "device": rng.choice(["m", "d"])}
+        event["visitor"] = f"u{i % 60}"
         out.append((orjson.dumps(event), site.encode()))
     return out
 
@@ -328,6 +329,7 @@ def test_openapi_document_is_valid_and_lists_every_endpoint(served: tuple[Settin
         "/api/pages",
         "/api/props",
         "/api/sites",
+        "/api/visitors",
         "/api/top-tags",
         "/api/heard",
         "/api/impressions",
@@ -434,13 +436,14 @@ def test_grafana_provisioning_files_chart_a_site(served: tuple[Settings, str]) -
         first = rows[0] if isinstance(rows, list) else rows
         assert {c["selector"] for c in target["columns"]} <= set(first)
         answers.append(rows)
-    sites, series, pending, pages = answers
+    sites, series, pending, pages, visitors = answers
     assert {"site": "shop.test", "zone": "UTC"}.items() <= next(
         s for s in sites if s["site"] == "shop.test"
     ).items()
     assert pending["complete"] is True and pending["messages"] == 0
     assert len(series) == 61 and sum(r["hits"] for r in series) > 0
-    assert pages[0]["page"] == "/"
+    assert pages[0]["page"] == "/" and pages[0]["visitors"] > 0
+    assert len(visitors) == 1 and visitors[0]["visitors"] > 0 and visitors[0]["hits"] > 0
 
 
 # Hostile requests: every parameter and body is refused with a 400 naming it, never a 500.

@@ -21,7 +21,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from pipeline.ops.lag import wait_caught_up
@@ -109,7 +109,19 @@ def write_data(shared: Path) -> dict[str, object]:
         + "".join(f"{u}\t{a}\t{t}\t1\t4\t2009\n" for u, a, t in tagged)
     )
     ten = [(t, p) for t, p, _ in rows if t.hour == 10 and t.day == 17]
+    # Unique visitors: the distinct (client address, browser) pairs of a day's human lines.
+    people: dict[str, set[tuple[int, str]]] = {}
+    root: set[tuple[date, int, str]] = set()
+    for i, (t, p, a) in enumerate(rows):
+        if "bot" not in a.lower():
+            people.setdefault(t.date().isoformat(), set()).add((i % 250, a))
+            if p == "/":
+                root.add((t.date(), i % 250, a))
     return {
+        "visitors_by_day": {day: len(pairs) for day, pairs in people.items()},
+        "hits_by_day": dict(Counter(t.date().isoformat() for t, _, _ in rows)),
+        # --by total with the daily salt: each day's visitors of / added up
+        "root_visitors": len(root),
         "hits": len(rows),
         # `--to 2015-05-20` by hour: a date is its whole day, so the 20th's hours are all there
         "by_hour": sum(1 for t, _, _ in rows if t < datetime(2015, 5, 21, tzinfo=UTC)),

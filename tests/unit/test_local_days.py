@@ -141,6 +141,8 @@ def test_a_retention_run_is_a_few_statements() -> None:
         "minute counters older than 7 days of b, c",
         "hourly counters older than 400 days",
         "hourly counters older than 30 days of b",
+        "hourly visitor counters older than 400 days",
+        "hourly visitor counters older than 30 days of b",
     ]
     assert ps[0].filter == {
         "metadata.date": {"$lt": datetime(2026, 10, 24)},

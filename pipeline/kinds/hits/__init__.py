@@ -20,7 +20,7 @@ from pipeline.files import Record
 from pipeline.kinds.hits import cli, layout
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
-from pipeline.kinds.hits.layout import SITES_COLLECTION
+from pipeline.kinds.hits.layout import SECRETS_COLLECTION, SITES_COLLECTION
 from pipeline.kinds.hits.pages import PageRules, QueryPolicyError
 from pipeline.kinds.hits.settings import KEY, HitsSettings
 from pipeline.kinds.hits.site_map import SiteMap, SiteMapError
@@ -56,6 +56,7 @@ class Hits(Kind[HitsSettings]):
             sites=sites,
             clf_props=s.clf_props,
             pages=pages,
+            visitors=s.visitors,
         )
         d.lateness = s.lateness
         return d
@@ -70,10 +71,10 @@ class Hits(Kind[HitsSettings]):
         return hits_stream(ctx, s, decoder)
 
     def collections(self) -> list[str]:
-        return [*super().collections(), SITES_COLLECTION]
+        return [*super().collections(), SITES_COLLECTION, SECRETS_COLLECTION]
 
     def shard_keys(self, mode: FieldMode) -> list[ShardKey]:
-        return [*layout.shard_keys(mode), hashed_id(SITES_COLLECTION)]
+        return [*layout.shard_keys(mode), hashed_id(SITES_COLLECTION), hashed_id(SECRETS_COLLECTION)]
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)

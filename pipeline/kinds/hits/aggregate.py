@@ -14,7 +14,7 @@ its retention tier are not written (:mod:`pipeline.kinds.hits.sites.tiers`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime
 from typing import Protocol
 
@@ -23,6 +23,7 @@ import xxhash
 from pipeline.core.calendar import SLOT, UTC_CALENDAR, Calendar, minute_dt
 from pipeline.core.rejection import Rejection
 from pipeline.core.times import minute_of
+from pipeline.core.uniques import Budget
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import (
@@ -35,6 +36,8 @@ from pipeline.kinds.hits.layout import (
 )
 from pipeline.kinds.hits.sites.caps import PageCaps, unlimited
 from pipeline.kinds.hits.sites.tiers import NOTHING_PRUNED, Pruned
+from pipeline.kinds.hits.visitors import ident_hash
+from pipeline.kinds.hits.visits import Visits, add_visitors
 
 Key = tuple[str, str, int]
 """(site, page, minute since the epoch, UTC)."""
@@ -97,6 +100,10 @@ class HitCounts:
         "props",
         "props_pending",
         "site_days",
+        "visit_entries",
+        "visitor_budget",
+        "visitor_keys",
+        "visits",
     )
 
     def __init__(
@@ -106,6 +113,8 @@ class HitCounts:
         prop_keys: PropKeySource | None = None,
         calendars: Calendars = UTC_SITES,
         caps: PageCaps | None = None,
+        visitor_keys: Callable[[int], bytes] | None = None,
+        visitor_budget: Budget | None = None,
     ) -> None:
         self.decoder = decoder
         #: Pages per day and top pages (:mod:`pipeline.kinds.hits.sites.caps`), shared by a worker's windows.
@@ -125,13 +134,21 @@ class HitCounts:
         self.days: set[DayKey] = set()
         #: (site, local day) of every site rollup touched.
         self.site_days: set[tuple[str, int]] = set()
+        #: Per (site, page, quarter hour) the visitors seen (:mod:`pipeline.kinds.hits.visits`),
+        #: and how many (site, page, quarter hour, visitor) entries that is (memory).
+        self.visits: Visits = {}
+        self.visit_entries = 0
+        #: Local day ordinal → the key of its visitor hashes (:mod:`pipeline.kinds.hits.salt`).
+        self.visitor_keys = visitor_keys
+        #: What this worker wrote to each sketch holder, across its flushes.
+        self.visitor_budget = visitor_budget if visitor_budget is not None else Budget()
 
     def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
         """Count one encoded hit; a rejection is returned, not raised."""
-        hit = self.decoder.decode(raw)
-        if isinstance(hit, Rejection):
-            return hit
-        site, page, ts, props = hit
+        got = self.decoder.decode_visit(raw)
+        if isinstance(got, Rejection):
+            return got
+        (site, page, ts, props), who = got
         minute = minute_of(ts)
         key = (site, page, minute)
         counts = self.counts
@@ -155,10 +172,19 @@ class HitCounts:
                     self.props_pending += 1
                 else:
                     pairs[pair] = n + 1
+        if who is not None:
+            vk = (site, page, minute // SLOT)
+            seen = self.visits.get(vk)
+            if seen is None:
+                seen = self.visits[vk] = set()
+            ident = ident_hash(site, who)
+            if ident not in seen:
+                seen.add(ident)
+                self.visit_entries += 1
         return None
 
     def __len__(self) -> int:
-        return len(self.counts) + self.props_pending
+        return len(self.counts) + self.props_pending + self.visit_entries
 
     def documents(self) -> int:
         """Daily documents touched, twice (each has at most one monthly document), pages' and sites'.
@@ -184,6 +210,8 @@ class HitCounts:
         """The upserts that add this window's counts to MongoDB."""
         if self.props and self.prop_keys is None:
             raise RuntimeError("hits with properties need a name store (prop_keys)")
+        if self.visits and self.visitor_keys is None:
+            raise RuntimeError("hits with visitors need the visitor keys (visitor_keys)")
         now = datetime.now(UTC)
         today = datetime(now.year, now.month, now.day)
         self._refused = set()
@@ -197,6 +225,9 @@ class HitCounts:
             today,
             refused=self._assumed,
             record=self._refused,
+            visits=self.visits,
+            visitor_keys=self.visitor_keys,
+            budget=self.visitor_budget,
         )
 
     def decisions(self) -> bytes | None:
@@ -234,6 +265,9 @@ def plan_hits(
     written: datetime | None = None,
     refused: frozenset[bytes] | None = None,
     record: set[bytes] | None = None,
+    visits: Visits | None = None,
+    visitor_keys: Callable[[int], bytes] | None = None,
+    budget: Budget | None = None,
 ) -> list[DocUpdate]:
     """Group minute counts into one upsert per daily and monthly document, pages' and sites'.
 
@@ -248,6 +282,10 @@ def plan_hits(
     ``refused``: the pages refused a document (:func:`cap_key`) by the flush this plan
     writes again; when given, exactly those are refused, whatever ``caps`` says now (a
     redo decides as its flush did). ``record`` collects the keys this plan refuses.
+
+    ``visits``: the window's visitors, added to the same documents' sketches
+    (:func:`~pipeline.kinds.hits.visits.add_visitors`) with ``visitor_keys`` (local day
+    ordinal → key) and ``budget``.
     """
     fd, fm = fields.daily, fields.monthly
     rd, rm = fields.rollups.daily, fields.rollups.monthly
@@ -385,6 +423,30 @@ def plan_hits(
             )
         mupd.add(fm.total, n)
         mupd.add(f"{fm.daily}.{day.day}", n)
+    if visits and visitor_keys is not None:
+
+        def visit_targets(site: str, page: str, slot: int) -> tuple[int, list[tuple[DocUpdate, str]]]:
+            cal = calendars.calendar(site)
+            ordinal, start = cal.day_of(slot * SLOT)
+            hour = (slot * SLOT - start) // 60
+            keep = keeps.get((site, ordinal))
+            if keep is None:
+                keep = keeps[site, ordinal] = retention.keeps(site, ordinal)
+            day = date.fromordinal(ordinal)
+            docs = [site_daily_doc(site, cal, ordinal, start)]
+            monthly_docs = [site_monthly.get((site, day.year, day.month))]
+            if admits(site, page, ordinal):
+                docs.append(daily_doc(site, page, cal, ordinal, start))
+                monthly_docs.append(monthly.get((site, page, day.year, day.month)))
+            out = []
+            for upd in docs:
+                out.append((upd, fd.visitors))
+                if keep[1]:
+                    out.append((upd, f"{fd.hourly_visitors}.{hour}"))
+            out.extend((m, fm.visitors) for m in monthly_docs if m is not None)
+            return ordinal, out
+
+        add_visitors(visits, visit_targets, visitor_keys, budget if budget is not None else Budget())
     if props and prop_keys is not None:
         for (site, page, slot), pairs in props.items():
             cal = calendars.calendar(site)

@@ -18,6 +18,7 @@ from pipeline.kinds.hits.queries import QUERIES
 from pipeline.kinds.hits.query import hits_series, listed_sites, site_day_range, site_months, top_pages
 from pipeline.kinds.hits.query_bots import humans, top_human_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
+from pipeline.kinds.hits.query_visitors import page_visitors, visitor_rows
 from pipeline.kinds.hits.render import series_rows
 from pipeline.settings import Settings
 
@@ -29,6 +30,14 @@ def _with_pruned(schema: dict[str, Any]) -> dict[str, Any]:
         "description": "true: the minute (hourly) counters of this bucket's day were pruned "
         "(past the site's retention); its count is not the day's traffic",
     }
+    return schema
+
+
+def _with_visitors(schema: dict[str, Any]) -> dict[str, Any]:
+    """``/api/pages?metric=visitors`` rows carry each page's unique visitors too."""
+    props = schema["items"]["properties"]
+    props["visitors"] = {"type": "integer", "minimum": 0, "description": "metric=visitors: unique visitors"}
+    props["visitors_exact"] = {"type": "boolean", "description": "false: visitors is an estimate (1.6%)"}
     return schema
 
 
@@ -51,11 +60,24 @@ def routes(settings: Settings) -> list[Route]:
             top = await top_human_pages(db, a["site"], first, last, a["limit"], fields)
         else:
             top = await top_pages(db, a["site"], first, last, a["limit"], fields)
-        return json_rows(top, ("page", "hits"))
+        rows = json_rows(top, ("page", "hits"))
+        if a["metric"] == "visitors":
+            seen = await page_visitors(db, a["site"], [p for p, _ in top], first, last, fields)
+            for row in rows:
+                e = seen[row["page"]]
+                row["visitors"], row["visitors_exact"] = e.value, e.exact
+        return rows
 
     async def props(db: Any, a: Mapping[str, Any]) -> Any:
         first, last = await days(db, a)
         return prop_rows(await prop_counts(db, a["site"], a["page"], first, last, a["name"], fields))
+
+    async def visitors(db: Any, a: Mapping[str, Any]) -> Any:
+        first, last = await days(db, a)
+        rows = await visitor_rows(db, a["site"], a["page"], first, last, a["by"], fields)
+        return [
+            {"t": r.t.isoformat(), "visitors": r.visitors, "exact": r.exact, "hits": r.hits} for r in rows
+        ]
 
     async def sites(db: Any, a: Mapping[str, Any]) -> Any:
         months = await site_months(db, fields)
@@ -76,10 +98,28 @@ def routes(settings: Settings) -> list[Route]:
             _with_pruned(rows_of(("t", {"type": "string", "format": "date-time"}), ("hits", count))),
             "hits",
         ),
-        QUERIES["pages"].route(pages, rows_of(("page", {"type": "string"}), ("hits", count)), "hits"),
+        QUERIES["pages"].route(
+            pages, _with_visitors(rows_of(("page", {"type": "string"}), ("hits", count))), "hits"
+        ),
         QUERIES["props"].route(
             props,
             rows_of(("name", {"type": "string"}), ("value", {"type": "string"}), ("count", count)),
+            "hits",
+        ),
+        QUERIES["visitors"].route(
+            visitors,
+            rows_of(
+                ("t", {"type": "string", "format": "date-time"}),
+                ("visitors", count),
+                (
+                    "exact",
+                    {
+                        "type": "boolean",
+                        "description": "false: a HyperLogLog estimate (1.6% standard error)",
+                    },
+                ),
+                ("hits", count),
+            ),
             "hits",
         ),
         Route(

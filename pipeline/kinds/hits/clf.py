@@ -82,6 +82,8 @@ class ClfRecord:
     status: int | None
     referrer: str
     agent: str
+    #: The client address (a visitor's, with ``agent``: docs/visitors.md).
+    host: str = "-"
 
 
 def parse_line(line: str) -> ClfRecord:
@@ -91,7 +93,7 @@ def parse_line(line: str) -> ClfRecord:
         if line.count('"') % 2:
             raise ClfError("unbalanced quotes")
         raise ClfError("not in combined log format")
-    _host, _ident, _user, when, request, status, _size, referrer, agent = m.groups()
+    host, _ident, _user, when, request, status, _size, referrer, agent = m.groups()
     ts = clf_time(when)
     parts = request.split(" ")
     if len(parts) not in (2, 3) or not parts[1]:
@@ -106,6 +108,7 @@ def parse_line(line: str) -> ClfRecord:
         status=None if status == "-" else int(status),
         referrer=referrer or "-",
         agent=agent or "-",
+        host=host,
     )
 
 
@@ -150,6 +153,11 @@ def clf_props(rec: ClfRecord) -> dict[str, str]:
 def clf_event(rec: ClfRecord, site: str, props: bool) -> dict[str, object]:
     """A log line as a hit event of ``site`` (its properties when ``props``)."""
     event: dict[str, object] = {"site": site, "page": rec.path, "ts": rec.ts}
+    # The visitor (pipeline.kinds.hits.visitors): hashed by the worker, never stored as sent.
+    if rec.host not in ("", "-"):
+        event["ip"] = rec.host
+    if rec.agent not in ("", "-"):
+        event["ua"] = rec.agent
     if props:
         event["props"] = clf_props(rec)
     return event

@@ -102,10 +102,65 @@ def cmd_query_pages(a: Mapping[str, Any], args: argparse.Namespace) -> int:
         return await top(db, a["site"], first, last, a["limit"], hits_fields(s.schema))
 
     rows = on_db(s, run)
-    print_rows(rows, args.json, ("page", "hits"), args.csv)
+    if a["metric"] == "visitors":
+        print_page_visitors(s, a, rows, args)
+    else:
+        print_rows(rows, args.json, ("page", "hits"), args.csv)
     if not rows.exact:
         print(not_exact_note(rows.bound), file=sys.stderr)
     return 0
+
+
+def cmd_query_visitors(a: Mapping[str, Any], args: argparse.Namespace) -> int:
+    """Unique visitors of a site or page per hour, day or month, or over the whole range."""
+    from pipeline.kinds.hits.query_visitors import VisitorRow, visitor_rows
+
+    s = command_settings()
+
+    async def run(db: Db) -> list[VisitorRow]:
+        first, last = await _days(db, a)
+        return await visitor_rows(db, a["site"], a["page"], first, last, a["by"], hits_fields(s.schema))
+
+    rows = on_db(s, run)
+    header = ("t", "visitors", "exact", "hits")
+    table = [(r.t.isoformat(), r.visitors, r.exact, r.hits) for r in rows]
+    if args.json:
+        print(json.dumps([dict(zip(header, row, strict=True)) for row in table]))
+    elif args.csv:
+        print(csv_text(table, header), end="")
+    else:
+        print(f"{'t':>19}  {'visitors':>9}  {'hits':>9}  exact")
+        for t, n, exact, hits in table:
+            print(f"{t:>19}  {n:>9}  {hits:>9}  {'yes' if exact else 'no (estimate)'}")
+        if not all(r.exact for r in rows):
+            print(
+                "not exact: a HyperLogLog estimate, 1.6% standard error (docs/visitors.md)", file=sys.stderr
+            )
+    return 0
+
+
+def print_page_visitors(
+    s: Any, a: Mapping[str, Any], top: list[tuple[str, int]], args: argparse.Namespace
+) -> None:
+    """Top pages with each page's unique visitors (``--metric visitors``)."""
+    from pipeline.kinds.hits.query_visitors import page_visitors
+
+    async def run(db: Db) -> Any:
+        first, last = await _days(db, a)
+        return await page_visitors(db, a["site"], [p for p, _ in top], first, last, hits_fields(s.schema))
+
+    seen = on_db(s, run)
+    header = ("page", "hits", "visitors", "visitors_exact")
+    rows = [(p, n, seen[p].value, seen[p].exact) for p, n in top]
+    if args.json:
+        print(json.dumps([dict(zip(header, r, strict=True)) for r in rows]))
+    elif args.csv:
+        print(csv_text(rows, header), end="")
+    else:
+        width = max([len(printable(p)) for p, *_ in rows] + [4])
+        print(f"{'page':<{width}}  {'hits':>9}  {'visitors':>9}")
+        for p, n, v, exact in rows:
+            print(f"{printable(p):<{width}}  {n:>9}  {v:>9}{'' if exact else ' (estimate)'}")
 
 
 def not_exact_note(bound: int) -> str:
@@ -122,4 +177,5 @@ def query_commands() -> tuple[QueryCommand, ...]:
         QueryCommand(QUERIES["hits"], cmd_query_hits, ("json", "csv", "plot")),
         QueryCommand(QUERIES["props"], cmd_query_props, ("json", "csv")),
         QueryCommand(QUERIES["pages"], cmd_query_pages, ("json", "csv")),
+        QueryCommand(QUERIES["visitors"], cmd_query_visitors, ("json", "csv")),
     )

@@ -16,6 +16,7 @@ from pipeline.kinds.hits.clf import ClfError, clf_event, parse_line
 from pipeline.kinds.hits.layout import FOLDER
 from pipeline.kinds.hits.pages import PageRules
 from pipeline.kinds.hits.site_map import SiteMap
+from pipeline.kinds.hits.visitors import VisitorFieldError, identity
 
 Props = tuple[tuple[str, str], ...]
 """A hit's custom properties as (name, value) pairs, values as text."""
@@ -54,6 +55,7 @@ class HitDecoder(TimedDecoder):
         sites: SiteMap | None = None,
         clf_props: bool = False,
         pages: PageRules | None = None,
+        visitors: bool = True,
     ) -> None:
         super().__init__("hit", event_schema(FOLDER), ("site", "page"), max_bytes, future_skew, clock, fmt)
         self.max_props = max_props
@@ -62,6 +64,8 @@ class HitDecoder(TimedDecoder):
         self.clf_props = clf_props
         #: Page normalisation (query strings, trailing slashes, escapes).
         self.pages = pages or PageRules()
+        #: Whether :meth:`decode_visit` reads the visitor (``PREAGG_HITS_VISITORS``).
+        self.visitors = visitors
 
     def event_of_line(self, shipped: Shipped, raw: bytes) -> dict[str, Any] | Rejection:
         """A JSON event (its site from the map when it has none) or an access-log line as an event."""
@@ -84,10 +88,24 @@ class HitDecoder(TimedDecoder):
 
     def decode(self, raw: bytes) -> Hit | Rejection:
         """The hit, or why it is refused."""
+        got = self.decode_visit(raw)
+        return got if isinstance(got, Rejection) else got[0]
+
+    def decode_visit(self, raw: bytes) -> tuple[Hit, str | None] | Rejection:
+        """The hit and its visitor (:func:`~pipeline.kinds.hits.visitors.identity`; ``None``:
+        unknown, or a crawler), or why it is refused."""
         got = self.decode_event(raw)
         if isinstance(got, Rejection):
             return got
         obj, ts = got
+        try:
+            who = identity(obj) if self.visitors else None
+        except VisitorFieldError as exc:
+            return Rejection("visitor", str(exc), raw)
+        hit = self._hit(obj, ts, raw)
+        return hit if isinstance(hit, Rejection) else (hit, who)
+
+    def _hit(self, obj: dict[str, Any], ts: float, raw: bytes) -> Hit | Rejection:
         given = obj.get("props")
         page = self.pages(obj["page"])
         if not given:

@@ -26,6 +26,8 @@ FOLDER = SCHEMAS / "hits"
 
 #: Per-site settings (zones, retention overrides): :mod:`pipeline.kinds.hits.sites.store`.
 SITES_COLLECTION = "hits_sites"
+#: The visitors' secret (:mod:`pipeline.kinds.hits.salt`).
+SECRETS_COLLECTION = "hits_secrets"
 
 
 def daily_id(day: date, site: str, page: str) -> str:
@@ -58,12 +60,16 @@ class DocFields:
     site: str
     page: str
     total: str
+    #: The period's unique visitors (a sketch: :mod:`pipeline.core.uniques`).
+    visitors: str
 
 
 @dataclass(frozen=True)
 class DailyFields(DocFields):
     """Stored names of the daily hits document."""
 
+    #: Unique visitors per hour of the day (hour → sketch).
+    hourly_visitors: str
     start: str
     zone: str
     hourly: str

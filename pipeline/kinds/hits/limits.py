@@ -20,6 +20,11 @@ MAX_SPAN: Mapping[str, timedelta] = {
 MAX_PAGE_DAYS = 366
 #: Longest range of property counts (daily documents: one per page and day).
 MAX_PROP_DAYS = 93
+#: Bucket sizes of a unique-visitors answer (``total``: one row, the union over the range).
+VISITOR_BUCKETS = ("hour", "day", "month", "total")
+#: Longest range of unique visitors per bucket: hours read one daily document a day, days and
+#: the total at most one a day (whole months one a month), months one a month.
+MAX_VISITOR_DAYS: Mapping[str, int] = {"hour": 31, "day": 1100, "total": 1100, "month": 50 * 366}
 
 
 def as_utc(t: Any) -> Any:

@@ -14,7 +14,14 @@ from pipeline.core.params import BadParam, Param
 from pipeline.core.queries import Query, indexed
 from pipeline.core.series import GRANULARITIES
 from pipeline.kinds.hits.bots import FILTERED_BY
-from pipeline.kinds.hits.limits import MAX_PAGE_DAYS, MAX_PROP_DAYS, MAX_SPAN, check_span
+from pipeline.kinds.hits.limits import (
+    MAX_PAGE_DAYS,
+    MAX_PROP_DAYS,
+    MAX_SPAN,
+    MAX_VISITOR_DAYS,
+    VISITOR_BUCKETS,
+    check_span,
+)
 
 SITE = Param("site", "the site, as in the events' `site`", required=True)
 PAGE = Param("page", "one page (default: all pages of the site)")
@@ -26,6 +33,14 @@ BOTS = Param(
     default="include",
     choices=("include", "exclude"),
     flag=("--no-bots", "exclude"),
+)
+METRIC = Param(
+    "metric",
+    "`visitors`: each listed page's unique visitors beside its hits (pages are ranked by hits; "
+    "one more read per page and day, or per whole month)",
+    "choice",
+    default="hits",
+    choices=("hits", "visitors"),
 )
 #: Most pages one top-pages answer lists.
 MAX_PAGES = 1000
@@ -42,6 +57,11 @@ def _check_days(longest: int) -> Callable[[Mapping[str, Any]], None]:
         check_span("from", a["from"], a["to"] or a["from"], timedelta(days=longest), "this query")
 
     return check
+
+
+def _check_visitors(a: Mapping[str, Any]) -> None:
+    days = MAX_VISITOR_DAYS[a["by"]]
+    check_span("from", a["from"], a["to"] or a["from"], timedelta(days=days), f"by={a['by']}")
 
 
 QUERIES = indexed(
@@ -85,6 +105,7 @@ QUERIES = indexed(
             Param("to", "last day (inclusive)", "date", default="today"),
             Param("limit", "most pages", "integer", default="10", minimum=1, maximum=MAX_PAGES),
             BOTS,
+            METRIC,
         ),
         _check_days(MAX_PAGE_DAYS),
         {"max_days": MAX_PAGE_DAYS},
@@ -102,5 +123,26 @@ QUERIES = indexed(
         ),
         _check_days(MAX_PROP_DAYS),
         {"max_days": MAX_PROP_DAYS},
+    ),
+    Query(
+        "visitors",
+        "/api/visitors",
+        "Unique visitors of a site or page over its local days: per hour, day or month, or the "
+        "range's total (a union, not a sum), each saying whether it is exact",
+        (
+            SITE,
+            PAGE,
+            Param("from", "first local day (YYYY-MM-DD, today-29d)", "date", default="today-29d"),
+            Param("to", "last local day (inclusive)", "date", default="today"),
+            Param(
+                "by",
+                "bucket size; `total`: one row, the visitors of the whole range",
+                "choice",
+                default="day",
+                choices=VISITOR_BUCKETS,
+            ),
+        ),
+        _check_visitors,
+        {"max_days_by": dict(MAX_VISITOR_DAYS)},
     ),
 )

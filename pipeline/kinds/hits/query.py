@@ -193,7 +193,7 @@ class TopPages(list[tuple[str, int]]):
     proven: int = 0
 
 
-def _months(first: date, last: date) -> list[tuple[date, date, bool]]:
+def month_spans(first: date, last: date) -> list[tuple[date, date, bool]]:
     """(first day, last day, whole month?) of each month the range touches."""
     out = []
     m = first.replace(day=1)
@@ -210,7 +210,7 @@ async def _period_lists(
     """The top lists covering the range: a whole month's own list when it proves as much as
     its days' (complete, or sealed and unchanged), else the daily lists."""
     rd, rm = r.top_daily, r.top_monthly
-    months = _months(first, last)
+    months = month_spans(first, last)
     lists: list[PeriodList] = []
     days: list[tuple[date, date]] = [(lo, hi) for lo, hi, whole in months if not whole]
     whole = [midnight(lo) for lo, _, whole in months if whole]
@@ -255,7 +255,7 @@ async def page_totals(
         flt = site_filter(fm, site, None, midnight(first.replace(day=1)), midnight(last.replace(day=1)))
         await _add_totals(db[fm.collection].find(flt, proj), first, last, fm, out)
         return out
-    months = [lo.replace(day=1) for lo, _, _ in _months(first, last)]
+    months = [lo.replace(day=1) for lo, _, _ in month_spans(first, last)]
     ids = [monthly_id(m, site, p) for p in pages for m in months]
     found = by_ids(db[fm.collection], ids, f"{fm.metadata}.{fm.site}", site, proj)
     await _add_totals(found, first, last, fm, out)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import date
 
+from pipeline.core.uniques import Budget
 from pipeline.kinds.hits import layout
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.budget import values_per_name
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
+from pipeline.kinds.hits.salt import VisitorKeys
 from pipeline.kinds.hits.settings import HitsSettings
 from pipeline.kinds.hits.sites.cache import SiteConfigs
 from pipeline.kinds.hits.sites.caps import PageCaps
@@ -54,6 +57,12 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
     fields = layout.hits_fields(ctx.mode)
 
     sites = SiteConfigs(ctx.db)
+    visitor_keys = VisitorKeys(ctx.db, daily=s.visitor_salt == "daily")
+    visitor_budget = Budget()
+
+    def key_of(ordinal: int) -> bytes:
+        return visitor_keys.key(date.fromordinal(ordinal))
+
     caps = PageCaps(s.max_pages_per_day, s.top_pages_bytes)
     schedule = RetentionSchedule(
         ctx.db,
@@ -83,11 +92,13 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         await seed_caps(ctx.db, fields, caps, *agg.periods())  # pages per day, top pages
         if agg.props:
             await prop_keys.resolve(agg.prop_pairs())
+        if agg.visits:
+            await visitor_keys.load()  # once: the deployment's secret (created by the first worker)
 
     return Stream(
-        lambda: HitCounts(decoder, fields, prop_keys, sites, caps),
+        lambda: HitCounts(decoder, fields, prop_keys, sites, caps, key_of, visitor_budget),
         before_plan=before_plan,
-        before_plan_label="sites' zones, page caps and name store",
+        before_plan_label="sites' zones, page caps, name store and visitor secret",
         metrics=lambda: [
             *name_store_metrics(names),
             *retention_metrics(schedule),

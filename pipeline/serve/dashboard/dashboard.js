@@ -359,8 +359,13 @@ async function loadRange() {
     site: state.site, page: state.page, from: r.from, to: r.to + "T23:59:59", by,
     bots: filtered ? "exclude" : null,
   });
-  const [rows, previous] = await Promise.all([query(state), state.compare ? query(previousRange()) : null]);
+  const people = api("/api/visitors", { site: state.site, page: state.page, from: state.from, to: state.to, by: "total" });
+  const [rows, previous, visitors] = await Promise.all([
+    query(state), state.compare ? query(previousRange()) : null, people,
+  ]);
   const { total, max, scale } = drawBars($("range-chart"), rows, labels[by], previous);
+  const v = visitors[0] || { visitors: 0, exact: true };
+  $("range-visitors").textContent = (v.exact ? "" : "≈ ") + fmt(v.visitors);
   yAxis("range-y", scale);
   xTicks("range-x", rows, ticks[by]);
   whereIsTheData(total);
@@ -450,7 +455,7 @@ async function loadPages() {
   const r = clipped(MAX_PAGE_DAYS, "top pages");
   const ask = Math.min(state.pagesLimit + 1, MAX_PAGES);
   const rows = await api("/api/pages", {
-    site: state.site, from: r.from, to: r.to, limit: ask, bots: state.bots ? "exclude" : null,
+    site: state.site, from: r.from, to: r.to, limit: ask, bots: state.bots ? "exclude" : null, metric: "visitors",
   });
   const shown = rows.slice(0, state.pagesLimit);
   state.pagesShown = shown;
@@ -461,10 +466,13 @@ async function loadPages() {
     const tr = document.createElement("tr");
     const page = document.createElement("td");
     const n = document.createElement("td");
+    const people = document.createElement("td");
     page.textContent = row.page;
     n.textContent = fmt(row.hits);
     n.className = "n";
-    tr.append(page, n);
+    people.textContent = (row.visitors_exact ? "" : "≈ ") + fmt(row.visitors);
+    people.className = "n";
+    tr.append(page, n, people);
     tr.dataset.page = row.page;
     tr.classList.toggle("picked", row.page === state.page);
     tr.addEventListener("click", () => pickPage(row.page === state.page ? null : row.page));
@@ -674,8 +682,8 @@ $("rt-csv").addEventListener("click", () => chartCsv($("rt-chart"), `${state.sit
 $("range-csv").addEventListener("click", () =>
   chartCsv($("range-chart"), `${state.site}-${state.from}-${state.to}-by-${rangeBy()}.csv`));
 $("pages-csv").addEventListener("click", () =>
-  download(`${state.site}-pages-${state.from}-${state.to}.csv`, ["page", "hits"],
-    (state.pagesShown || []).map((r) => [r.page, r.hits])));
+  download(`${state.site}-pages-${state.from}-${state.to}.csv`, ["page", "hits", "visitors", "visitors_exact"],
+    (state.pagesShown || []).map((r) => [r.page, r.hits, r.visitors, r.visitors_exact])));
 $("props-csv").addEventListener("click", () =>
   download(`${state.site}-props-${state.from}-${state.to}.csv`, ["name", "value", "count"],
     (state.propRows || []).map((r) => [r.name, r.value, r.count])));

@@ -141,7 +141,13 @@ def prunes(f: DailyFields, retention: Retention, today: date, spare_recent: bool
     """
     site, day = f"{f.metadata}.{f.site}", f"{f.metadata}.{f.date}"
     out = []
-    for what, field, attr in (("minute", f.minute, "minute_days"), ("hourly", f.hourly, "hour_days")):
+    tiers = (
+        ("minute", f.minute, "minute_days"),
+        ("hourly", f.hourly, "hour_days"),
+        # hourly visitors live as long as the hourly counters (docs/visitors.md)
+        ("hourly visitor", f.hourly_visitors, "hour_days"),
+    )
+    for what, field, attr in tiers:
         groups: dict[int, list[str]] = {}
         for s, t in retention.overrides.items():
             groups.setdefault(getattr(t, attr), []).append(s)

@@ -1,0 +1,160 @@
+"""Unique visitors of a site or page over a range of its local days: unions of the stored sketches.
+
+A day's (hour's) visitors are the sketch of its daily document (``visitors``,
+``hourly_visitors.<h>``); a month's, its monthly document's when the range covers the whole
+month, else the union of its days in range. ``by=total`` is the union over the whole range:
+whole months read one monthly document each, the other days one daily document each, so a
+30-day site chart reads at most one document per day (the site's rollups). Each answer says
+whether it is exact (:func:`pipeline.core.uniques.estimate`).
+
+With the default daily salt the same person has another hash each day, so a range longer
+than a day counts them once a day: its figure is the sum of its days' visitors at most
+(docs/visitors.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from pipeline.core.times import midnight
+from pipeline.core.uniques import Estimate, estimate
+from pipeline.kinds.hits.layout import HitsFields, daily_id, monthly_id, read_fields, site_filter
+from pipeline.kinds.hits.limits import VISITOR_BUCKETS
+from pipeline.kinds.hits.query import by_ids, month_spans
+
+
+@dataclass(frozen=True)
+class VisitorRow:
+    """One bucket's unique visitors (its start, local time), whether that figure is exact, and
+    its page views (every hit, crawlers' too), read from the same documents."""
+
+    t: datetime
+    visitors: int
+    exact: bool
+    hits: int = 0
+
+
+async def _holders(
+    db: AsyncDatabase[dict[str, Any]],
+    fields: HitsFields,
+    site: str,
+    page: str | None,
+    monthly: bool,
+    first: date,
+    last: date,
+    hourly: bool = False,
+) -> dict[date, dict[str, Any]]:
+    """The sketches of a site's (page's) daily or monthly documents from ``first`` to ``last``, by date."""
+    f = read_fields(fields, page)
+    doc = f.monthly if monthly else f.daily
+    proj: dict[str, Any] = {f"{doc.metadata}.{doc.date}": 1, doc.visitors: 1, doc.total: 1, "_id": 0}
+    if hourly:
+        proj[f.daily.hourly_visitors] = 1
+        proj[f.daily.hourly] = 1
+    flt = site_filter(doc, site, page, midnight(first), midnight(last))
+    out: dict[date, dict[str, Any]] = {}
+    async for d in db[doc.collection].find(flt, proj):
+        out[d[doc.metadata][doc.date].date()] = d
+    return out
+
+
+def _row(t: datetime, holders: Iterable[Mapping[str, Any] | None], hits: int) -> VisitorRow:
+    e: Estimate = estimate(holders)
+    return VisitorRow(t, e.value, e.exact, hits)
+
+
+async def visitor_rows(
+    db: AsyncDatabase[dict[str, Any]],
+    site: str,
+    page: str | None,
+    first: date,
+    last: date,
+    by: str,
+    fields: HitsFields,
+) -> list[VisitorRow]:
+    """Unique visitors per ``by`` bucket (``hour``, ``day``, ``month``) of ``first``..``last``, zero-filled,
+    or one row for the whole range (``total``)."""
+    if by not in VISITOR_BUCKETS:
+        raise ValueError(f"by must be one of {', '.join(VISITOR_BUCKETS)}")
+    f = read_fields(fields, page)
+    v, vh, total, hourly = f.daily.visitors, f.daily.hourly_visitors, f.daily.total, f.daily.hourly
+    months = month_spans(first, last)
+    if by in ("hour", "day"):
+        days = await _holders(db, fields, site, page, False, first, last, hourly=by == "hour")
+        rows = []
+        d = first
+        while d <= last:
+            doc = days.get(d, {})
+            if by == "day":
+                rows.append(_row(midnight(d), [doc.get(v)], int(doc.get(total, 0))))
+            else:
+                hours, counts = doc.get(vh) or {}, doc.get(hourly) or {}
+                # A local day of 25 hours (a DST change) has an hour 24.
+                n = 25 if "24" in hours or "24" in counts else 24
+                rows.extend(
+                    _row(midnight(d) + timedelta(hours=h), [hours.get(str(h))], int(counts.get(str(h), 0)))
+                    for h in range(n)
+                )
+            d += timedelta(days=1)
+        return rows
+    whole = [lo for lo, _, w in months if w]
+    month_docs = await _holders(db, fields, site, page, True, whole[0], whole[-1]) if whole else {}
+    # A whole month whose sketch is an estimate is read as its days when each of them is exact
+    # (a month of small days, in registers once its writer passed the explicit bound): up to
+    # 31 more documents for an exact answer instead of a 1.6% one.
+    inexact = {lo for lo in whole if not estimate([month_docs.get(lo, {}).get(f.monthly.visitors)]).exact}
+    partial = [(lo, hi) for lo, hi, w in months if not w or lo in inexact]
+    day_docs: dict[date, dict[str, Any]] = {}
+    for lo, hi in partial:
+        day_docs.update(await _holders(db, fields, site, page, False, lo, hi))
+    per_month: list[tuple[date, list[Mapping[str, Any] | None], int]] = []
+    for lo, hi, w in months:
+        docs = [doc for d, doc in day_docs.items() if lo <= d <= hi]
+        days_exact = estimate([doc.get(v) for doc in docs]).exact
+        if w and not (lo in inexact and days_exact):
+            doc = month_docs.get(lo, {})
+            per_month.append((lo, [doc.get(f.monthly.visitors)], int(doc.get(f.monthly.total, 0))))
+        else:
+            per_month.append((lo, [doc.get(v) for doc in docs], sum(int(doc.get(total, 0)) for doc in docs)))
+    if by == "month":
+        return [_row(midnight(lo.replace(day=1)), holders, n) for lo, holders, n in per_month]
+    return [
+        _row(
+            midnight(first),
+            [h for _, holders, _ in per_month for h in holders],
+            sum(n for _, _, n in per_month),
+        )
+    ]
+
+
+async def page_visitors(
+    db: AsyncDatabase[dict[str, Any]],
+    site: str,
+    pages: list[str],
+    first: date,
+    last: date,
+    fields: HitsFields,
+) -> dict[str, Estimate]:
+    """Unique visitors of each of ``pages`` over ``first``..``last`` (top pages' visitors column):
+    each whole month's monthly document, each other day's daily document, read by ``_id``."""
+    fd, fm = fields.daily, fields.monthly
+    months = month_spans(first, last)
+    wanted: dict[str, list[Mapping[str, Any] | None]] = {p: [] for p in pages}
+    whole = [lo for lo, _, w in months if w]
+    days = [lo + timedelta(days=i) for lo, hi, w in months if not w for i in range((hi - lo).days + 1)]
+    for coll, ids, doc_fields in (
+        (fm.collection, [monthly_id(m, site, p) for p in pages for m in whole], fm),
+        (fd.collection, [daily_id(d, site, p) for p in pages for d in days], fd),
+    ):
+        proj = {f"{doc_fields.metadata}.{doc_fields.page}": 1, doc_fields.visitors: 1, "_id": 0}
+        site_path = f"{doc_fields.metadata}.{doc_fields.site}"
+        async for d in by_ids(db[coll], ids, site_path, site, proj):
+            page = d[doc_fields.metadata][doc_fields.page]
+            if page in wanted:
+                wanted[page].append(d.get(doc_fields.visitors))
+    return {p: estimate(holders) for p, holders in wanted.items()}

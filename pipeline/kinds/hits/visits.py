@@ -1,0 +1,57 @@
+"""A flush's unique visitors, per quarter hour, into the sketch fields of its documents (pure).
+
+The aggregator keeps, per (site, page, UTC quarter hour), the in-memory hashes of the
+visitors it saw (:func:`~pipeline.kinds.hits.visitors.ident_hash`). The plan hashes each
+with its local day's key (:func:`~pipeline.kinds.hits.visitors.keyed_hash`) and adds the
+keyed hashes to every holder the hit's counters go to: the page's day (``visitors``) and
+hour of the day (``hourly_visitors.<h>``), the page's month, the site's day, hour and month.
+Each holder gets ``$max`` fields (:mod:`pipeline.core.uniques`): explicit hashes while small,
+registers once this worker has written :data:`~pipeline.core.uniques.EXPLICIT_MAX` to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from pipeline.core.uniques import Budget
+from pipeline.core.updates import DocUpdate
+from pipeline.kinds.hits.visitors import keyed_hash
+
+VisitKey = tuple[str, str, int]
+"""(site, page, UTC quarter hour since the epoch): every zone's midnight is on a quarter hour."""
+
+Visits = dict[VisitKey, set[int]]
+"""Per (site, page, quarter hour), the in-memory hashes of its visitors."""
+
+#: Where one quarter hour of a page's visitors goes: (document update, holder path) pairs,
+#: and the local day whose key hashes them.
+Targets = Callable[[str, str, int], tuple[int, Iterable[tuple[DocUpdate, str]]]]
+
+
+def add_visitors(
+    visits: Mapping[VisitKey, set[int]],
+    targets: Targets,
+    key_of: Callable[[int], bytes],
+    budget: Budget,
+) -> int:
+    """Add the visitors of ``visits`` to their documents' sketch fields (``DocUpdate.max``);
+    the number of holders written."""
+    holders: dict[tuple[int, str], tuple[DocUpdate, set[int]]] = {}
+    salted: dict[tuple[int, int], int] = {}
+    for (site, page, slot), idents in visits.items():
+        ordinal, where = targets(site, page, slot)
+        key = key_of(ordinal)
+        keyed = []
+        for ident in idents:
+            h = salted.get((ordinal, ident))
+            if h is None:
+                h = salted[ordinal, ident] = keyed_hash(key, ident)
+            keyed.append(h)
+        for upd, path in where:
+            got = holders.get((id(upd), path))
+            if got is None:
+                got = holders[id(upd), path] = (upd, set())
+            got[1].update(keyed)
+    for (_, path), (upd, hashes) in holders.items():
+        upd.max.update(budget.fields(upd.collection, upd.id, path, hashes))
+    return len(holders)

@@ -1,0 +1,156 @@
+"""Unique-visitor sketches as ``$max`` fields: exact while small, 2% from 1,000 up, idempotent (issue 40)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from datasketch import HyperLogLogPlusPlus
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.core.uniques import (
+    EXPLICIT_MAX,
+    Budget,
+    estimate,
+    explicit_fields,
+    hash_key,
+    key_hash,
+    register_of,
+)
+from pipeline.kinds.hits.visitors import VisitorFieldError, day_key, ident_hash, identity, keyed_hash
+
+
+def apply_max(doc: dict[str, Any], fields: dict[str, Any]) -> None:
+    """``$max`` as MongoDB applies it to dotted paths (absent: set)."""
+    for path, value in fields.items():
+        *parents, last = path.split(".")
+        at = doc
+        for p in parents:
+            at = at.setdefault(p, {})
+        at[last] = value if last not in at else max(at[last], value)
+
+
+def written(hashes: list[int], per_flush: int, budget: Budget | None = None) -> dict[str, Any]:
+    """The stored holder after one writer's flushes of ``per_flush`` hashes each."""
+    b = budget or Budget()
+    doc: dict[str, Any] = {}
+    for at in range(0, len(hashes), per_flush):
+        apply_max(doc, b.fields("c", 1, "v", set(hashes[at : at + per_flush])))
+    return doc.get("v", {})
+
+
+def test_registers_are_datasketchs() -> None:
+    rng = random.Random(1)
+    hashes = [rng.getrandbits(64) for _ in range(20_000)]
+    hll = HyperLogLogPlusPlus(p=12, hashfunc=lambda x: x)
+    for h in hashes:
+        hll.update(h)
+    reg = [0] * 4096
+    for h in hashes:
+        i, rank = register_of(h)
+        reg[i] = max(reg[i], rank)
+    assert reg == list(hll.reg)
+
+
+@given(st.integers(min_value=0, max_value=2**64 - 1))
+def test_a_hash_survives_its_field_name(h: int) -> None:
+    key = hash_key(h)
+    assert len(key) == 11 and "." not in key and not key.startswith("$")
+    assert key_hash(key) == h
+
+
+@pytest.mark.parametrize("n", [1, 50, EXPLICIT_MAX])
+def test_small_sets_are_exact(n: int) -> None:
+    rng = random.Random(n)
+    hashes = [rng.getrandbits(64) for _ in range(n)]
+    got = estimate([written(hashes, 7)])
+    assert (got.value, got.exact) == (n, True)
+
+
+@pytest.mark.parametrize("n", [1_000, 10_000, 100_000, 1_000_000])
+def test_large_sets_are_within_two_percent(n: int) -> None:
+    rng = random.Random(n)
+    hashes = [rng.getrandbits(64) for _ in range(n)]
+    holder = written(hashes, max(1, n // 20))
+    got = estimate([holder])
+    assert not got.exact
+    assert abs(got.value - n) <= 0.02 * n, (got, n)
+    assert len(holder.get("x", {})) <= EXPLICIT_MAX and len(holder["r"]) <= 4096  # bounded
+
+
+def test_a_flush_written_twice_or_out_of_order_changes_nothing() -> None:
+    rng = random.Random(7)
+    flushes = [
+        Budget().fields("c", 1, "v", {rng.getrandbits(64) for _ in range(k)}) for k in (3, 40, 300, 90)
+    ]
+    once: dict[str, Any] = {}
+    for f in flushes:
+        apply_max(once, f)
+    again: dict[str, Any] = {}
+    for f in [*reversed(flushes), *flushes, flushes[2]]:
+        apply_max(again, f)
+    assert once == again
+
+
+def test_a_union_of_exact_holders_is_exact_and_a_set_union() -> None:
+    a = {"x": {hash_key(h): True for h in (1, 2, 3)}}
+    b = {"x": {hash_key(h): True for h in (3, 4)}}
+    assert estimate([a, b, None]) == estimate([{"x": {**a["x"], **b["x"]}}])
+    assert (estimate([a, b]).value, estimate([a, b]).exact) == (4, True)
+
+
+def test_a_writer_that_forgets_writes_at_most_the_bound_again() -> None:
+    """After a restart (a fresh budget) the explicit part grows by at most one bound."""
+    rng = random.Random(3)
+    hashes = [rng.getrandbits(64) for _ in range(5_000)]
+    doc: dict[str, Any] = {}
+    for restart in range(3):
+        b = Budget()
+        part = hashes[restart * 1_000 : (restart + 1) * 1_000]
+        for at in range(0, len(part), 25):
+            apply_max(doc, b.fields("c", 1, "v", set(part[at : at + 25])))
+    assert len(doc["v"]["x"]) <= 3 * EXPLICIT_MAX
+    got = estimate([doc["v"]])
+    assert abs(got.value - 3_000) <= 0.05 * 3_000
+
+
+def test_explicit_fields_name_each_hash() -> None:
+    assert explicit_fields("vh.3", [5]) == {f"vh.3.x.{hash_key(5)}": True}
+
+
+def test_who_is_a_visitor() -> None:
+    assert identity({"visitor": "u-1", "ip": "1.2.3.4"}) == "v\x00u-1"
+    assert identity({"visitor": 42}) == "v\x0042"
+    assert identity({"ip": "1.2.3.4", "ua": "Firefox/121.0"}) == "a\x001.2.3.4\x00Firefox/121.0"
+    assert identity({"ip": "1.2.3.4", "ua": "Googlebot/2.1"}) is None  # crawlers are no visitors
+    assert identity({"site": "s", "page": "/"}) is None
+    for bad in ({"visitor": 1.5}, {"ip": ["1"]}, {"ua": "x" * 2000}, {"visitor": True}):
+        with pytest.raises(VisitorFieldError):
+            identity(bad)
+
+
+def test_keys_differ_by_day_and_secret_and_hashes_are_stable() -> None:
+    from datetime import date
+
+    d1, d2 = date(2026, 11, 1), date(2026, 11, 2)
+    assert day_key(b"s" * 32, d1) != day_key(b"s" * 32, d2) != day_key(b"t" * 32, d2)
+    assert day_key(b"s" * 32, None) == day_key(b"s" * 32, None)
+    i = ident_hash("site", "a\x001.2.3.4\x00ua")
+    assert i != ident_hash("other", "a\x001.2.3.4\x00ua")  # one person, two sites: two visitors
+    k = day_key(b"s" * 32, d1)
+    assert keyed_hash(k, i) == keyed_hash(k, i) != keyed_hash(day_key(b"s" * 32, d2), i)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), max_size=400), st.integers(1, 60))
+def test_any_split_into_flushes_gives_the_same_count_class(hashes: list[int], per_flush: int) -> None:
+    """Exact whenever the writer never switched; an estimate otherwise, never an inflated exact figure."""
+    holder = written(hashes, per_flush)
+    got = estimate([holder])
+    distinct = len(set(hashes))
+    if got.exact:
+        assert got.value == distinct
+    else:
+        assert abs(got.value - distinct) <= max(3, 0.1 * distinct)
