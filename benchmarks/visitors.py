@@ -39,7 +39,7 @@ from benchmarks.common import (
     use_data,
     write_results,
 )
-from pipeline.core.uniques import EXPLICIT_MAX, Budget, estimate
+from pipeline.core.uniques import EXPLICIT_MAX, Budget, Fields, estimate
 from pipeline.files import Accepted
 from pipeline.kinds import named
 from pipeline.kinds.hits import KIND as HITS
@@ -56,13 +56,15 @@ F = hits_fields("compact")
 SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
 
 
-def _apply_max(doc: dict[str, Any], fields: dict[str, Any]) -> None:
-    for path, value in fields.items():
-        *parents, last = path.split(".")
-        at = doc
-        for p in parents:
-            at = at.setdefault(p, {})
-        at[last] = value if last not in at else max(at[last], value)
+def _apply_max(doc: dict[str, Any], fields: Fields) -> None:
+    """``$max`` and ``$bit or`` as MongoDB applies them to dotted paths (absent: set)."""
+    for ops, merge in ((fields.max, max), (fields.bit_or, int.__or__)):
+        for path, value in ops.items():
+            *parents, last = path.split(".")
+            at = doc
+            for p in parents:
+                at = at.setdefault(p, {})
+            at[last] = value if last not in at else merge(at[last], value)
 
 
 def sketch_accuracy(seeds: int = 5) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Unique-visitor sketches as ``$max`` fields: exact while small, 2% from 1,000 up, idempotent (issue 40)."""
+"""Unique-visitor sketches as `$max` and `$bit or` fields: exact while small, 2% from 1,000 up (issue 40)."""
 
 from __future__ import annotations
 
@@ -13,23 +13,27 @@ from hypothesis import strategies as st
 from pipeline.core.uniques import (
     EXPLICIT_MAX,
     Budget,
+    Fields,
+    P,
     estimate,
     explicit_fields,
     hash_key,
     key_hash,
     register_of,
+    register_words,
 )
 from pipeline.kinds.hits.visitors import VisitorFieldError, day_key, ident_hash, identity, keyed_hash
 
 
-def apply_max(doc: dict[str, Any], fields: dict[str, Any]) -> None:
-    """``$max`` as MongoDB applies it to dotted paths (absent: set)."""
-    for path, value in fields.items():
-        *parents, last = path.split(".")
-        at = doc
-        for p in parents:
-            at = at.setdefault(p, {})
-        at[last] = value if last not in at else max(at[last], value)
+def apply_max(doc: dict[str, Any], fields: Fields) -> None:
+    """``$max`` and ``$bit or`` as MongoDB applies them to dotted paths (absent: set)."""
+    for ops, merge in ((fields.max, max), (fields.bit_or, int.__or__)):
+        for path, value in ops.items():
+            *parents, last = path.split(".")
+            at = doc
+            for p in parents:
+                at = at.setdefault(p, {})
+            at[last] = value if last not in at else merge(at[last], value)
 
 
 def written(hashes: list[int], per_flush: int, budget: Budget | None = None) -> dict[str, Any]:
@@ -44,10 +48,10 @@ def written(hashes: list[int], per_flush: int, budget: Budget | None = None) -> 
 def test_registers_are_datasketchs() -> None:
     rng = random.Random(1)
     hashes = [rng.getrandbits(64) for _ in range(20_000)]
-    hll = HyperLogLogPlusPlus(p=12, hashfunc=lambda x: x)
+    hll = HyperLogLogPlusPlus(p=P, hashfunc=lambda x: x)
     for h in hashes:
         hll.update(h)
-    reg = [0] * 4096
+    reg = [0] * (1 << P)
     for h in hashes:
         i, rank = register_of(h)
         reg[i] = max(reg[i], rank)
@@ -77,7 +81,7 @@ def test_large_sets_are_within_two_percent(n: int) -> None:
     got = estimate([holder])
     assert not got.exact
     assert abs(got.value - n) <= 0.02 * n, (got, n)
-    assert len(holder.get("x", {})) <= EXPLICIT_MAX and len(holder["r"]) <= 4096  # bounded
+    assert len(holder.get("x", {})) <= EXPLICIT_MAX and len(holder["r"]) <= (1 << P) // 4  # bounded
 
 
 def test_a_flush_written_twice_or_out_of_order_changes_nothing() -> None:
@@ -118,6 +122,15 @@ def test_a_writer_that_forgets_writes_at_most_the_bound_again() -> None:
 
 def test_explicit_fields_name_each_hash() -> None:
     assert explicit_fields("vh.3", [5]) == {f"vh.3.x.{hash_key(5)}": True}
+
+
+def test_registers_are_thermometers_whose_or_is_the_maximum() -> None:
+    rng = random.Random(11)
+    a, b = [rng.getrandbits(64) for _ in range(3_000)], [rng.getrandbits(64) for _ in range(3_000)]
+    words_a, words_b, words_ab = register_words(a), register_words(b), register_words(a + b)
+    ored = {w: words_a.get(w, 0) | words_b.get(w, 0) for w in set(words_a) | set(words_b)}
+    assert ored == words_ab
+    assert all(0 < m < 2**63 for m in words_ab.values())  # a positive signed int64
 
 
 def test_who_is_a_visitor() -> None:

@@ -37,7 +37,7 @@ def _with_visitors(schema: dict[str, Any]) -> dict[str, Any]:
     """``/api/pages?metric=visitors`` rows carry each page's unique visitors too."""
     props = schema["items"]["properties"]
     props["visitors"] = {"type": "integer", "minimum": 0, "description": "metric=visitors: unique visitors"}
-    props["visitors_exact"] = {"type": "boolean", "description": "false: visitors is an estimate (1.6%)"}
+    props["visitors_exact"] = {"type": "boolean", "description": "false: visitors is an estimate"}
     return schema
 
 
@@ -115,7 +115,7 @@ def routes(settings: Settings) -> list[Route]:
                     "exact",
                     {
                         "type": "boolean",
-                        "description": "false: a HyperLogLog estimate (1.6% standard error)",
+                        "description": "false: a HyperLogLog estimate (0.81% standard error)",
                     },
                 ),
                 ("hits", count),

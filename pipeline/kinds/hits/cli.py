@@ -134,7 +134,7 @@ def cmd_query_visitors(a: Mapping[str, Any], args: argparse.Namespace) -> int:
             print(f"{t:>19}  {n:>9}  {hits:>9}  {'yes' if exact else 'no (estimate)'}")
         if not all(r.exact for r in rows):
             print(
-                "not exact: a HyperLogLog estimate, 1.6% standard error (docs/visitors.md)", file=sys.stderr
+                "not exact: a HyperLogLog estimate, 0.81% standard error (docs/visitors.md)", file=sys.stderr
             )
     return 0
 

@@ -106,7 +106,7 @@ async def visitor_rows(
     month_docs = await _holders(db, fields, site, page, True, whole[0], whole[-1]) if whole else {}
     # A whole month whose sketch is an estimate is read as its days when each of them is exact
     # (a month of small days, in registers once its writer passed the explicit bound): up to
-    # 31 more documents for an exact answer instead of a 1.6% one.
+    # 31 more documents for an exact answer instead of an estimate.
     inexact = {lo for lo in whole if not estimate([month_docs.get(lo, {}).get(f.monthly.visitors)]).exact}
     partial = [(lo, hi) for lo, hi, w in months if not w or lo in inexact]
     day_docs: dict[date, dict[str, Any]] = {}

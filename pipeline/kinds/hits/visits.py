@@ -5,8 +5,8 @@ visitors it saw (:func:`~pipeline.kinds.hits.visitors.ident_hash`). The plan has
 with its local day's key (:func:`~pipeline.kinds.hits.visitors.keyed_hash`) and adds the
 keyed hashes to every holder the hit's counters go to: the page's day (``visitors``) and
 hour of the day (``hourly_visitors.<h>``), the page's month, the site's day, hour and month.
-Each holder gets ``$max`` fields (:mod:`pipeline.core.uniques`): explicit hashes while small,
-registers once this worker has written :data:`~pipeline.core.uniques.EXPLICIT_MAX` to it.
+Each holder gets ``$max`` and ``$bit or`` fields (:mod:`pipeline.core.uniques`): explicit hashes
+while small, registers once this worker has written :data:`~pipeline.core.uniques.EXPLICIT_MAX` to it.
 """
 
 from __future__ import annotations
@@ -53,5 +53,8 @@ def add_visitors(
                 got = holders[id(upd), path] = (upd, set())
             got[1].update(keyed)
     for (_, path), (upd, hashes) in holders.items():
-        upd.max.update(budget.fields(upd.collection, upd.id, path, hashes))
+        share = budget.fields(upd.collection, upd.id, path, hashes)
+        upd.max.update(share.max)
+        for field, mask in share.bit_or.items():
+            upd.bit_or[field] = upd.bit_or.get(field, 0) | mask
     return len(holders)
