@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from pipeline.core.hll import Sketch
 
@@ -101,6 +102,11 @@ class Fields:
     bit_or: dict[str, int]
 
 
+def holder_key(collection: str, doc_id: Any, holder: str) -> bytes:
+    """8 bytes naming one holder in a flush's recorded decisions (which holders it wrote as registers)."""
+    return xxhash.xxh64_digest(f"v\x00{collection}\x00{doc_id}\x00{holder}".encode("utf-8", "surrogatepass"))
+
+
 class Budget:
     """How many hashes this writer has put in each holder's explicit form (bounded, oldest forgotten).
 
@@ -115,18 +121,33 @@ class Budget:
         #: Holders switched to registers by this writer.
         self.switched = 0
 
-    def fields(self, collection: str, doc_id: Any, holder: str, hashes: set[int]) -> Fields:
-        """The ``$max`` fields that add ``hashes`` to one holder: explicit while this writer's
-        count stays within the bound, registers from the flush that would pass it."""
+    def fields(
+        self, collection: str, doc_id: Any, holder: str, hashes: set[int], registers: bool | None = None
+    ) -> Fields:
+        """The fields that add ``hashes`` to one holder: explicit while this writer's count stays
+        within the bound, registers from the flush that would pass it.
+
+        ``registers`` given: that form, whatever the count says (a flush written again decides
+        as it did first: its recorded decisions, :func:`holder_key`).
+        """
+        if self.registers(collection, doc_id, holder, len(hashes), registers):
+            return register_fields(holder, hashes)
+        return Fields(explicit_fields(holder, hashes), {})
+
+    def registers(
+        self, collection: str, doc_id: Any, holder: str, n: int, forced: bool | None = None
+    ) -> bool:
+        """Whether ``n`` more hashes go to the holder's registers (and count them)."""
         key = (collection, doc_id, holder)
         written = self._written.pop(key, 0)
-        if written < 0 or written + len(hashes) > self.explicit_max:
+        switch = written < 0 or written + n > self.explicit_max if forced is None else forced
+        if switch:
             if written >= 0:
                 self.switched += 1
             self._remember(key, -1)  # switched: registers from now on
-            return register_fields(holder, hashes)
-        self._remember(key, written + len(hashes))
-        return Fields(explicit_fields(holder, hashes), {})
+            return True
+        self._remember(key, written + n)
+        return False
 
     def _remember(self, key: tuple[str, Any, str], value: int) -> None:
         self._written[key] = value

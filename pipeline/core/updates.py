@@ -107,36 +107,48 @@ def key_on_insert(u: DocUpdate) -> DocUpdate:
     )
 
 
-def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
-    """Split updates with more than ``max_fields`` counters into several upserts of the same document.
+def width(u: DocUpdate) -> int:
+    """Fields an update merges into its document: counters, ``$max`` and ``$bit`` paths."""
+    return len(u.inc) + len(u.max) + len(u.bit_or)
 
-    ``0`` never splits (one upsert per document). Only backfills produce wide
-    updates; splitting them helps stores whose update cost grows faster than the
-    number of fields (SecantusDB: see docs/benchmarks.md).
+
+def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
+    """Split updates merging more than ``max_fields`` fields into several upserts of the same document.
+
+    ``0`` never splits (one upsert per document). Backfills produce wide counter updates,
+    and a busy holder of unique visitors wide ``$max``/``$bit`` ones (docs/visitors.md);
+    splitting them helps stores whose update cost grows faster than the number of fields
+    (SecantusDB: see docs/benchmarks.md). Each part is marked apart (``part``): all are
+    idempotent, so a part applied twice changes nothing.
     """
-    if max_fields <= 0 or all(len(u.inc) <= max_fields for u in updates):
+    if max_fields <= 0 or all(width(u) <= max_fields for u in updates):
         return updates
     out: list[DocUpdate] = []
     for u in updates:
-        if len(u.inc) <= max_fields:
+        if width(u) <= max_fields:
             out.append(u)
             continue
-        items = list(u.inc.items())
+        items = [
+            *(("inc", k, v) for k, v in u.inc.items()),
+            *(("max", k, v) for k, v in u.max.items()),
+            *(("bit_or", k, v) for k, v in u.bit_or.items()),
+        ]
         for i in range(0, len(items), max_fields):
             first = i == 0
+            chunk = items[i : i + max_fields]
             out.append(
                 DocUpdate(
                     u.collection,
                     u.id,
                     u.set_on_insert if first else {},
-                    dict(items[i : i + max_fields]),
+                    {k: v for op, k, v in chunk if op == "inc"},
                     u.set if first else {},
-                    u.bit_or if first else {},
+                    {k: v for op, k, v in chunk if op == "bit_or"},
                     u.compute if first else None,
                     u.key,
                     u.sources,
                     i // max_fields,
-                    u.max if first else {},
+                    {k: v for op, k, v in chunk if op == "max"},
                 )
             )
     return out
@@ -193,7 +205,7 @@ def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpda
         m.shares = (*m.shares, u)
     if max_fields <= 0:
         return out
-    wide = {id(m) for m in out if len(m.sources) > 1 and len(m.inc) > max_fields}
+    wide = {id(m) for m in out if len(m.sources) > 1 and width(m) > max_fields}
     if not wide:
         return out
     apart = {(m.collection, m.id) for m in out if id(m) in wide}

@@ -167,3 +167,48 @@ def test_any_split_into_flushes_gives_the_same_count_class(hashes: list[int], pe
         assert got.value == distinct
     else:
         assert abs(got.value - distinct) <= max(3, 0.1 * distinct)
+
+
+def _plan(visits: dict[tuple[str, str, int], set[int]], budget: Budget, assumed: Any, record: Any) -> Any:
+    from collections import Counter
+
+    from pipeline.core.updates import split_wide
+    from pipeline.kinds.hits.aggregate import plan_hits
+    from pipeline.kinds.hits.layout import hits_fields
+
+    counts = Counter({(s, p, slot * 15): len(v) for (s, p, slot), v in visits.items()})
+    plan = plan_hits(
+        counts, hits_fields(), visits=visits, visitor_keys=lambda o: b"k" * 32, budget=budget,
+        refused=assumed, record=record,
+    )  # fmt: skip
+    return [(u.collection, u.id, u.part, u.inc, u.max, u.bit_or) for u in split_wide(plan, 64)]
+
+
+def test_a_flush_written_again_elsewhere_splits_into_the_same_parts() -> None:
+    """The worker's budget decides which holders get registers; the intent records it, and a redo
+    on a worker with another budget plans the very same upserts, part for part."""
+    rng = random.Random(5)
+    slot = 29_000_000 // 15
+    visits = {("s", f"/p{i}", slot + i % 3): {rng.getrandbits(128) for _ in range(40 * i)} for i in range(6)}
+    warm = Budget()
+    _plan(visits, warm, None, None)  # this worker wrote to the same holders before
+    decided: set[bytes] = set()
+    first = _plan(visits, warm, None, decided)
+    assert _plan(visits, Budget(), None, None) != first  # another worker would decide otherwise
+    again = _plan(visits, Budget(), frozenset(decided), None)
+    assert decided and first == again
+    assert any(b for *_, b in first) and any(m for *_, m, _ in first)  # registers and explicit both
+
+
+def test_split_wide_spreads_sketch_fields_too() -> None:
+    from pipeline.core.updates import DocUpdate, split_wide
+
+    u = DocUpdate(
+        "c", "d", {"m.d": 1}, {f"t.{i}": 1 for i in range(10)},
+        max={f"v.x.{i}": True for i in range(100)}, bit_or={f"v.r.{i}": 3 for i in range(50)},
+    )  # fmt: skip
+    parts = split_wide([u], 64)
+    assert [p.part for p in parts] == [0, 1, 2]
+    assert all(len(p.inc) + len(p.max) + len(p.bit_or) <= 64 for p in parts)
+    assert sum(len(p.max) for p in parts) == 100 and sum(len(p.bit_or) for p in parts) == 50
+    assert parts[0].set_on_insert == {"m.d": 1} and not parts[1].set_on_insert

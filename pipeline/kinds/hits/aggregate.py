@@ -232,8 +232,9 @@ class HitCounts:
 
     def decisions(self) -> bytes | None:
         """What the last plan decided from this worker's state alone: the pages it refused a
-        document of their own (past the day's cap). A flush's intent records it, so that a redo
-        of its range on another worker refuses exactly those (docs/exactly-once.md)."""
+        document of their own (past the day's cap), and the visitor sketches it wrote as
+        registers (:func:`~pipeline.core.uniques.holder_key`). A flush's intent records it, so
+        that a redo of its range on another worker decides exactly so (docs/exactly-once.md)."""
         return encode_refusals(self._refused) if self._refused else None
 
     def assume(self, decisions: bytes | None) -> None:
@@ -446,7 +447,9 @@ def plan_hits(
             out.extend((m, fm.visitors) for m in monthly_docs if m is not None)
             return ordinal, out
 
-        add_visitors(visits, visit_targets, visitor_keys, budget if budget is not None else Budget())
+        add_visitors(
+            visits, visit_targets, visitor_keys, budget if budget is not None else Budget(), refused, record
+        )
     if props and prop_keys is not None:
         for (site, page, slot), pairs in props.items():
             cal = calendars.calendar(site)

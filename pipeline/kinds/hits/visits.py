@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from pipeline.core.uniques import Budget
+from pipeline.core.uniques import Budget, holder_key
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.visitors import keyed_hash
 
@@ -33,9 +33,17 @@ def add_visitors(
     targets: Targets,
     key_of: Callable[[int], bytes],
     budget: Budget,
+    assumed: frozenset[bytes] | None = None,
+    record: set[bytes] | None = None,
 ) -> int:
-    """Add the visitors of ``visits`` to their documents' sketch fields (``DocUpdate.max``);
-    the number of holders written."""
+    """Add the visitors of ``visits`` to their documents' sketch fields (``DocUpdate.max`` and
+    ``bit_or``); the number of holders written.
+
+    Which holders get registers is the worker's own state (its :class:`Budget`): ``record``
+    collects their :func:`~pipeline.core.uniques.holder_key`, which the flush's intent keeps,
+    and a flush written again (``assumed``: those keys) writes exactly those as registers and
+    the others explicit, so that its upserts split into the same parts as the first time.
+    """
     holders: dict[tuple[int, str], tuple[DocUpdate, set[int]]] = {}
     salted: dict[tuple[int, int], int] = {}
     for (site, page, slot), idents in visits.items():
@@ -53,7 +61,11 @@ def add_visitors(
                 got = holders[id(upd), path] = (upd, set())
             got[1].update(keyed)
     for (_, path), (upd, hashes) in holders.items():
-        share = budget.fields(upd.collection, upd.id, path, hashes)
+        key = holder_key(upd.collection, upd.id, path)
+        forced = None if assumed is None else key in assumed
+        share = budget.fields(upd.collection, upd.id, path, hashes, forced)
+        if share.bit_or and record is not None:
+            record.add(key)
         upd.max.update(share.max)
         for field, mask in share.bit_or.items():
             upd.bit_or[field] = upd.bit_or.get(field, 0) | mask
