@@ -46,7 +46,7 @@ from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.clf import BOT_FAMILY, ClfError, agent_family, parse_line
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.files import hit_key, read_hits
-from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.layout import hits_fields, register_fields
 from pipeline.kinds.hits.pages import PageRules
 from pipeline.kinds.hits.query_visitors import visitor_rows
 from pipeline.settings import Settings
@@ -56,9 +56,15 @@ F = hits_fields("compact")
 SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
 
 
+def holder_of(fields: Fields) -> str:
+    """The holder a share is for (its ``$max`` paths' first part): the registers go under its ``r``."""
+    return next(iter(fields.max)).split(".")[0] if fields.max else "v"
+
+
 def _apply_max(doc: dict[str, Any], fields: Fields) -> None:
     """``$max`` and ``$bit or`` as MongoDB applies them to dotted paths (absent: set)."""
-    for ops, merge in ((fields.max, max), (fields.bit_or, int.__or__)):
+    words = {f"{holder_of(fields)}.r.{w}": m for w, m in fields.words.items()}
+    for ops, merge in ((fields.max, max), (words, int.__or__)):
         for path, value in ops.items():
             *parents, last = path.split(".")
             at = doc
@@ -79,7 +85,7 @@ def sketch_accuracy(seeds: int = 5) -> list[dict[str, Any]]:
             per = max(1, n // 20)
             for at in range(0, n, per):
                 _apply_max(doc, budget.fields("c", 1, "v", set(hashes[at : at + per])))
-            got = estimate([doc["v"]])
+            got = estimate([doc["v"]], [doc["v"].get("r")])
             errors.append(abs(got.value - n) / n)
             exact += got.exact
             fields.append(len(doc["v"].get("x", {})) + len(doc["v"].get("r", {})))
@@ -119,8 +125,8 @@ def _doc_bytes(settings: Settings) -> dict[str, Any]:
     """Mean and largest BSON size of the page and site daily documents."""
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     out = {}
-    for name in (F.daily.collection, F.rollups.daily.collection):
-        sizes = [len(bson.encode(d)) for d in client[settings.db][name].find({})]
+    for name in (F.daily.collection, F.rollups.daily.collection, register_fields().collection):
+        sizes = [len(bson.encode(d)) for d in client[settings.db][name].find({})] or [0]
         out[name] = {
             "documents": len(sizes),
             "mean_bytes": round(statistics.mean(sizes)),

@@ -9,8 +9,9 @@ commutative, and so is a set union.
 * ``x.<hash>: true`` (``$max``): the explicit form, the 64-bit hashes themselves (one field
   each, 14 bytes), written while the writer has written at most :data:`EXPLICIT_MAX` to the
   holder;
-* ``r.<word>: mask`` (``$bit or``): HyperLogLog registers (:data:`P` = 14: 16,384 registers,
-  standard error 1.04 / √16384 = 0.81%), written for the hashes that come after. A register
+* ``r.<word>: mask`` (``$bit or``, in a document of its own: the caller's choice): HyperLogLog
+  registers (:data:`P` = 14: 16,384 registers, standard error 1.04 / √16384 = 0.81%), written
+  for the hashes that come after. A register
   is a *thermometer* of :data:`LANE_BITS` bits (rank r: its r low bits set), so that OR is
   the register-wise maximum; four registers share one 64-bit word, one field per word
   touched (14 bytes; 57 KB when all 4,096 are). Ranks stop at 15, which only a register
@@ -89,17 +90,17 @@ def register_words(hashes: Iterable[int], p: int = P) -> dict[int, int]:
 
 
 def register_fields(holder: str, hashes: Iterable[int], p: int = P) -> Fields:
-    """The ``$bit or`` fields that add ``hashes`` to the registers of ``holder``, and its overflow mark."""
-    words = register_words(hashes, p)
-    return Fields({f"{holder}.{OVERFLOW}": True}, {f"{holder}.{REGISTERS}.{w}": m for w, m in words.items()})
+    """The holder's overflow mark, and the register words that add ``hashes``."""
+    return Fields({f"{holder}.{OVERFLOW}": True}, register_words(hashes, p))
 
 
 @dataclass(frozen=True)
 class Fields:
-    """One holder's share of an upsert: ``$max`` fields and ``$bit or`` fields."""
+    """One holder's share of a flush: ``$max`` fields of the holder, and register words to OR
+    into its registers (word index → mask; none while explicit)."""
 
     max: dict[str, Any]
-    bit_or: dict[str, int]
+    words: dict[int, int]
 
 
 def holder_key(collection: str, doc_id: Any, holder: str) -> bytes:
@@ -163,8 +164,18 @@ class Estimate:
     exact: bool
 
 
-def estimate(holders: Iterable[Mapping[str, Any] | None], p: int = P) -> Estimate:
-    """The distinct count of the union of stored holders (absent ones count nothing)."""
+def overflowed(holder: Mapping[str, Any] | None) -> bool:
+    """Whether a stored holder has registers (its count is then an estimate)."""
+    return bool(holder and holder.get(OVERFLOW))
+
+
+def estimate(
+    holders: Iterable[Mapping[str, Any] | None],
+    registers: Iterable[Mapping[str, Any] | None] = (),
+    p: int = P,
+) -> Estimate:
+    """The distinct count of the union of stored holders and of register documents' ``r`` words
+    (absent ones count nothing)."""
     hashes: set[str] = set()
     words: dict[int, int] = {}
     overflow = False
@@ -172,9 +183,11 @@ def estimate(holders: Iterable[Mapping[str, Any] | None], p: int = P) -> Estimat
         if not holder:
             continue
         hashes.update(holder.get(EXPLICIT) or ())
-        for w, mask in (holder.get(REGISTERS) or {}).items():
-            words[int(w)] = words.get(int(w), 0) | int(mask)
-        overflow = overflow or bool(holder.get(OVERFLOW)) or bool(words)
+        overflow = overflow or bool(holder.get(OVERFLOW))
+    for found in registers:
+        for word, bits in (found or {}).items():
+            words[int(word)] = words.get(int(word), 0) | int(bits)
+    overflow = overflow or bool(words)
     if not overflow:
         return Estimate(len(hashes), True)
     reg = np.zeros(1 << p, dtype=np.int8)

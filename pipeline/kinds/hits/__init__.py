@@ -74,7 +74,12 @@ class Hits(Kind[HitsSettings]):
         return [*super().collections(), SITES_COLLECTION, SECRETS_COLLECTION]
 
     def shard_keys(self, mode: FieldMode) -> list[ShardKey]:
-        return [*layout.shard_keys(mode), hashed_id(SITES_COLLECTION), hashed_id(SECRETS_COLLECTION)]
+        return [
+            *layout.shard_keys(mode),
+            hashed_id(SITES_COLLECTION),
+            hashed_id(SECRETS_COLLECTION),
+            hashed_id(layout.register_fields(mode).collection),  # a busy sketch's registers: by _id
+        ]
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)

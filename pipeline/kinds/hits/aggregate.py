@@ -31,6 +31,7 @@ from pipeline.kinds.hits.layout import (
     HitsFields,
     daily_id,
     monthly_id,
+    register_fields,
     site_daily_id,
     site_monthly_id,
 )
@@ -447,9 +448,17 @@ def plan_hits(
             out.extend((m, fm.visitors) for m in monthly_docs if m is not None)
             return ordinal, out
 
-        add_visitors(
-            visits, visit_targets, visitor_keys, budget if budget is not None else Budget(), refused, record
+        extra = add_visitors(
+            visits,
+            visit_targets,
+            visitor_keys,
+            budget if budget is not None else Budget(),
+            refused,
+            record,
+            register_fields(fields.mode),
         )
+    else:
+        extra = []
     if props and prop_keys is not None:
         for (site, page, slot), pairs in props.items():
             cal = calendars.calendar(site)
@@ -461,4 +470,11 @@ def plan_hits(
                 nk, vk = prop_keys.keys(site, name, value)
                 for upd in targets:
                     upd.add(f"{fd.props}.{nk}.{vk}", n)
-    return [*daily.values(), *monthly.values(), *site_daily.values(), *site_monthly.values(), *tops.values()]
+    return [
+        *daily.values(),
+        *monthly.values(),
+        *site_daily.values(),
+        *site_monthly.values(),
+        *tops.values(),
+        *extra,
+    ]

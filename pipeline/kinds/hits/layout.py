@@ -139,6 +139,25 @@ class HitsFields:
         return self.sites
 
 
+@dataclass(frozen=True)
+class RegisterFields:
+    """Stored names of a busy visitor sketch's registers (:func:`register_id` names the document)."""
+
+    collection: str
+    registers: str
+
+
+@cache
+def register_fields(mode: FieldMode = "compact") -> RegisterFields:
+    """Field names of the visitor registers' documents in ``mode``."""
+    return RegisterFields(**field_names(FOLDER, "hits_visitor_registers", mode))
+
+
+def register_id(collection: str, doc_id: str | int, holder: str) -> str:
+    """``_id`` of the registers of one holder of one document: ``<collection>|<holder>|<_id>``."""
+    return f"{collection}|{holder}|{doc_id}"
+
+
 def read_fields(fields: HitsFields, page: str | None) -> HitsFields:
     """What a chart reads: a page's documents, or for a whole site (``None``) its rollups."""
     if page is not None:

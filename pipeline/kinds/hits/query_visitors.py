@@ -14,18 +14,27 @@ than a day counts them once a day: its figure is the sum of its days' visitors a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.core.fields import FieldMode
 from pipeline.core.times import midnight
-from pipeline.core.uniques import Estimate, estimate
-from pipeline.kinds.hits.layout import HitsFields, daily_id, monthly_id, read_fields, site_filter
+from pipeline.core.uniques import Estimate, estimate, overflowed
+from pipeline.kinds.hits.layout import (
+    HitsFields,
+    daily_id,
+    monthly_id,
+    read_fields,
+    register_fields,
+    register_id,
+    site_filter,
+)
 from pipeline.kinds.hits.limits import VISITOR_BUCKETS
-from pipeline.kinds.hits.query import by_ids, month_spans
+from pipeline.kinds.hits.query import IDS_PER_READ, by_ids, month_spans
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,10 @@ class VisitorRow:
     visitors: int
     exact: bool
     hits: int = 0
+
+
+#: One stored sketch: the document's collection and ``_id``, the holder's path, the holder.
+Held = tuple[str, Any, str, Mapping[str, Any] | None]
 
 
 async def _holders(
@@ -52,7 +65,7 @@ async def _holders(
     """The sketches of a site's (page's) daily or monthly documents from ``first`` to ``last``, by date."""
     f = read_fields(fields, page)
     doc = f.monthly if monthly else f.daily
-    proj: dict[str, Any] = {f"{doc.metadata}.{doc.date}": 1, doc.visitors: 1, doc.total: 1, "_id": 0}
+    proj: dict[str, Any] = {f"{doc.metadata}.{doc.date}": 1, doc.visitors: 1, doc.total: 1}
     if hourly:
         proj[f.daily.hourly_visitors] = 1
         proj[f.daily.hourly] = 1
@@ -63,9 +76,27 @@ async def _holders(
     return out
 
 
-def _row(t: datetime, holders: Iterable[Mapping[str, Any] | None], hits: int) -> VisitorRow:
-    e: Estimate = estimate(holders)
-    return VisitorRow(t, e.value, e.exact, hits)
+async def estimates(
+    db: AsyncDatabase[dict[str, Any]], groups: Sequence[Sequence[Held]], mode: FieldMode
+) -> list[Estimate]:
+    """Each group's union: the holders, and the registers of those that have them, read by ``_id``
+    in one pass for all groups."""
+    rf = register_fields(mode)
+    ids = list(dict.fromkeys(register_id(c, i, path) for g in groups for c, i, path, h in g if overflowed(h)))
+    found: dict[str, Mapping[str, Any]] = {}
+    for at in range(0, len(ids), IDS_PER_READ):
+        async for d in db[rf.collection].find({"_id": {"$in": ids[at : at + IDS_PER_READ]}}):
+            found[d["_id"]] = d.get(rf.registers) or {}
+    return [
+        estimate(
+            [h for *_, h in g], [found.get(register_id(c, i, path)) for c, i, path, h in g if overflowed(h)]
+        )
+        for g in groups
+    ]
+
+
+def _exact(group: Sequence[Held]) -> bool:
+    return not any(overflowed(h) for *_, h in group)
 
 
 async def visitor_rows(
@@ -82,54 +113,68 @@ async def visitor_rows(
     if by not in VISITOR_BUCKETS:
         raise ValueError(f"by must be one of {', '.join(VISITOR_BUCKETS)}")
     f = read_fields(fields, page)
-    v, vh, total, hourly = f.daily.visitors, f.daily.hourly_visitors, f.daily.total, f.daily.hourly
+    fd, fm = f.daily, f.monthly
+    v, vh, total, hourly = fd.visitors, fd.hourly_visitors, fd.total, fd.hourly
     months = month_spans(first, last)
+    rows: list[tuple[datetime, list[Held], int]] = []
+
+    def held(coll: str, doc: Mapping[str, Any], path: str, holder: Mapping[str, Any] | None) -> Held:
+        return coll, doc.get("_id"), path, holder
+
     if by in ("hour", "day"):
         days = await _holders(db, fields, site, page, False, first, last, hourly=by == "hour")
-        rows = []
         d = first
         while d <= last:
             doc = days.get(d, {})
             if by == "day":
-                rows.append(_row(midnight(d), [doc.get(v)], int(doc.get(total, 0))))
+                rows.append((midnight(d), [held(fd.collection, doc, v, doc.get(v))], int(doc.get(total, 0))))
             else:
                 hours, counts = doc.get(vh) or {}, doc.get(hourly) or {}
                 # A local day of 25 hours (a DST change) has an hour 24.
                 n = 25 if "24" in hours or "24" in counts else 24
                 rows.extend(
-                    _row(midnight(d) + timedelta(hours=h), [hours.get(str(h))], int(counts.get(str(h), 0)))
+                    (
+                        midnight(d) + timedelta(hours=h),
+                        [held(fd.collection, doc, f"{vh}.{h}", hours.get(str(h)))],
+                        int(counts.get(str(h), 0)),
+                    )
                     for h in range(n)
                 )
             d += timedelta(days=1)
-        return rows
-    whole = [lo for lo, _, w in months if w]
-    month_docs = await _holders(db, fields, site, page, True, whole[0], whole[-1]) if whole else {}
-    # A whole month whose sketch is an estimate is read as its days when each of them is exact
-    # (a month of small days, in registers once its writer passed the explicit bound): up to
-    # 31 more documents for an exact answer instead of an estimate.
-    inexact = {lo for lo in whole if not estimate([month_docs.get(lo, {}).get(f.monthly.visitors)]).exact}
-    partial = [(lo, hi) for lo, hi, w in months if not w or lo in inexact]
-    day_docs: dict[date, dict[str, Any]] = {}
-    for lo, hi in partial:
-        day_docs.update(await _holders(db, fields, site, page, False, lo, hi))
-    per_month: list[tuple[date, list[Mapping[str, Any] | None], int]] = []
-    for lo, hi, w in months:
-        docs = [doc for d, doc in day_docs.items() if lo <= d <= hi]
-        days_exact = estimate([doc.get(v) for doc in docs]).exact
-        if w and not (lo in inexact and days_exact):
-            doc = month_docs.get(lo, {})
-            per_month.append((lo, [doc.get(f.monthly.visitors)], int(doc.get(f.monthly.total, 0))))
+    else:
+        whole = [lo for lo, _, w in months if w]
+        month_docs = await _holders(db, fields, site, page, True, whole[0], whole[-1]) if whole else {}
+        # A whole month whose sketch is an estimate is read as its days when each of them is exact
+        # (a month of small days, in registers once its writer passed the explicit bound): up to
+        # 31 more documents for an exact answer instead of an estimate.
+        inexact = {lo for lo in whole if overflowed(month_docs.get(lo, {}).get(fm.visitors))}
+        partial = [(lo, hi) for lo, hi, w in months if not w or lo in inexact]
+        day_docs: dict[date, dict[str, Any]] = {}
+        for lo, hi in partial:
+            day_docs.update(await _holders(db, fields, site, page, False, lo, hi))
+        per_month: list[tuple[date, list[Held], int]] = []
+        for lo, hi, w in months:
+            docs = [doc for d, doc in day_docs.items() if lo <= d <= hi]
+            days_held = [held(fd.collection, doc, v, doc.get(v)) for doc in docs]
+            if w and not (lo in inexact and _exact(days_held)):
+                doc = month_docs.get(lo, {})
+                per_month.append(
+                    (
+                        lo,
+                        [held(fm.collection, doc, fm.visitors, doc.get(fm.visitors))],
+                        int(doc.get(fm.total, 0)),
+                    )
+                )
+            else:
+                per_month.append((lo, days_held, sum(int(doc.get(total, 0)) for doc in docs)))
+        if by == "month":
+            rows = [(midnight(lo.replace(day=1)), g, n) for lo, g, n in per_month]
         else:
-            per_month.append((lo, [doc.get(v) for doc in docs], sum(int(doc.get(total, 0)) for doc in docs)))
-    if by == "month":
-        return [_row(midnight(lo.replace(day=1)), holders, n) for lo, holders, n in per_month]
-    return [
-        _row(
-            midnight(first),
-            [h for _, holders, _ in per_month for h in holders],
-            sum(n for _, _, n in per_month),
-        )
-    ]
+            rows = [
+                (midnight(first), [h for _, g, _ in per_month for h in g], sum(n for _, _, n in per_month))
+            ]
+    found = await estimates(db, [g for _, g, _ in rows], fields.mode)
+    return [VisitorRow(t, e.value, e.exact, n) for (t, _, n), e in zip(rows, found, strict=True)]
 
 
 async def page_visitors(
@@ -144,17 +189,18 @@ async def page_visitors(
     each whole month's monthly document, each other day's daily document, read by ``_id``."""
     fd, fm = fields.daily, fields.monthly
     months = month_spans(first, last)
-    wanted: dict[str, list[Mapping[str, Any] | None]] = {p: [] for p in pages}
+    wanted: dict[str, list[Held]] = {p: [] for p in pages}
     whole = [lo for lo, _, w in months if w]
     days = [lo + timedelta(days=i) for lo, hi, w in months if not w for i in range((hi - lo).days + 1)]
     for coll, ids, doc_fields in (
         (fm.collection, [monthly_id(m, site, p) for p in pages for m in whole], fm),
         (fd.collection, [daily_id(d, site, p) for p in pages for d in days], fd),
     ):
-        proj = {f"{doc_fields.metadata}.{doc_fields.page}": 1, doc_fields.visitors: 1, "_id": 0}
+        proj = {f"{doc_fields.metadata}.{doc_fields.page}": 1, doc_fields.visitors: 1}
         site_path = f"{doc_fields.metadata}.{doc_fields.site}"
         async for d in by_ids(db[coll], ids, site_path, site, proj):
             page = d[doc_fields.metadata][doc_fields.page]
             if page in wanted:
-                wanted[page].append(d.get(doc_fields.visitors))
-    return {p: estimate(holders) for p, holders in wanted.items()}
+                wanted[page].append((coll, d["_id"], doc_fields.visitors, d.get(doc_fields.visitors)))
+    found = await estimates(db, list(wanted.values()), fields.mode)
+    return dict(zip(wanted, found, strict=True))

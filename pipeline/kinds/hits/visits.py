@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from pipeline.core.uniques import Budget, holder_key
 from pipeline.core.updates import DocUpdate
+from pipeline.kinds.hits.layout import RegisterFields, register_fields, register_id
 from pipeline.kinds.hits.visitors import keyed_hash
 
 VisitKey = tuple[str, str, int]
@@ -35,9 +36,12 @@ def add_visitors(
     budget: Budget,
     assumed: frozenset[bytes] | None = None,
     record: set[bytes] | None = None,
-) -> int:
-    """Add the visitors of ``visits`` to their documents' sketch fields (``DocUpdate.max`` and
-    ``bit_or``); the number of holders written.
+    registers: RegisterFields | None = None,
+) -> list[DocUpdate]:
+    """Add the visitors of ``visits`` to their documents' sketch fields (``DocUpdate.max``); the
+    upserts of the registers of the holders that have them (a document each,
+    :func:`~pipeline.kinds.hits.layout.register_id`: ``$bit or`` of up to 4,096 words, kept out
+    of the counters' documents, which charts read).
 
     Which holders get registers is the worker's own state (its :class:`Budget`): ``record``
     collects their :func:`~pipeline.core.uniques.holder_key`, which the flush's intent keeps,
@@ -60,13 +64,22 @@ def add_visitors(
             if got is None:
                 got = holders[id(upd), path] = (upd, set())
             got[1].update(keyed)
+    rf = registers or register_fields()
+    out: list[DocUpdate] = []
     for (_, path), (upd, hashes) in holders.items():
         key = holder_key(upd.collection, upd.id, path)
         forced = None if assumed is None else key in assumed
         share = budget.fields(upd.collection, upd.id, path, hashes, forced)
-        if share.bit_or and record is not None:
-            record.add(key)
         upd.max.update(share.max)
-        for field, mask in share.bit_or.items():
-            upd.bit_or[field] = upd.bit_or.get(field, 0) | mask
-    return len(holders)
+        if share.words:
+            if record is not None:
+                record.add(key)
+            out.append(
+                DocUpdate(
+                    rf.collection,
+                    register_id(upd.collection, upd.id, path),
+                    {},
+                    bit_or={f"{rf.registers}.{w}": m for w, m in share.words.items()},
+                )
+            )
+    return out
