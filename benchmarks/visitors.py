@@ -57,12 +57,13 @@ SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
 
 
 def holder_of(fields: Fields) -> str:
-    """The holder a share is for (its ``$max`` paths' first part): the registers go under its ``r``."""
-    return next(iter(fields.max)).split(".")[0] if fields.max else "v"
+    """The holder a share is for (the first part of its paths): the registers go under its ``r``."""
+    paths = [*fields.max, *fields.add_to_set]
+    return paths[0].split(".")[0] if paths else "v"
 
 
 def _apply_max(doc: dict[str, Any], fields: Fields) -> None:
-    """``$max`` and ``$bit or`` as MongoDB applies them to dotted paths (absent: set)."""
+    """``$max``, ``$bit or`` and ``$addToSet`` as MongoDB applies them to dotted paths (absent: set)."""
     words = {f"{holder_of(fields)}.r.{w}": m for w, m in fields.words.items()}
     for ops, merge in ((fields.max, max), (words, int.__or__)):
         for path, value in ops.items():
@@ -71,6 +72,12 @@ def _apply_max(doc: dict[str, Any], fields: Fields) -> None:
             for p in parents:
                 at = at.setdefault(p, {})
             at[last] = value if last not in at else merge(at[last], value)
+    for path, values in fields.add_to_set.items():  # $addToSet with $each: a set union
+        *parents, last = path.split(".")
+        at = doc
+        for p in parents:
+            at = at.setdefault(p, {})
+        at[last] = sorted({*at.get(last, ()), *values})
 
 
 def sketch_accuracy(seeds: int = 5) -> list[dict[str, Any]]:

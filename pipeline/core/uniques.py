@@ -6,9 +6,9 @@ two workers' writes in either order, or a flush written again by a partition's n
 leave the same sketch: the register-wise maximum of HyperLogLog is idempotent and
 commutative, and so is a set union.
 
-* ``x.<hash>: true`` (``$max``): the explicit form, the 64-bit hashes themselves (one field
-  each, 14 bytes), written while the writer has written at most :data:`EXPLICIT_MAX` to the
-  holder;
+* ``x: [hash, ...]`` (``$addToSet``): the explicit form, the 64-bit hashes themselves (as
+  signed 64-bit integers, about 12 bytes each), written while the writer has written at most
+  :data:`EXPLICIT_MAX` to the holder. One path per holder whatever the number of hashes;
 * ``r.<word>: mask`` (``$bit or``, in a document of its own: the caller's choice): HyperLogLog
   registers (:data:`P` = 14: 16,384 registers, standard error 1.04 / √16384 = 0.81%), written
   for the hashes that come after. A register
@@ -29,8 +29,6 @@ writer, not per holder (docs/visitors.md).
 
 from __future__ import annotations
 
-import base64
-import struct
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -56,14 +54,14 @@ BUDGET_HOLDERS = 200_000
 EXPLICIT, REGISTERS, OVERFLOW = "x", "r", "o"
 
 
-def hash_key(h: int) -> str:
-    """A 64-bit hash as a field name: 11 characters of base64url (no ``.`` or ``$``)."""
-    return base64.urlsafe_b64encode(struct.pack(">Q", h)).decode()[:11]
+def signed(h: int) -> int:
+    """A 64-bit hash as BSON's signed 64-bit integer."""
+    return h - (1 << 64) if h >= 1 << 63 else h
 
 
-def key_hash(key: str) -> int:
-    """Inverse of :func:`hash_key`."""
-    return int(struct.unpack(">Q", base64.urlsafe_b64decode(key + "="))[0])
+def unsigned(v: int) -> int:
+    """Inverse of :func:`signed`."""
+    return v & ((1 << 64) - 1)
 
 
 def register_of(h: int, p: int = P) -> tuple[int, int]:
@@ -74,9 +72,9 @@ def register_of(h: int, p: int = P) -> tuple[int, int]:
     return index, (64 - p) - bits.bit_length() + 1
 
 
-def explicit_fields(holder: str, hashes: Iterable[int]) -> dict[str, Any]:
-    """``$max`` fields that add ``hashes`` to the explicit form of ``holder``."""
-    return {f"{holder}.{EXPLICIT}.{hash_key(h)}": True for h in hashes}
+def explicit_fields(holder: str, hashes: Iterable[int]) -> dict[str, list[int]]:
+    """The ``$addToSet`` path and values that add ``hashes`` to the explicit form of ``holder``."""
+    return {f"{holder}.{EXPLICIT}": sorted(signed(h) for h in hashes)}
 
 
 def register_words(hashes: Iterable[int], p: int = P) -> dict[int, int]:
@@ -91,16 +89,17 @@ def register_words(hashes: Iterable[int], p: int = P) -> dict[int, int]:
 
 def register_fields(holder: str, hashes: Iterable[int], p: int = P) -> Fields:
     """The holder's overflow mark, and the register words that add ``hashes``."""
-    return Fields({f"{holder}.{OVERFLOW}": True}, register_words(hashes, p))
+    return Fields({f"{holder}.{OVERFLOW}": True}, register_words(hashes, p), {})
 
 
 @dataclass(frozen=True)
 class Fields:
-    """One holder's share of a flush: ``$max`` fields of the holder, and register words to OR
-    into its registers (word index → mask; none while explicit)."""
+    """One holder's share of a flush: its ``$max`` fields, register words to OR into its
+    registers (word index → mask; none while explicit), and its ``$addToSet`` hashes."""
 
     max: dict[str, Any]
     words: dict[int, int]
+    add_to_set: dict[str, list[int]]
 
 
 def holder_key(collection: str, doc_id: Any, holder: str) -> bytes:
@@ -133,7 +132,7 @@ class Budget:
         """
         if self.registers(collection, doc_id, holder, len(hashes), registers):
             return register_fields(holder, hashes)
-        return Fields(explicit_fields(holder, hashes), {})
+        return Fields({}, {}, explicit_fields(holder, hashes))
 
     def registers(
         self, collection: str, doc_id: Any, holder: str, n: int, forced: bool | None = None
@@ -176,7 +175,7 @@ def estimate(
 ) -> Estimate:
     """The distinct count of the union of stored holders and of register documents' ``r`` words
     (absent ones count nothing)."""
-    hashes: set[str] = set()
+    hashes: set[int] = set()
     words: dict[int, int] = {}
     overflow = False
     for holder in holders:
@@ -196,8 +195,8 @@ def estimate(
             rank = ((mask >> (lane * LANE_BITS)) & LANE_MASK).bit_length()
             if rank:
                 reg[w * LANES + lane] = rank
-    for key in hashes:
-        index, rank = register_of(key_hash(key), p)
+    for value in hashes:
+        index, rank = register_of(unsigned(value), p)
         rank = min(rank, RANK_CAP)
         if rank > reg[index]:
             reg[index] = rank

@@ -41,11 +41,14 @@ class DocUpdate:
     #: A merged update (:func:`merge_sources`): the per-partition updates it adds up, so that
     #: a source whose share a document already holds can be left out and the others sent apart.
     shares: tuple[DocUpdate, ...] = ()
+    #: Dotted path → values to add to the array there as a set (``$addToSet`` with ``$each``:
+    #: a set union, idempotent and commutative; a visitor sketch's explicit hashes).
+    add_to_set: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def merging(self) -> bool:
         """Whether it merges into stored values (``$inc``, ``$bit or``, ``$max``): never a plain insert."""
-        return bool(self.inc or self.bit_or or self.max)
+        return bool(self.inc or self.bit_or or self.max or self.add_to_set)
 
     def filter(self) -> dict[str, Any]:
         """The upsert's filter: ``_id`` and the shard key's equalities."""
@@ -108,8 +111,8 @@ def key_on_insert(u: DocUpdate) -> DocUpdate:
 
 
 def width(u: DocUpdate) -> int:
-    """Fields an update merges into its document: counters, ``$max`` and ``$bit`` paths."""
-    return len(u.inc) + len(u.max) + len(u.bit_or)
+    """Paths an update merges into its document: counters, ``$max``, ``$bit`` and ``$addToSet`` paths."""
+    return len(u.inc) + len(u.max) + len(u.bit_or) + len(u.add_to_set)
 
 
 def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
@@ -132,6 +135,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
             *(("inc", k, v) for k, v in u.inc.items()),
             *(("max", k, v) for k, v in u.max.items()),
             *(("bit_or", k, v) for k, v in u.bit_or.items()),
+            *(("add_to_set", k, v) for k, v in u.add_to_set.items()),
         ]
         for i in range(0, len(items), max_fields):
             first = i == 0
@@ -149,6 +153,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                     u.sources,
                     i // max_fields,
                     {k: v for op, k, v in chunk if op == "max"},
+                    add_to_set={k: v for op, k, v in chunk if op == "add_to_set"},
                 )
             )
     return out
@@ -188,6 +193,7 @@ def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpda
                 bit_or=dict(u.bit_or),
                 key=u.key,
                 max=dict(u.max),
+                add_to_set={k: list(v) for k, v in u.add_to_set.items()},
             )
             m.sources = u.sources
             m.shares = (u,)
@@ -201,6 +207,8 @@ def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpda
             m.set_on_insert.setdefault(path, v)
         for path, v in u.max.items():
             m.max[path] = max(m.max[path], v) if path in m.max else v
+        for path, values in u.add_to_set.items():
+            m.add_to_set[path] = list(dict.fromkeys((*m.add_to_set.get(path, ()), *values)))
         m.sources = tuple(dict.fromkeys((*m.sources, *u.sources)))
         m.shares = (*m.shares, u)
     if max_fields <= 0:

@@ -90,6 +90,8 @@ def update_document(u: DocUpdate) -> dict[str, Any]:
         update["$set"] = u.set
     if u.max:
         update["$max"] = u.max
+    if u.add_to_set:
+        update["$addToSet"] = {path: {"$each": values} for path, values in u.add_to_set.items()}
     return update
 
 

@@ -17,21 +17,22 @@ from pipeline.core.uniques import (
     P,
     estimate,
     explicit_fields,
-    hash_key,
-    key_hash,
     register_of,
     register_words,
+    signed,
+    unsigned,
 )
 from pipeline.kinds.hits.visitors import VisitorFieldError, day_key, ident_hash, identity, keyed_hash
 
 
 def holder_of(fields: Fields) -> str:
-    """The holder a share is for (its ``$max`` paths' first part): the registers go under its ``r``."""
-    return next(iter(fields.max)).split(".")[0] if fields.max else "v"
+    """The holder a share is for (the first part of its paths): the registers go under its ``r``."""
+    paths = [*fields.max, *fields.add_to_set]
+    return paths[0].split(".")[0] if paths else "v"
 
 
 def apply_max(doc: dict[str, Any], fields: Fields) -> None:
-    """``$max`` and ``$bit or`` as MongoDB applies them to dotted paths (absent: set)."""
+    """``$max``, ``$bit or`` and ``$addToSet`` as MongoDB applies them to dotted paths (absent: set)."""
     words = {f"{holder_of(fields)}.r.{w}": m for w, m in fields.words.items()}
     for ops, merge in ((fields.max, max), (words, int.__or__)):
         for path, value in ops.items():
@@ -40,6 +41,12 @@ def apply_max(doc: dict[str, Any], fields: Fields) -> None:
             for p in parents:
                 at = at.setdefault(p, {})
             at[last] = value if last not in at else merge(at[last], value)
+    for path, values in fields.add_to_set.items():  # $addToSet with $each: a set union
+        *parents, last = path.split(".")
+        at = doc
+        for p in parents:
+            at = at.setdefault(p, {})
+        at[last] = sorted({*at.get(last, ()), *values})
 
 
 def written(hashes: list[int], per_flush: int, budget: Budget | None = None) -> dict[str, Any]:
@@ -65,10 +72,12 @@ def test_registers_are_datasketchs() -> None:
 
 
 @given(st.integers(min_value=0, max_value=2**64 - 1))
-def test_a_hash_survives_its_field_name(h: int) -> None:
-    key = hash_key(h)
-    assert len(key) == 11 and "." not in key and not key.startswith("$")
-    assert key_hash(key) == h
+def test_a_hash_survives_bson(h: int) -> None:
+    import bson
+
+    key = signed(h)
+    assert -(2**63) <= key < 2**63
+    assert unsigned(bson.decode(bson.encode({"x": key}))["x"]) == h
 
 
 @pytest.mark.parametrize("n", [1, 50, EXPLICIT_MAX])
@@ -105,9 +114,9 @@ def test_a_flush_written_twice_or_out_of_order_changes_nothing() -> None:
 
 
 def test_a_union_of_exact_holders_is_exact_and_a_set_union() -> None:
-    a = {"x": {hash_key(h): True for h in (1, 2, 3)}}
-    b = {"x": {hash_key(h): True for h in (3, 4)}}
-    assert estimate([a, b, None]) == estimate([{"x": {**a["x"], **b["x"]}}])
+    a = {"x": [1, 2, 3]}
+    b = {"x": [3, 4]}
+    assert estimate([a, b, None]) == estimate([{"x": [1, 2, 3, 4]}])
     assert (estimate([a, b]).value, estimate([a, b]).exact) == (4, True)
 
 
@@ -126,8 +135,8 @@ def test_a_writer_that_forgets_writes_at_most_the_bound_again() -> None:
     assert abs(got.value - 3_000) <= 0.05 * 3_000
 
 
-def test_explicit_fields_name_each_hash() -> None:
-    assert explicit_fields("vh.3", [5]) == {f"vh.3.x.{hash_key(5)}": True}
+def test_explicit_fields_are_one_set_of_signed_hashes() -> None:
+    assert explicit_fields("vh.3", [5, 2**64 - 1]) == {"vh.3.x": [-1, 5]}
 
 
 def test_registers_are_thermometers_whose_or_is_the_maximum() -> None:

@@ -71,6 +71,8 @@ def add_visitors(
         forced = None if assumed is None else key in assumed
         share = budget.fields(upd.collection, upd.id, path, hashes, forced)
         upd.max.update(share.max)
+        for path_, values in share.add_to_set.items():
+            upd.add_to_set[path_] = sorted({*upd.add_to_set.get(path_, ()), *values})
         if share.words:
             if record is not None:
                 record.add(key)
