@@ -39,7 +39,7 @@ from benchmarks.common import (
     use_data,
     write_results,
 )
-from pipeline.core.uniques import EXPLICIT_MAX, Budget, Fields, estimate
+from pipeline.core.uniques import EXPLICIT_MAX, Budget, estimate
 from pipeline.files import Accepted
 from pipeline.kinds import named
 from pipeline.kinds.hits import KIND as HITS
@@ -51,33 +51,10 @@ from pipeline.kinds.hits.pages import PageRules
 from pipeline.kinds.hits.query_visitors import visitor_rows
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
+from pipeline.testing.sketches import apply_share
 
 F = hits_fields("compact")
 SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
-
-
-def holder_of(fields: Fields) -> str:
-    """The holder a share is for (the first part of its paths): the registers go under its ``r``."""
-    paths = [*fields.max, *fields.add_to_set]
-    return paths[0].split(".")[0] if paths else "v"
-
-
-def _apply_max(doc: dict[str, Any], fields: Fields) -> None:
-    """``$max``, ``$bit or`` and ``$addToSet`` as MongoDB applies them to dotted paths (absent: set)."""
-    words = {f"{holder_of(fields)}.r.{w}": m for w, m in fields.words.items()}
-    for ops, merge in ((fields.max, max), (words, int.__or__)):
-        for path, value in ops.items():
-            *parents, last = path.split(".")
-            at = doc
-            for p in parents:
-                at = at.setdefault(p, {})
-            at[last] = value if last not in at else merge(at[last], value)
-    for path, values in fields.add_to_set.items():  # $addToSet with $each: a set union
-        *parents, last = path.split(".")
-        at = doc
-        for p in parents:
-            at = at.setdefault(p, {})
-        at[last] = sorted({*at.get(last, ()), *values})
 
 
 def sketch_accuracy(seeds: int = 5) -> list[dict[str, Any]]:
@@ -91,7 +68,7 @@ def sketch_accuracy(seeds: int = 5) -> list[dict[str, Any]]:
             budget, doc = Budget(), dict[str, Any]()
             per = max(1, n // 20)
             for at in range(0, n, per):
-                _apply_max(doc, budget.fields("c", 1, "v", set(hashes[at : at + per])))
+                apply_share(doc, budget.fields("c", 1, "v", set(hashes[at : at + per])))
             got = estimate([doc["v"]], [doc["v"].get("r")])
             errors.append(abs(got.value - n) / n)
             exact += got.exact

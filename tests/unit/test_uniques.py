@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from pipeline.core.uniques import (
     EXPLICIT_MAX,
     Budget,
-    Fields,
     P,
     estimate,
     explicit_fields,
@@ -23,30 +22,7 @@ from pipeline.core.uniques import (
     unsigned,
 )
 from pipeline.kinds.hits.visitors import VisitorFieldError, day_key, ident_hash, identity, keyed_hash
-
-
-def holder_of(fields: Fields) -> str:
-    """The holder a share is for (the first part of its paths): the registers go under its ``r``."""
-    paths = [*fields.max, *fields.add_to_set]
-    return paths[0].split(".")[0] if paths else "v"
-
-
-def apply_max(doc: dict[str, Any], fields: Fields) -> None:
-    """``$max``, ``$bit or`` and ``$addToSet`` as MongoDB applies them to dotted paths (absent: set)."""
-    words = {f"{holder_of(fields)}.r.{w}": m for w, m in fields.words.items()}
-    for ops, merge in ((fields.max, max), (words, int.__or__)):
-        for path, value in ops.items():
-            *parents, last = path.split(".")
-            at = doc
-            for p in parents:
-                at = at.setdefault(p, {})
-            at[last] = value if last not in at else merge(at[last], value)
-    for path, values in fields.add_to_set.items():  # $addToSet with $each: a set union
-        *parents, last = path.split(".")
-        at = doc
-        for p in parents:
-            at = at.setdefault(p, {})
-        at[last] = sorted({*at.get(last, ()), *values})
+from pipeline.testing.sketches import apply_share
 
 
 def written(hashes: list[int], per_flush: int, budget: Budget | None = None) -> dict[str, Any]:
@@ -54,7 +30,7 @@ def written(hashes: list[int], per_flush: int, budget: Budget | None = None) -> 
     b = budget or Budget()
     doc: dict[str, Any] = {}
     for at in range(0, len(hashes), per_flush):
-        apply_max(doc, b.fields("c", 1, "v", set(hashes[at : at + per_flush])))
+        apply_share(doc, b.fields("c", 1, "v", set(hashes[at : at + per_flush])))
     return doc.get("v", {})
 
 
@@ -106,10 +82,10 @@ def test_a_flush_written_twice_or_out_of_order_changes_nothing() -> None:
     ]
     once: dict[str, Any] = {}
     for f in flushes:
-        apply_max(once, f)
+        apply_share(once, f)
     again: dict[str, Any] = {}
     for f in [*reversed(flushes), *flushes, flushes[2]]:
-        apply_max(again, f)
+        apply_share(again, f)
     assert once == again
 
 
@@ -129,7 +105,7 @@ def test_a_writer_that_forgets_writes_at_most_the_bound_again() -> None:
         b = Budget()
         part = hashes[restart * 1_000 : (restart + 1) * 1_000]
         for at in range(0, len(part), 25):
-            apply_max(doc, b.fields("c", 1, "v", set(part[at : at + 25])))
+            apply_share(doc, b.fields("c", 1, "v", set(part[at : at + 25])))
     assert len(doc["v"]["x"]) <= 3 * EXPLICIT_MAX
     got = estimate([doc["v"]], [doc["v"].get("r")])
     assert abs(got.value - 3_000) <= 0.05 * 3_000
