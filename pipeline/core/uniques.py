@@ -1,21 +1,21 @@
-"""Distinct counts stored as mergeable fields: a sketch that a plain ``$max`` keeps exactly once (pure).
+"""Distinct counts as mergeable fields: a sketch that plain update operators keep exactly once (pure).
 
 A sketch held in a document (a *holder*: a sub-document such as ``v`` or ``vh.13``) has
-three parts, each written with ``$max`` or ``$bit or`` only, so that a write applied twice,
-two workers' writes in either order, or a flush written again by a partition's next owner
-leave the same sketch: the register-wise maximum of HyperLogLog is idempotent and
-commutative, and so is a set union.
+three parts, each written with ``$addToSet``, ``$max`` or ``$bit or`` only, so that a write
+applied twice, two workers' writes in either order, or a flush written again by a
+partition's next owner leave the same sketch: the register-wise maximum of HyperLogLog is
+idempotent and commutative, and so is a set union.
 
 * ``x: [hash, ...]`` (``$addToSet``): the explicit form, the 64-bit hashes themselves (as
   signed 64-bit integers, about 12 bytes each), written while the writer has written at most
   :data:`EXPLICIT_MAX` to the holder. One path per holder whatever the number of hashes;
 * ``r.<word>: mask`` (``$bit or``, in a document of its own: the caller's choice): HyperLogLog
   registers (:data:`P` = 14: 16,384 registers, standard error 1.04 / √16384 = 0.81%), written
-  for the hashes that come after. A register
-  is a *thermometer* of :data:`LANE_BITS` bits (rank r: its r low bits set), so that OR is
-  the register-wise maximum; four registers share one 64-bit word, one field per word
-  touched (14 bytes; 57 KB when all 4,096 are). Ranks stop at 15, which only a register
-  that has seen 2^15 of its 1/16,384 share of the hashes reaches (half a billion visitors);
+  for the hashes that come after. A register is a *thermometer* of :data:`LANE_BITS` bits
+  (rank r: its r low bits set), so that OR is the register-wise maximum; four registers
+  share one 64-bit word, one field per word touched (14 bytes; 57 KB when all 4,096 are).
+  Ranks stop at 15, which only a register that has seen 2^15 of its 1/16,384 share of the
+  hashes reaches (half a billion visitors);
 * ``o: true`` (``$max``): set with the first registers: from then on some hashes are only in ``r``.
 
 A holder without ``o`` holds every hash in ``x``, so its count (and that of a union of such

@@ -74,7 +74,7 @@ def test_visitors_of_an_access_log_are_its_distinct_address_and_browser_pairs(
                 assert row["visitors"] == want, (page, day, row, want)
             else:
                 assert abs(row["visitors"] - want) <= 0.05 * want, (page, day, row, want)
-    # The site: thousands of visitors a day, an estimate (1.6% standard error).
+    # The site: thousands of visitors a day, an estimate (0.81% standard error).
     rows = _query(s, "--from", first, "--to", last, "--by", "day")
     for r in rows:
         want = len(truth[date.fromisoformat(r["t"][:10])][""])
