@@ -111,8 +111,10 @@ def key_on_insert(u: DocUpdate) -> DocUpdate:
 
 
 def width(u: DocUpdate) -> int:
-    """Paths an update merges into its document: counters, ``$max``, ``$bit`` and ``$addToSet`` paths."""
-    return len(u.inc) + len(u.max) + len(u.bit_or) + len(u.add_to_set)
+    """Paths an update merges into its document that :func:`split_wide` spreads: counters, ``$bit``
+    and ``$addToSet`` paths. ``$max`` paths (a "written" stamp, sketches' overflow marks: a
+    few) stay in the first part, as before sketches: a counters-only update splits as it did."""
+    return len(u.inc) + len(u.bit_or) + len(u.add_to_set)
 
 
 def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
@@ -131,9 +133,8 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
         if width(u) <= max_fields:
             out.append(u)
             continue
-        items = [
+        items: list[tuple[str, str, Any]] = [
             *(("inc", k, v) for k, v in u.inc.items()),
-            *(("max", k, v) for k, v in u.max.items()),
             *(("bit_or", k, v) for k, v in u.bit_or.items()),
             *(("add_to_set", k, v) for k, v in u.add_to_set.items()),
         ]
@@ -152,7 +153,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                     u.key,
                     u.sources,
                     i // max_fields,
-                    {k: v for op, k, v in chunk if op == "max"},
+                    u.max if first else {},
                     add_to_set={k: v for op, k, v in chunk if op == "add_to_set"},
                 )
             )
