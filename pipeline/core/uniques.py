@@ -87,7 +87,7 @@ def register_words(hashes: Iterable[int], p: int = P) -> dict[int, int]:
     return words
 
 
-def register_fields(holder: str, hashes: Iterable[int], p: int = P) -> Fields:
+def register_share(holder: str, hashes: Iterable[int], p: int = P) -> Fields:
     """The holder's overflow mark, and the register words that add ``hashes``."""
     return Fields({f"{holder}.{OVERFLOW}": True}, register_words(hashes, p), {})
 
@@ -131,7 +131,7 @@ class Budget:
         as it did first: its recorded decisions, :func:`holder_key`).
         """
         if self.registers(collection, doc_id, holder, len(hashes), registers):
-            return register_fields(holder, hashes)
+            return register_share(holder, hashes)
         return Fields({}, {}, explicit_fields(holder, hashes))
 
     def registers(

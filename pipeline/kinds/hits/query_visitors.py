@@ -35,6 +35,7 @@ from pipeline.kinds.hits.layout import (
 )
 from pipeline.kinds.hits.limits import VISITOR_BUCKETS
 from pipeline.kinds.hits.query import IDS_PER_READ, by_ids, month_spans
+from pipeline.store.reads import find_in
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,8 @@ async def estimates(
     rf = register_fields(mode)
     ids = list(dict.fromkeys(register_id(c, i, path) for g in groups for c, i, path, h in g if overflowed(h)))
     found: dict[str, Mapping[str, Any]] = {}
-    for at in range(0, len(ids), IDS_PER_READ):
-        async for d in db[rf.collection].find({"_id": {"$in": ids[at : at + IDS_PER_READ]}}):
-            found[d["_id"]] = d.get(rf.registers) or {}
+    async for d in find_in(db[rf.collection], ids, chunk=IDS_PER_READ):
+        found[d["_id"]] = d.get(rf.registers) or {}
     return [
         estimate(
             [h for *_, h in g], [found.get(register_id(c, i, path)) for c, i, path, h in g if overflowed(h)]
