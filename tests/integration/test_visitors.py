@@ -111,3 +111,26 @@ def test_a_page_with_few_visitors_is_exact_over_any_range(settings: Settings, tm
     hours = _query(s, "--from", yesterday, "--to", yesterday, "--by", "hour")
     assert len(hours) == 24 and all(r["exact"] for r in hours)
     assert max(int(str(r["visitors"])) for r in hours) > 0
+
+
+def test_two_workers_creating_the_secret_at_once_share_one(settings: Settings) -> None:
+    """Both find no secret and insert one: the second insert meets E11000 (someone inserted that
+    `_id`), so it reads the one that won instead; both then hash alike."""
+    import asyncio
+
+    from pipeline.kinds.hits.salt import VisitorKeys
+    from pipeline.store.client import mongo_client
+
+    async def race() -> tuple[bytes, bytes]:
+        clients = [mongo_client(settings.mongo_url or "") for _ in range(2)]
+        try:
+            keys = [VisitorKeys(c[settings.db]) for c in clients]
+            await asyncio.gather(*(k.load() for k in keys))
+            day = datetime.now(UTC).date()
+            return keys[0].key(day), keys[1].key(day)
+        finally:
+            for c in clients:
+                await c.close()
+
+    first, second = asyncio.run(race())
+    assert first == second
