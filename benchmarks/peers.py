@@ -535,7 +535,11 @@ def main() -> None:
     )
     results: dict[str, Any] = header(" ".join(sys.argv))
     results["events"] = args.events
-    end = time.time() - 3 * 3600  # in the past: the ticks an hour later stay behind the clock
+    # Yesterday 14:00 UTC, whatever the time of the run: a shape's minutes never straddle
+    # midnight (a run at 01:00 wrote two days' documents, 7% more writes than one at 04:00),
+    # and the ticks hours later stay behind the clock.
+    midnight = time.time() // 86_400 * 86_400
+    end = midnight - 10 * 3600
     grid = []
     with embedded("preagg-peers-") as (base, svc):
         if args.max_pending_keys:
