@@ -37,6 +37,7 @@ from pipeline.store.client import mongo_client, primary, reach
 from pipeline.store.meta import claim_schema_mode, supports_transactions
 from pipeline.store.owners import groups_by_topic, refusal
 from pipeline.store.sink import EXACTLY_ONCE, MongoSink
+from pipeline.worker.backlog import BACKLOG_MESSAGES, behind
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, install
 from pipeline.worker.deadletter import DeadLetter
@@ -59,9 +60,6 @@ log = logging.getLogger("preagg.worker")
 
 #: A bound that never seals a batch (idempotent writes: see build_app).
 UNBOUNDED = 1 << 62
-#: Messages behind the partitions' ends past which a worker is catching up a backlog
-#: (Settings.backlog_flush_interval).
-BACKLOG_MESSAGES = 1000
 
 
 def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
@@ -120,6 +118,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     ctx = StreamContext(settings, check_mode(settings.schema), db, clock)
     streams = [(kind, kind.stream(ctx, settings.of(kind))) for kind in kinds]
     flushers: list[Flusher[Any]] = []
+    topics: list[str] = []  # each flusher's input topic
     #: Set when a batch is sealed at its commit bound: the flush loop commits it at once.
     sealed = asyncio.Event()
     for kind, stream in streams:
@@ -154,6 +153,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             clock=clock,
         )
         flushers.append(flusher)
+        topics.append(settings.of(kind).topic)
         _subscribe(app, settings.of(kind).topic, settings.partitions, flusher)
 
     extra_metrics = [stream.metrics for _, stream in streams if stream.metrics is not None]
@@ -199,18 +199,11 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             settings.web_port or "off",
         )
 
-    def catching_up(f: Flusher[Any]) -> bool:
+    async def catching_up(f: Flusher[Any], topic: str) -> bool:
         """Far behind the partitions' ends with a young batch: not worth a flush yet."""
         if settings.backlog_flush_interval <= 0 or f.batch_age() >= settings.backlog_flush_interval:
             return False
-        consumer = app.consumer
-        behind = 0
-        for tp in consumer.assignment():
-            hw = consumer.highwater(tp)
-            got = f.consumed.get((tp.topic, tp.partition))
-            if hw is not None and got is not None:
-                behind += max(0, hw - got)
-        return behind > BACKLOG_MESSAGES
+        return await behind(app.consumer, topic, f.consumed) > BACKLOG_MESSAGES
 
     async def flush_forever() -> None:
         # Flushes start every flush_interval, counted from start to start: waiting a
@@ -228,8 +221,8 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
                 for f in flushers:
                     await f.run_flush(sealed_only=True)
                 continue
-            for f in flushers:
-                f.deferring = catching_up(f)
+            for f, topic in zip(flushers, topics, strict=True):
+                f.deferring = await catching_up(f, topic)
                 if f.deferring:
                     await f.run_flush(sealed_only=True)  # let the batch grow: one write per document
                 else:
