@@ -165,6 +165,38 @@ def mergeable(u: DocUpdate) -> bool:
     return u.compute is None and not u.set
 
 
+def _merged(shares: list[DocUpdate]) -> DocUpdate:
+    """Several partitions' updates of one document added up into one (:func:`merge_sources`)."""
+    u = shares[0]
+    m = DocUpdate(
+        u.collection,
+        u.id,
+        dict(u.set_on_insert),
+        dict(u.inc),
+        bit_or=dict(u.bit_or),
+        key=u.key,
+        max=dict(u.max),
+        add_to_set={k: list(v) for k, v in u.add_to_set.items()},
+    )
+    inc, bit_or, max_ = m.inc, m.bit_or, m.max
+    sources = dict.fromkeys(u.sources)
+    for u in shares[1:]:
+        for path, n in u.inc.items():
+            inc[path] = inc.get(path, 0) + n
+        for path, mask in u.bit_or.items():
+            bit_or[path] = bit_or.get(path, 0) | mask  # signed int64 OR signed int64: in range
+        for path, v in u.set_on_insert.items():
+            m.set_on_insert.setdefault(path, v)
+        for path, v in u.max.items():
+            max_[path] = max(max_[path], v) if path in max_ else v
+        for path, values in u.add_to_set.items():
+            m.add_to_set[path] = list(dict.fromkeys((*m.add_to_set.get(path, ()), *values)))
+        sources.update(dict.fromkeys(u.sources))
+    m.sources = tuple(sources)
+    m.shares = tuple(shares)
+    return m
+
+
 def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpdate]:
     """One update per document: the same document's updates from several partitions added up.
 
@@ -177,41 +209,22 @@ def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpda
     updates: :func:`split_wide` then splits each alone, so that a partition's range
     written again alone (by its next owner) splits into the same parts.
     """
-    out: list[DocUpdate] = []
-    seen: dict[tuple[str, int | str], DocUpdate] = {}
+    # The same document's updates, in the order of their first; a document of one source
+    # (every document of a keyed stream) is its update, not a copy.
+    slots: list[DocUpdate | list[DocUpdate]] = []
+    groups: dict[tuple[str, int | str], list[DocUpdate]] = {}
     for u in updates:
         if not mergeable(u):
-            out.append(u)
+            slots.append(u)
             continue
         k = (u.collection, u.id)
-        m = seen.get(k)
-        if m is None:
-            m = seen[k] = DocUpdate(
-                u.collection,
-                u.id,
-                dict(u.set_on_insert),
-                dict(u.inc),
-                bit_or=dict(u.bit_or),
-                key=u.key,
-                max=dict(u.max),
-                add_to_set={k: list(v) for k, v in u.add_to_set.items()},
-            )
-            m.sources = u.sources
-            m.shares = (u,)
-            out.append(m)
-            continue
-        for path, n in u.inc.items():
-            m.inc[path] = m.inc.get(path, 0) + n
-        for path, mask in u.bit_or.items():
-            m.bit_or[path] = m.bit_or.get(path, 0) | mask  # signed int64 OR signed int64: in range
-        for path, v in u.set_on_insert.items():
-            m.set_on_insert.setdefault(path, v)
-        for path, v in u.max.items():
-            m.max[path] = max(m.max[path], v) if path in m.max else v
-        for path, values in u.add_to_set.items():
-            m.add_to_set[path] = list(dict.fromkeys((*m.add_to_set.get(path, ()), *values)))
-        m.sources = tuple(dict.fromkeys((*m.sources, *u.sources)))
-        m.shares = (*m.shares, u)
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = [u]
+            slots.append(g)
+        else:
+            g.append(u)
+    out = [s if isinstance(s, DocUpdate) else s[0] if len(s) == 1 else _merged(s) for s in slots]
     if max_fields <= 0:
         return out
     wide = {id(m) for m in out if len(m.sources) > 1 and width(m) > max_fields}

@@ -362,11 +362,23 @@ def plan_hits(
             admitted[site, page, ordinal] = ok
         return ok
 
+    # Each cell's page-day, and the page-day's events: minutes, totals and top pages below
+    # are added per cell or per page-day from these, each counter first appearing where a
+    # per-cell pass puts it (the order of an update's fields, which split_wide's parts follow).
+    page_days: dict[tuple[str, str, int], list[int]] = {}
+    cells: list[tuple[tuple[str, str, int], list[int], int, int]] = []
+    for (site, page, minute), n in counts.items():
+        ordinal, start = calendars.calendar(site).day_of(minute)
+        pk = (site, page, ordinal)
+        pd = page_days.get(pk)
+        if pd is None:
+            pd = page_days[pk] = [0, start]  # events, the day's start minute
+        pd[0] += n
+        cells.append((pk, pd, minute - start, n))
     # The batch's busiest pages take their place in the top lists first (a backfill's
     # batch of a whole day then lists that day's busiest pages, whatever their order).
     busy: dict[tuple[str, str, int], dict[str, int]] = {}
-    for (site, page, minute), n in counts.items():
-        ordinal = calendars.calendar(site).day_of(minute)[0]
+    for (site, page, ordinal), (n, *_) in page_days.items():
         if admits(site, page, ordinal):
             month_ordinal = ordinal - date.fromordinal(ordinal).day + 1
             for period in ((site, "d", ordinal), (site, "m", month_ordinal)):
@@ -375,28 +387,49 @@ def plan_hits(
     for period, pages in busy.items():
         for page in sorted(pages, key=lambda p: (-pages[p], p)):
             caps.top_key(period, page)
-    for (site, page, minute), n in counts.items():
-        cal = calendars.calendar(site)
-        ordinal, start = cal.day_of(minute)
-        hour, minute_of_hour = divmod(minute - start, 60)
-        keep = keeps.get((site, ordinal))
-        if keep is None:
-            keep = keeps[site, ordinal] = retention.keeps(site, ordinal)
+    hourly_f, minute_f, total_f = fd.hourly, fd.minute, fd.total
+    # (site's day, page's day or None: refused, hourly kept, minute kept) per page-day
+    targets_of: dict[tuple[str, str, int], tuple[DocUpdate, DocUpdate | None, bool, bool]] = {}
+    for pk, pd, at, n in cells:
+        got = targets_of.get(pk)
+        if got is None:
+            site, page, ordinal = pk
+            keep = keeps.get((site, ordinal))
+            if keep is None:
+                keep = keeps[site, ordinal] = retention.keeps(site, ordinal)
+            cal = calendars.calendar(site)
+            site_day = site_daily_doc(site, cal, ordinal, pd[1])
+            own = admits(site, page, ordinal)
+            if not own:
+                site_day.inc.setdefault(rd.capped, 0)
+            site_day.inc.setdefault(total_f, 0)
+            page_day = daily_doc(site, page, cal, ordinal, pd[1]) if own else None
+            if page_day is not None:
+                page_day.inc.setdefault(total_f, 0)
+            got = targets_of[pk] = (site_day, page_day, keep[1], keep[0])
+        site_day, page_day, hourly_kept, minute_kept = got
+        hour, minute_of_hour = divmod(at, 60)
+        if page_day is None:
+            caps.count_capped(n)
+            site_day.add(rd.capped, n)
+        if hourly_kept:
+            path = f"{hourly_f}.{hour}"
+            site_day.add(path, n)
+            if page_day is not None:
+                page_day.add(path, n)
+        if minute_kept:
+            mpath = f"{minute_f}.{hour}.{minute_of_hour}"
+            site_day.add(mpath, n)
+            if page_day is not None:
+                page_day.add(mpath, n)
+    for (site, page, ordinal), (n, *_) in page_days.items():
+        site_day, page_day, *_ = targets_of[site, page, ordinal]
+        own = page_day is not None
+        site_day.add(total_f, n)
+        if page_day is not None:
+            page_day.add(total_f, n)
         day = date.fromordinal(ordinal)
         month_ordinal = ordinal - day.day + 1
-        own = admits(site, page, ordinal)
-        targets = [site_daily_doc(site, cal, ordinal, start)]
-        if own:
-            targets.append(daily_doc(site, page, cal, ordinal, start))
-        else:
-            caps.count_capped(n)
-            targets[0].add(rd.capped, n)
-        for upd in targets:
-            upd.add(fd.total, n)
-            if keep[1]:
-                upd.add(f"{fd.hourly}.{hour}", n)
-            if keep[0]:
-                upd.add(f"{fd.minute}.{hour}.{minute_of_hour}", n)
         shown = page if own else None
         top_doc(site, "d", day).add(f"{td.pages}.{caps.top_key((site, 'd', ordinal), shown)}", n)
         mupd = site_monthly.get((site, day.year, day.month))
