@@ -168,13 +168,10 @@ def overflowed(holder: Mapping[str, Any] | None) -> bool:
     return bool(holder and holder.get(OVERFLOW))
 
 
-def estimate(
-    holders: Iterable[Mapping[str, Any] | None],
-    registers: Iterable[Mapping[str, Any] | None] = (),
-    p: int = P,
-) -> Estimate:
-    """The distinct count of the union of stored holders and of register documents' ``r`` words
-    (absent ones count nothing)."""
+def _gather(
+    holders: Iterable[Mapping[str, Any] | None], registers: Iterable[Mapping[str, Any] | None]
+) -> tuple[set[int], dict[int, int], bool]:
+    """The explicit hashes (signed), register words and overflow of stored holders and registers."""
     hashes: set[int] = set()
     words: dict[int, int] = {}
     overflow = False
@@ -186,7 +183,35 @@ def estimate(
     for found in registers:
         for word, bits in (found or {}).items():
             words[int(word)] = words.get(int(word), 0) | int(bits)
-    overflow = overflow or bool(words)
+    return hashes, words, overflow or bool(words)
+
+
+def union(
+    holders: Iterable[Mapping[str, Any] | None],
+    registers: Iterable[Mapping[str, Any] | None] = (),
+    explicit_max: int = EXPLICIT_MAX,
+    p: int = P,
+) -> tuple[dict[str, Any], dict[int, int]]:
+    """One holder that is the union of stored holders and their registers (a site's rollup
+    rebuilt from its pages): explicit while every part is and the union has at most
+    ``explicit_max`` hashes; otherwise the overflow mark and every hash in the register words
+    returned (a rebuilt holder's ``x`` then stays empty, and its size bounded)."""
+    hashes, words, overflow = _gather(holders, registers)
+    if not overflow and len(hashes) <= explicit_max:
+        return {EXPLICIT: sorted(hashes)}, {}
+    for w, mask in register_words((unsigned(h) for h in hashes), p).items():
+        words[w] = words.get(w, 0) | mask
+    return {OVERFLOW: True}, words
+
+
+def estimate(
+    holders: Iterable[Mapping[str, Any] | None],
+    registers: Iterable[Mapping[str, Any] | None] = (),
+    p: int = P,
+) -> Estimate:
+    """The distinct count of the union of stored holders and of register documents' ``r`` words
+    (absent ones count nothing)."""
+    hashes, words, overflow = _gather(holders, registers)
     if not overflow:
         return Estimate(len(hashes), True)
     reg = np.zeros(1 << p, dtype=np.int8)

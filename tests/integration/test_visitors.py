@@ -22,15 +22,17 @@ SITE = "shop.example"
 BROWSERS = ("Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0", "Mozilla/5.0 (Macintosh) Safari/605.1.15")
 
 
-def _access_log(path: Path, lines: int, addresses: int, seed: int) -> dict[date, dict[str, set[str]]]:
-    """A generated access log over the last two UTC days; per day and page (and ``""``: the
+def _access_log(
+    path: Path, lines: int, addresses: int, seed: int, hours: float = 48
+) -> dict[date, dict[str, set[str]]]:
+    """A generated access log over the last ``hours``; per UTC day and page (and ``""``: the
     site), the distinct address + browser pairs of its human hits (crawlers are no visitors)."""
     rng = random.Random(seed)
     end = time.time()
     truth: dict[date, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     out = []
     for i in range(lines):
-        ts = int(end - rng.uniform(0, 2 * 86_400))
+        ts = int(end - rng.uniform(0, hours * 3600))
         page = "/" if i % 3 == 0 else f"/p/{rng.randrange(4)}"
         ip = f"10.{rng.randrange(addresses) // 250}.0.{rng.randrange(addresses) % 250}"
         bot = i % 11 == 0
@@ -44,8 +46,8 @@ def _access_log(path: Path, lines: int, addresses: int, seed: int) -> dict[date,
     return truth
 
 
-def _query(s: Settings, *args: str) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = json.loads(cli(s, "query", "visitors", "--site", SITE, *args, "--json"))
+def _query(s: Settings, *args: str, site: str = SITE) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = json.loads(cli(s, "query", "visitors", "--site", site, *args, "--json"))
     return rows
 
 
@@ -111,6 +113,87 @@ def test_a_page_with_few_visitors_is_exact_over_any_range(settings: Settings, tm
     hours = _query(s, "--from", yesterday, "--to", yesterday, "--by", "hour")
     assert len(hours) == 24 and all(r["exact"] for r in hours)
     assert max(int(str(r["visitors"])) for r in hours) > 0
+
+
+def test_rebuilt_rollups_count_the_visitors_the_workers_counted(settings: Settings, tmp_path: Path) -> None:
+    """``preagg rollups rebuild`` makes a site's sketches the union of its pages' (a sketch is no
+    counter: summed, a rebuilt site read 0 visitors). From rollups and their registers deleted,
+    as before rollups existed: a busy site (registers) and a small one (exact) read by day, by
+    hour and over the range exactly what the workers' rollups gave."""
+    from pipeline.kinds.hits.layout import hits_fields, register_fields
+
+    small = "small.example"
+    truth = _access_log(tmp_path / "big.log", 3_000, addresses=2_000, seed=5)
+    _access_log(tmp_path / "small.log", 300, addresses=30, seed=6)
+    s = settings.with_stream(HITS, site=SITE)
+    cli(s, "produce", "hits", str(tmp_path / "big.log"), "--format", "clf", "--site", SITE)
+    cli(s, "produce", "hits", str(tmp_path / "small.log"), "--format", "clf", "--site", small)
+    run_worker_to_end(s, "visitors-rebuild", timeout=240)
+    days = sorted(truth)
+    span = ("--from", days[0].isoformat(), "--to", days[-1].isoformat())
+
+    def answers() -> dict[str, list[dict[str, object]]]:
+        return {
+            f"{site} {by}": _query(s, *span, "--by", by, site=site)
+            for site in (SITE, small)
+            for by in ("hour", "day", "total")
+        }
+
+    before = answers()
+    assert before[f"{SITE} day"] and not any(r["exact"] for r in before[f"{SITE} day"])
+    assert all(r["exact"] for r in before[f"{small} day"]) and before[f"{small} total"][0]["visitors"]
+    f = hits_fields(s.schema).rollups
+    rollups = (f.daily.collection, f.monthly.collection, f.top_daily.collection, f.top_monthly.collection)
+
+    async def forget(db):  # type: ignore[no-untyped-def]
+        for c in rollups:
+            await db[c].delete_many({})
+        for c in rollups[:2]:
+            await db[register_fields(s.schema).collection].delete_many({"_id": {"$regex": f"^{c}\\|"}})
+
+    with_db(s, forget)
+    assert _query(s, *span, "--by", "total")[0]["visitors"] == 0
+    for site in (SITE, small):
+        out = cli(s, "rollups", "rebuild", "--site", site, "--from", days[0].isoformat())
+        assert "rebuilt" in out, out
+    assert answers() == before
+
+
+def test_retention_deletes_the_registers_of_the_hours_it_prunes(settings: Settings, tmp_path: Path) -> None:
+    """Pruning hourly sketches (``preagg retention run``) deletes their register documents too (they
+    lived on, unread, for good); the days' sketches and registers stay and read as before."""
+    from pipeline.kinds.hits.layout import hits_fields, register_fields
+
+    truth = _access_log(tmp_path / "busy.log", 2_000, addresses=1_500, seed=9, hours=3)
+    s = settings.with_stream(HITS, site=SITE)
+    cli(s, "produce", "hits", str(tmp_path / "busy.log"), "--format", "clf", "--site", SITE)
+    run_worker_to_end(s, "visitors-retention", timeout=240)
+    days = sorted(truth)
+    span = ("--from", days[0].isoformat(), "--to", days[-1].isoformat())
+    f = hits_fields(s.schema)
+    pages, site_days, hourly = f.daily.collection, f.rollups.daily.collection, f.daily.hourly_visitors
+
+    def registers(holder: str) -> dict[str, int]:
+        async def count(db):  # type: ignore[no-untyped-def]
+            regs = db[register_fields(s.schema).collection]
+            return {
+                c: await regs.count_documents({"_id": {"$regex": f"^{c}\\|{holder}"}})
+                for c in (pages, site_days)
+            }
+
+        return dict(with_db(s, count))
+
+    hours_before, days_before = registers(f"{hourly}\\."), registers(f"{f.daily.visitors}\\|")
+    assert all(hours_before.values()) and all(days_before.values()), (hours_before, days_before)
+    before = _query(s, *span, "--by", "day")
+    later = (days[-1] + timedelta(days=401)).isoformat()  # past the hourly tier (400 days)
+    dry = cli(s, "retention", "run", "--dry-run", "--today", later)
+    assert f"{hours_before[pages]} register documents" in dry, dry
+    out = cli(s, "retention", "run", "--settle", "0", "--today", later)
+    assert "register documents" in out, out
+    assert registers(f"{hourly}\\.") == {pages: 0, site_days: 0}
+    assert registers(f"{f.daily.visitors}\\|") == days_before
+    assert _query(s, *span, "--by", "day") == before
 
 
 def test_two_workers_creating_the_secret_at_once_share_one(settings: Settings) -> None:

@@ -143,7 +143,8 @@ def cmd_retention(args: argparse.Namespace) -> int:
     print(periodic_text(s.of(KEY).retention_every, last))
     verb = "would prune" if args.dry_run else "pruned"
     for p in done:
-        print(f"{verb} {p.what}: {p.documents} daily documents")
+        registers = f", {p.registers} register documents" if p.registers else ""
+        print(f"{verb} {p.what}: {p.documents} daily documents{registers}")
     if not done:
         print("nothing to prune: every tier is forever (0)")
     print(f"{len(done)} statements in {time.monotonic() - t0:.2f} s")

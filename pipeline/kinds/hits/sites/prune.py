@@ -13,20 +13,26 @@ a run may touch millions of documents; a run cut short is finished by the next.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 import pymongo
+from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.kinds.hits.layout import HitsFields
+from pipeline.core.uniques import overflowed
+from pipeline.kinds.hits.layout import HitsFields, register_fields, register_id
 from pipeline.kinds.hits.sites.cache import retention_of
 from pipeline.kinds.hits.sites.store import load, save_pruned
-from pipeline.kinds.hits.sites.tiers import SETTLE_SECONDS, Tiers, cutoffs, prunes
+from pipeline.kinds.hits.sites.tiers import SETTLE_SECONDS, Prune, Tiers, cutoffs, prunes
 
 #: Seconds one statement may take (a first run over years of documents is long).
 STATEMENT_TIMEOUT = 1800.0
+#: Documents per step when a pruned field's sketches have registers to delete with it
+#: (SecantusDB's ``$in`` is quadratic in its values).
+CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,8 @@ class PruneResult:
 
     what: str
     documents: int
+    #: Register documents of the pruned hourly visitor sketches deleted (or that would be).
+    registers: int = 0
 
 
 async def run_retention(
@@ -68,11 +76,77 @@ async def run_retention(
     for name in (fields.daily.collection, fields.rollups.daily.collection):
         coll = db[name]
         for p in statements:
+            what = p.what if name == fields.daily.collection else f"{p.what} (site rollups)"
+            if p.field == fields.daily.hourly_visitors:
+                regs = db[register_fields(fields.mode).collection]
+                n, r = await prune_sketches(coll, regs, p, dry_run, statement_timeout)
+                out.append(PruneResult(what, n, r))
+                continue
             with pymongo.timeout(statement_timeout):
                 if dry_run:
                     n = await coll.count_documents(p.filter)
                 else:
                     n = (await coll.update_many(p.filter, {"$unset": {p.field: ""}})).modified_count
-            what = p.what if name == fields.daily.collection else f"{p.what} (site rollups)"
             out.append(PruneResult(what, n))
     return out
+
+
+async def prune_sketches(
+    coll: AsyncCollection[dict[str, Any]],
+    regs: AsyncCollection[dict[str, Any]],
+    p: Prune,
+    dry_run: bool,
+    statement_timeout: float,
+) -> tuple[int, int]:
+    """Prune one statement's hourly visitor sketches with their register documents (documents
+    changed, registers deleted), :data:`CHUNK` documents at a time.
+
+    A busy hour's registers live in a document of their own (docs/visitors.md): unsetting the
+    hour's field alone left them behind for good. Each chunk's field is unset first, then the
+    registers of the documents that no longer hold it are deleted: a document a worker wrote
+    meanwhile (a backfill the workers' periodic run spares) keeps both. A run cut short
+    between the two leaves those registers unread (no query reads a pruned hour's registers).
+    """
+    if dry_run:
+        docs = registers = 0
+        with pymongo.timeout(statement_timeout):
+            async for d in coll.find(p.filter, {p.field: 1}):
+                docs += 1
+                registers += len(_registers(coll.name, p.field, d))
+        return docs, registers
+    docs = registers = 0
+    while True:
+        with pymongo.timeout(statement_timeout):
+            chunk = [d async for d in coll.find(p.filter, {p.field: 1}).limit(CHUNK)]
+            if not chunk:
+                break
+            ids = [d["_id"] for d in chunk]
+            done = await coll.update_many({**p.filter, "_id": {"$in": ids}}, {"$unset": {p.field: ""}})
+            docs += done.modified_count
+            held = {d["_id"]: _registers(coll.name, p.field, d) for d in chunk}
+            with_registers = [i for i, r in held.items() if r]
+            if with_registers:
+                kept = {
+                    d["_id"]
+                    async for d in coll.find(
+                        {"_id": {"$in": with_registers}, p.field: {"$exists": True}}, {"_id": 1}
+                    )
+                }
+                gone = [r for i in with_registers if i not in kept for r in held[i]]
+                if gone:
+                    registers += (await regs.delete_many({"_id": {"$in": gone}})).deleted_count
+        if not done.modified_count:
+            break  # nothing of this chunk matched any more: written meanwhile, left as it is
+    return docs, registers
+
+
+def _registers(collection: str, field: str, doc: Mapping[str, Any]) -> list[str]:
+    """``_id`` of the register documents of ``doc``'s overflowed hourly sketches."""
+    hours = doc.get(field)
+    if not isinstance(hours, Mapping):
+        return []
+    return [
+        register_id(collection, doc["_id"], f"{field}.{hour}")
+        for hour, holder in hours.items()
+        if isinstance(holder, Mapping) and overflowed(holder)
+    ]

@@ -6,8 +6,9 @@ pages, each month's into its monthly ones, and each is *replaced* with the sums.
 gives the same documents (idempotent); progress is recorded per site in
 ``preagg_meta`` (``rollups/<site>``), so a run cut short resumes where it stopped.
 
-Top pages are exact here (the day's pages sorted by hits, filled to the budget), the
-rest ``(other)``. A rollup workers have written keeps its idempotency marks, so a
+Unique visitors are the union of the pages' sketches, not a sum
+(:mod:`.rebuild_sketches`). Top pages are exact here (the day's pages sorted by hits,
+filled to the budget), the rest ``(other)``. A rollup workers have written keeps its idempotency marks, so a
 flush under way is still recognised; rebuild a day while workers write it and the
 increments between the read and the replacement are lost: rebuild days workers no
 longer write (docs/rollups.md).
@@ -25,8 +26,9 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.marks import MARKS
 from pipeline.core.times import midnight
-from pipeline.kinds.hits.layout import HitsFields, TopFields, site_daily_id, site_monthly_id
+from pipeline.kinds.hits.layout import HitsFields, TopFields, register_fields, site_daily_id, site_monthly_id
 from pipeline.kinds.hits.sites.caps import OTHER_PAGE
+from pipeline.kinds.hits.sites.rebuild_sketches import Sketches
 from pipeline.kinds.hits.sites.seal import exact_list
 from pipeline.store.meta import META_COLLECTION
 
@@ -78,6 +80,7 @@ async def rebuild_rollups(
     fd, fm = fields.daily, fields.monthly
     rd, rm = fields.rollups.daily, fields.rollups.monthly
     td, tm = fields.rollups.top_daily, fields.rollups.top_monthly
+    registers = register_fields(fields.mode)
     meta = db[META_COLLECTION]
     if first is None:
         done = await meta.find_one({"_id": progress_id(site)})
@@ -93,7 +96,9 @@ async def rebuild_rollups(
         meta_fields: dict[str, Any] = {fd.date: midnight(day), fd.site: site}
         written: datetime | None = None  # the latest page's: the rollup is as recent as its pages
         day_flt = {f"{fd.metadata}.{fd.site}": site, f"{fd.metadata}.{fd.date}": midnight(day)}
-        async for doc in db[fd.collection].find(day_flt, {"_id": 0, MARKS: 0}):
+        sketches = Sketches(fd.visitors, fd.hourly_visitors)
+        async for doc in db[fd.collection].find(day_flt, {MARKS: 0}):
+            sketches.take(fd.collection, doc.pop("_id"), doc)
             m = doc.pop(fd.metadata)
             for k in (fd.start, fd.zone):
                 if k in m:
@@ -108,6 +113,7 @@ async def rebuild_rollups(
             sums[rd.written] = written
         doc = {rd.metadata: meta_fields, **sums}
         doc_id = site_daily_id(day, site)
+        await sketches.write(db, registers, doc, rd.collection, doc_id)
         await _replace(db, rd.collection, doc_id, f"{rd.metadata}.{rd.site}", site, doc)
         top = {td.metadata: {td.date: midnight(day), td.site: site}, **top_pages(totals, top_bytes, td)}
         await _replace(db, td.collection, doc_id, f"{td.metadata}.{td.site}", site, top)
@@ -120,12 +126,15 @@ async def rebuild_rollups(
         sums = {}
         totals = Counter()
         m_flt = {f"{fm.metadata}.{fm.site}": site, f"{fm.metadata}.{fm.date}": midnight(month)}
-        async for doc in db[fm.collection].find(m_flt, {"_id": 0, MARKS: 0}):
+        sketches = Sketches(fm.visitors, None)
+        async for doc in db[fm.collection].find(m_flt, {MARKS: 0}):
+            sketches.take(fm.collection, doc.pop("_id"), doc)
             m = doc.pop(fm.metadata)
             totals[m[fm.page]] += int(doc.get(fm.total, 0))
             _add(sums, doc)
         doc = {rm.metadata: {fm.date: midnight(month), fm.site: site}, **sums}
         doc_id = site_monthly_id(month, site)
+        await sketches.write(db, registers, doc, rm.collection, doc_id)
         await _replace(db, rm.collection, doc_id, f"{rm.metadata}.{rm.site}", site, doc)
         top = {tm.metadata: {tm.date: midnight(month), tm.site: site}, **top_pages(totals, top_bytes, tm)}
         await _replace(db, tm.collection, doc_id, f"{tm.metadata}.{tm.site}", site, top)
