@@ -18,6 +18,11 @@ idempotent and commutative, and so is a set union.
   hashes reaches (half a billion visitors);
 * ``o: true`` (``$max``): set with the first registers: from then on some hashes are only in ``r``.
 
+Or the registers are one source partition's (:func:`merged_blob`): the codec bytes of
+:mod:`pipeline.core.hll`, read, maxed and set by the partition's one writer, its partition
+listed in the holder's ``w`` (``$addToSet``). One field per holder and partition instead of a
+path per word touched; :func:`estimate` reads both forms.
+
 A holder without ``o`` holds every hash in ``x``, so its count (and that of a union of such
 holders) is exact, up to 64-bit hash collisions. Otherwise the estimate is HyperLogLog++'s
 over ``r`` with the ``x`` hashes folded in (datasketch's estimator, the one
@@ -37,6 +42,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from pipeline.core import hll
 from pipeline.core.hll import Sketch
 
 #: Precision of the registers: 2^14 registers, 0.81% standard error.
@@ -51,7 +57,11 @@ EXPLICIT_MAX = 128
 #: Holders whose written count a writer remembers (the oldest forgotten first).
 BUDGET_HOLDERS = 200_000
 
-EXPLICIT, REGISTERS, OVERFLOW = "x", "r", "o"
+EXPLICIT, REGISTERS, OVERFLOW, WRITERS = "x", "r", "o", "w"
+
+#: Stored registers as a query reads them: the shared form's words (word -> thermometer
+#: mask), or one partition's codec bytes (:mod:`pipeline.core.hll`).
+Registers = Mapping[Any, Any] | bytes
 
 
 def signed(h: int) -> int:
@@ -85,6 +95,31 @@ def register_words(hashes: Iterable[int], p: int = P) -> dict[int, int]:
         word, lane = divmod(i, LANES)
         words[word] = words.get(word, 0) | (((1 << min(rank, RANK_CAP)) - 1) << (lane * LANE_BITS))
     return words
+
+
+def register_ranks(hashes: Iterable[int], p: int = P) -> dict[int, int]:
+    """Register index → the highest rank ``hashes`` offer it (a partition's registers)."""
+    ranks: dict[int, int] = {}
+    for h in hashes:
+        i, rank = register_of(h, p)
+        if rank > ranks.get(i, 0):
+            ranks[i] = rank
+    return ranks
+
+
+def merged_blob(stored: bytes | None, ranks: Mapping[int, int], p: int = P) -> bytes:
+    """A partition's stored registers (codec bytes, ``None``: none yet) with ``ranks`` maxed in.
+
+    One writer per partition reads, maxes and sets them: one field for the whole sketch,
+    where the shared form's ``$bit or`` takes a path per word touched (up to 4,096).
+    """
+    reg = hll.decode(stored).reg if stored else None
+    if reg is None:
+        reg = np.zeros(1 << p, dtype=np.int8)
+    for i, rank in ranks.items():
+        if rank > reg[i]:
+            reg[i] = rank
+    return Sketch(p, reg=reg).encode()
 
 
 def register_share(holder: str, hashes: Iterable[int], p: int = P) -> Fields:
@@ -169,11 +204,12 @@ def overflowed(holder: Mapping[str, Any] | None) -> bool:
 
 
 def _gather(
-    holders: Iterable[Mapping[str, Any] | None], registers: Iterable[Mapping[str, Any] | None]
-) -> tuple[set[int], dict[int, int], bool]:
-    """The explicit hashes (signed), register words and overflow of stored holders and registers."""
+    holders: Iterable[Mapping[str, Any] | None], registers: Iterable[Registers | None], p: int = P
+) -> tuple[set[int], np.ndarray, bool]:  # type: ignore[type-arg]
+    """The explicit hashes (signed), the registers' maximum and the overflow of stored holders and
+    registers (either form)."""
     hashes: set[int] = set()
-    words: dict[int, int] = {}
+    reg = np.zeros(1 << p, dtype=np.int8)
     overflow = False
     for holder in holders:
         if not holder:
@@ -181,14 +217,35 @@ def _gather(
         hashes.update(holder.get(EXPLICIT) or ())
         overflow = overflow or bool(holder.get(OVERFLOW))
     for found in registers:
-        for word, bits in (found or {}).items():
-            words[int(word)] = words.get(int(word), 0) | int(bits)
-    return hashes, words, overflow or bool(words)
+        if isinstance(found, bytes):
+            blob = hll.decode(found)
+            if blob.reg is not None:
+                np.maximum(reg, blob.reg, out=reg)
+                overflow = True
+            continue
+        for word, mask in (found or {}).items():
+            w, mask = int(word), int(mask)
+            for lane in range(LANES):
+                rank = ((mask >> (lane * LANE_BITS)) & LANE_MASK).bit_length()
+                if rank > reg[w * LANES + lane]:
+                    reg[w * LANES + lane] = rank
+            overflow = True
+    return hashes, reg, overflow
+
+
+def _words(reg: np.ndarray) -> dict[int, int]:  # type: ignore[type-arg]
+    """The shared form's words of registers (ranks past :data:`RANK_CAP` kept at it)."""
+    words: dict[int, int] = {}
+    for i in np.flatnonzero(reg):
+        word, lane = divmod(int(i), LANES)
+        thermometer = (1 << min(int(reg[i]), RANK_CAP)) - 1
+        words[word] = words.get(word, 0) | thermometer << (lane * LANE_BITS)
+    return words
 
 
 def union(
     holders: Iterable[Mapping[str, Any] | None],
-    registers: Iterable[Mapping[str, Any] | None] = (),
+    registers: Iterable[Registers | None] = (),
     explicit_max: int = EXPLICIT_MAX,
     p: int = P,
 ) -> tuple[dict[str, Any], dict[int, int]]:
@@ -196,9 +253,10 @@ def union(
     rebuilt from its pages): explicit while every part is and the union has at most
     ``explicit_max`` hashes; otherwise the overflow mark and every hash in the register words
     returned (a rebuilt holder's ``x`` then stays empty, and its size bounded)."""
-    hashes, words, overflow = _gather(holders, registers)
+    hashes, reg, overflow = _gather(holders, registers, p)
     if not overflow and len(hashes) <= explicit_max:
         return {EXPLICIT: sorted(hashes)}, {}
+    words = _words(reg)
     for w, mask in register_words((unsigned(h) for h in hashes), p).items():
         words[w] = words.get(w, 0) | mask
     return {OVERFLOW: True}, words
@@ -206,20 +264,14 @@ def union(
 
 def estimate(
     holders: Iterable[Mapping[str, Any] | None],
-    registers: Iterable[Mapping[str, Any] | None] = (),
+    registers: Iterable[Registers | None] = (),
     p: int = P,
 ) -> Estimate:
-    """The distinct count of the union of stored holders and of register documents' ``r`` words
-    (absent ones count nothing)."""
-    hashes, words, overflow = _gather(holders, registers)
+    """The distinct count of the union of stored holders and of register documents (either form;
+    absent ones count nothing)."""
+    hashes, reg, overflow = _gather(holders, registers, p)
     if not overflow:
         return Estimate(len(hashes), True)
-    reg = np.zeros(1 << p, dtype=np.int8)
-    for w, mask in words.items():
-        for lane in range(LANES):
-            rank = ((mask >> (lane * LANE_BITS)) & LANE_MASK).bit_length()
-            if rank:
-                reg[w * LANES + lane] = rank
     for value in hashes:
         index, rank = register_of(unsigned(value), p)
         rank = min(rank, RANK_CAP)

@@ -25,6 +25,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import bson
@@ -249,13 +250,11 @@ class MongoSink:
         flush's, documents already holding a mark answer "duplicate key", a finished ledger
         says the flush is done.
         """
-        if any(u.compute is not None for u in updates):
-            raise ValueError(
-                "idempotent writes take no read-modify-write update (Stream.writes='transaction')"
-            )
         seqs, done = await self._intent(fences, flush_id)
         if fences and len(done) == len(fences):
             return Committed(already=True)
+        if any(u.compute is not None for u in updates):
+            updates = await self._read_modified(updates)
         applied, raced, split = self.already_applied, self.raced_inserts, self.split_shares
         size = await self._marked_writes(updates, seqs)
         await self._finish([f for f in fences if (f.topic, f.partition) not in done], flush_id)
@@ -315,6 +314,36 @@ class MongoSink:
         if current is not None and found is None and current.get("flush") == flush_id:
             return int(current.get("seq", 0)), True  # finished before its answer was lost
         raise FenceConflict([(f, (current or {}).get("next"))])
+
+    async def _read_modified(self, updates: Sequence[DocUpdate]) -> list[DocUpdate]:
+        """Resolve the read-modify-write updates of idempotent writes (by ``_id``, chunked reads).
+
+        Only for a document one source partition writes alone (a partition's visitor registers,
+        :mod:`pipeline.kinds.hits.visits`): its writer is the partition's owner, and a zombie's
+        older flush is refused by the marks the result is set under. Read again at every
+        attempt (a retry, a redo), so the result holds what is stored then; a maximum, it is
+        the same whether or not an earlier attempt applied.
+        """
+        ids: dict[str, list[Any]] = defaultdict(list)
+        for u in updates:
+            if u.compute is not None:
+                if len(u.sources) > 1:
+                    raise ValueError(
+                        f"a read-modify-write of {u.collection} {u.id!r} from several partitions"
+                    )
+                ids[u.collection].append(u.id)
+        stored: dict[tuple[str, Any], dict[str, Any]] = {}
+        for name, keys in ids.items():
+            async for d in find_in(self.db[name], keys, chunk=self.read_chunk):
+                stored[(name, d["_id"])] = d
+        out = []
+        for u in updates:
+            if u.compute is None:
+                out.append(u)
+                continue
+            fields = u.compute(stored.get((u.collection, u.id)))
+            out.append(replace(u, set={**u.set, **fields}, compute=None))
+        return out
 
     async def _marked_writes(self, updates: Sequence[DocUpdate], seqs: dict[TP, int]) -> int:
         """Unordered bulk writes of the marked upserts, then the ones refused with "duplicate key" resolved.

@@ -185,6 +185,8 @@ def test_retention_deletes_the_registers_of_the_hours_it_prunes(settings: Settin
 
     hours_before, days_before = registers(f"{hourly}\\."), registers(f"{f.daily.visitors}\\|")
     assert all(hours_before.values()) and all(days_before.values()), (hours_before, days_before)
+    # each source partition's registers in a document of its own (one field, read, maxed, set)
+    assert registers(f"{hourly}\\.[0-9]+\\|[0-9]+\\|") == hours_before
     before = _query(s, *span, "--by", "day")
     later = (days[-1] + timedelta(days=401)).isoformat()  # past the hourly tier (400 days)
     dry = cli(s, "retention", "run", "--dry-run", "--today", later)

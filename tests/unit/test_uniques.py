@@ -204,3 +204,56 @@ def test_split_wide_spreads_sketch_fields_too() -> None:
     wide = split_wide([DocUpdate("c", "d", {"m.d": 1}, bit_or={f"v.r.{i}": 3 for i in range(150)})], 64)
     assert [len(p.bit_or) for p in wide] == [64, 64, 22]
     assert wide[0].set_on_insert == {"m.d": 1} and not wide[1].set_on_insert
+
+
+def test_a_partitions_registers_are_one_field_read_maxed_and_set() -> None:
+    """The partition form: applied twice, in either order, or next to the shared form's words, the
+    same registers and the same estimate; sparse while few registers are set, bounded when many."""
+    from pipeline.core import hll
+    from pipeline.core.uniques import merged_blob, register_ranks
+
+    rng = random.Random(11)
+    a = [rng.getrandbits(64) for _ in range(3_000)]
+    b = [rng.getrandbits(64) for _ in range(2_000)] + a[:500]
+    ra, rb = register_ranks(a), register_ranks(b)
+    once = merged_blob(merged_blob(None, ra), rb)
+    assert hll.decode(once).reg.tolist() == hll.decode(merged_blob(merged_blob(None, rb), ra)).reg.tolist()
+    assert merged_blob(once, ra) == once and merged_blob(once, rb) == once  # a redo changes nothing
+    truth = len(set(a) | set(b))
+    got = estimate([{"o": True}], [once])
+    assert not got.exact and abs(got.value - truth) <= 0.03 * truth
+    words = {str(w): m for w, m in register_words(b).items()}
+    assert estimate([{"o": True}], [merged_blob(None, ra), words]) == got  # the two forms mixed
+    assert len(merged_blob(None, register_ranks(a[:40]))) == 1 + 3 * 40  # sparse: 3 bytes a register
+    assert (
+        len(merged_blob(None, register_ranks(rng.getrandbits(64) for _ in range(200_000))))
+        == 1 + 16_384 * 6 // 8
+    )
+
+
+def test_one_partitions_visitors_go_to_its_own_register_documents() -> None:
+    """A plan of one source partition writes each busy holder's registers as a read-modify-write of
+    its own document, and lists the partition in the holder (``w``) for readers."""
+    from collections import Counter
+
+    from pipeline.kinds.hits.aggregate import plan_hits
+    from pipeline.kinds.hits.layout import hits_fields, register_id
+
+    rng = random.Random(12)
+    slot = 29_000_000 // 15
+    visits = {("s", "/", slot): {rng.getrandbits(128) for _ in range(500)}}
+    counts = Counter({("s", "/", slot * 15): 500})
+    plan = plan_hits(
+        counts, hits_fields(), visits=visits, visitor_keys=lambda o: b"k" * 32, budget=Budget(), writer=3
+    )
+    regs = [u for u in plan if u.collection == "hits_visitor_registers"]
+    page = next(u for u in plan if u.collection == "hits_daily")
+    assert regs and all(u.compute is not None and not u.bit_or for u in regs)
+    assert register_id("hits_daily", page.id, "v", 3) in {u.id for u in regs}
+    assert page.add_to_set["v.w"] == [3] and page.max["v.o"] is True
+    stored = regs[0].compute(None)["b"]
+    assert regs[0].compute({"b": stored}) == {"b": stored}  # read, maxed, set: idempotent
+    shared = plan_hits(
+        counts, hits_fields(), visits=visits, visitor_keys=lambda o: b"k" * 32, budget=Budget()
+    )
+    assert all(u.compute is None and u.bit_or for u in shared if u.collection == "hits_visitor_registers")

@@ -102,6 +102,7 @@ class HitCounts:
         "props_pending",
         "site_days",
         "visit_entries",
+        "visit_partitions",
         "visitor_budget",
         "visitor_keys",
         "visits",
@@ -139,6 +140,9 @@ class HitCounts:
         #: and how many (site, page, quarter hour, visitor) entries that is (memory).
         self.visits: Visits = {}
         self.visit_entries = 0
+        #: The source partitions of those visitors: one (an idempotent-writes batch keeps an
+        #: aggregate per partition), and its sketches' registers are that partition's documents.
+        self.visit_partitions: set[int] = set()
         #: Local day ordinal → the key of its visitor hashes (:mod:`pipeline.kinds.hits.salt`).
         self.visitor_keys = visitor_keys
         #: What this worker wrote to each sketch holder, across its flushes.
@@ -178,6 +182,7 @@ class HitCounts:
             seen = self.visits.get(vk)
             if seen is None:
                 seen = self.visits[vk] = set()
+            self.visit_partitions.add(partition)
             ident = ident_hash(site, who)
             if ident not in seen:
                 seen.add(ident)
@@ -229,6 +234,7 @@ class HitCounts:
             visits=self.visits,
             visitor_keys=self.visitor_keys,
             budget=self.visitor_budget,
+            writer=next(iter(self.visit_partitions)) if len(self.visit_partitions) == 1 else None,
         )
 
     def decisions(self) -> bytes | None:
@@ -270,6 +276,7 @@ def plan_hits(
     visits: Visits | None = None,
     visitor_keys: Callable[[int], bytes] | None = None,
     budget: Budget | None = None,
+    writer: int | None = None,
 ) -> list[DocUpdate]:
     """Group minute counts into one upsert per daily and monthly document, pages' and sites'.
 
@@ -287,7 +294,7 @@ def plan_hits(
 
     ``visits``: the window's visitors, added to the same documents' sketches
     (:func:`~pipeline.kinds.hits.visits.add_visitors`) with ``visitor_keys`` (local day
-    ordinal → key) and ``budget``.
+    ordinal → key) and ``budget``; ``writer``: their one source partition, if one.
     """
     fd, fm = fields.daily, fields.monthly
     rd, rm = fields.rollups.daily, fields.rollups.monthly
@@ -489,6 +496,7 @@ def plan_hits(
             refused,
             record,
             register_fields(fields.mode),
+            writer,
         )
     else:
         extra = []

@@ -145,6 +145,7 @@ class RegisterFields:
 
     collection: str
     registers: str
+    blob: str
 
 
 @cache
@@ -153,9 +154,13 @@ def register_fields(mode: FieldMode = "compact") -> RegisterFields:
     return RegisterFields(**field_names(FOLDER, "hits_visitor_registers", mode))
 
 
-def register_id(collection: str, doc_id: str | int, holder: str) -> str:
-    """``_id`` of the registers of one holder of one document: ``<collection>|<holder>|<_id>``."""
-    return f"{collection}|{holder}|{doc_id}"
+def register_id(collection: str, doc_id: str | int, holder: str, writer: int | None = None) -> str:
+    """``_id`` of the registers of one holder of one document: ``<collection>|<holder>|<_id>`` (the
+    shared form), or one source partition's, ``<collection>|<holder>|<partition>|<_id>`` (a hits
+    ``_id`` starts with a date and a slash: the two never meet)."""
+    if writer is None:
+        return f"{collection}|{holder}|{doc_id}"
+    return f"{collection}|{holder}|{writer}|{doc_id}"
 
 
 def read_fields(fields: HitsFields, page: str | None) -> HitsFields:

@@ -23,18 +23,18 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.fields import FieldMode
 from pipeline.core.times import midnight
-from pipeline.core.uniques import Estimate, estimate, overflowed
+from pipeline.core.uniques import Estimate, Registers, estimate, overflowed
 from pipeline.kinds.hits.layout import (
     HitsFields,
     daily_id,
     monthly_id,
     read_fields,
     register_fields,
-    register_id,
     site_filter,
 )
 from pipeline.kinds.hits.limits import VISITOR_BUCKETS
 from pipeline.kinds.hits.query import IDS_PER_READ, by_ids, month_spans
+from pipeline.kinds.hits.registers import register_ids, stored_registers
 from pipeline.store.reads import find_in
 
 
@@ -83,13 +83,18 @@ async def estimates(
     """Each group's union: the holders, and the registers of those that have them, read by ``_id``
     in one pass for all groups."""
     rf = register_fields(mode)
-    ids = list(dict.fromkeys(register_id(c, i, path) for g in groups for c, i, path, h in g if overflowed(h)))
-    found: dict[str, Mapping[str, Any]] = {}
+    ids = list(
+        dict.fromkeys(
+            i for g in groups for c, d, path, h in g if overflowed(h) for i in register_ids(c, d, path, h)
+        )
+    )
+    found: dict[str, Registers] = {}
     async for d in find_in(db[rf.collection], ids, chunk=IDS_PER_READ):
-        found[d["_id"]] = d.get(rf.registers) or {}
+        found[d["_id"]] = stored_registers(d, rf)
     return [
         estimate(
-            [h for *_, h in g], [found.get(register_id(c, i, path)) for c, i, path, h in g if overflowed(h)]
+            [h for *_, h in g],
+            [found.get(i) for c, d, path, h in g if overflowed(h) for i in register_ids(c, d, path, h)],
         )
         for g in groups
     ]

@@ -5,15 +5,28 @@ visitors it saw (:func:`~pipeline.kinds.hits.visitors.ident_hash`). The plan has
 with its local day's key (:func:`~pipeline.kinds.hits.visitors.keyed_hash`) and adds the
 keyed hashes to every holder the hit's counters go to: the page's day (``visitors``) and
 hour of the day (``hourly_visitors.<h>``), the page's month, the site's day, hour and month.
-Each holder gets ``$max`` and ``$bit or`` fields (:mod:`pipeline.core.uniques`): explicit hashes
-while small, registers once this worker has written :data:`~pipeline.core.uniques.EXPLICIT_MAX` to it.
+Each holder gets ``$addToSet`` and ``$max`` fields (:mod:`pipeline.core.uniques`): explicit
+hashes while small, registers once this worker has written
+:data:`~pipeline.core.uniques.EXPLICIT_MAX` to it, in a document of their own per partition.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from pipeline.core.uniques import Budget, holder_key
+from bson import Binary
+
+from pipeline.core.uniques import (
+    OVERFLOW,
+    WRITERS,
+    Budget,
+    explicit_fields,
+    holder_key,
+    merged_blob,
+    register_ranks,
+    register_words,
+)
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.layout import RegisterFields, register_fields, register_id
 from pipeline.kinds.hits.visitors import keyed_hash
@@ -37,11 +50,18 @@ def add_visitors(
     assumed: frozenset[bytes] | None = None,
     record: set[bytes] | None = None,
     registers: RegisterFields | None = None,
+    writer: int | None = None,
 ) -> list[DocUpdate]:
     """Add the visitors of ``visits`` to their documents' sketch fields (``DocUpdate.max``); the
     upserts of the registers of the holders that have them (a document each,
     :func:`~pipeline.kinds.hits.layout.register_id`: ``$bit or`` of up to 4,096 words, kept out
     of the counters' documents, which charts read).
+
+    ``writer``: the one source partition of these visits (an idempotent-writes batch plans each
+    partition apart): each holder's registers are then that partition's document, one codec
+    field read, maxed and set (:func:`~pipeline.core.uniques.merged_blob`), and the holder lists
+    the partition (``w``, ``$addToSet``) so that a reader finds it by ``_id``. ``None`` (several
+    partitions in one aggregate): the shared document, ``$bit or`` of its words.
 
     Which holders get registers is the worker's own state (its :class:`Budget`): ``record``
     collects their :func:`~pipeline.core.uniques.holder_key`, which the flush's intent keeps,
@@ -69,19 +89,35 @@ def add_visitors(
     for (_, path), (upd, hashes) in holders.items():
         key = holder_key(upd.collection, upd.id, path)
         forced = None if assumed is None else key in assumed
-        share = budget.fields(upd.collection, upd.id, path, hashes, forced)
-        upd.max.update(share.max)
-        for path_, values in share.add_to_set.items():
-            upd.add_to_set[path_] = sorted({*upd.add_to_set.get(path_, ()), *values})
-        if share.words:
-            if record is not None:
-                record.add(key)
-            out.append(
-                DocUpdate(
-                    rf.collection,
-                    register_id(upd.collection, upd.id, path),
-                    {},
-                    bit_or={f"{rf.registers}.{w}": m for w, m in share.words.items()},
-                )
+        if not budget.registers(upd.collection, upd.id, path, len(hashes), forced):
+            for path_, values in explicit_fields(path, hashes).items():
+                upd.add_to_set[path_] = sorted({*upd.add_to_set.get(path_, ()), *values})
+            continue
+        if record is not None:
+            record.add(key)
+        upd.max[f"{path}.{OVERFLOW}"] = True
+        if writer is None:
+            words = register_words(hashes)
+            bit_or = {f"{rf.registers}.{w}": m for w, m in words.items()}
+            out.append(DocUpdate(rf.collection, register_id(upd.collection, upd.id, path), {}, bit_or=bit_or))
+            continue
+        upd.add_to_set[f"{path}.{WRITERS}"] = [writer]
+        out.append(
+            DocUpdate(
+                rf.collection,
+                register_id(upd.collection, upd.id, path, writer),
+                {},
+                compute=_maxed(rf.blob, register_ranks(hashes)),
             )
+        )
     return out
+
+
+def _maxed(field: str, ranks: dict[int, int]) -> Callable[[dict[str, Any] | None], dict[str, Any]]:
+    """The read-modify-write of one partition's registers: the stored ones with ``ranks`` maxed in."""
+
+    def compute(found: dict[str, Any] | None) -> dict[str, Any]:
+        stored = (found or {}).get(field)
+        return {field: Binary(merged_blob(bytes(stored) if stored else None, ranks))}
+
+    return compute

@@ -23,10 +23,12 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.uniques import overflowed
-from pipeline.kinds.hits.layout import HitsFields, register_fields, register_id
+from pipeline.kinds.hits.layout import HitsFields, register_fields
+from pipeline.kinds.hits.registers import register_ids
 from pipeline.kinds.hits.sites.cache import retention_of
 from pipeline.kinds.hits.sites.store import load, save_pruned
 from pipeline.kinds.hits.sites.tiers import SETTLE_SECONDS, Prune, Tiers, cutoffs, prunes
+from pipeline.store.reads import chunks
 
 #: Seconds one statement may take (a first run over years of documents is long).
 STATEMENT_TIMEOUT = 1800.0
@@ -108,12 +110,13 @@ async def prune_sketches(
     between the two leaves those registers unread (no query reads a pruned hour's registers).
     """
     if dry_run:
-        docs = registers = 0
+        docs, ids = 0, []
         with pymongo.timeout(statement_timeout):
             async for d in coll.find(p.filter, {p.field: 1}):
                 docs += 1
-                registers += len(_registers(coll.name, p.field, d))
-        return docs, registers
+                ids += _registers(coll.name, p.field, d)
+            existing = [await regs.count_documents({"_id": {"$in": c}}) for c in chunks(ids, CHUNK)]
+        return docs, sum(existing)
     docs = registers = 0
     while True:
         with pymongo.timeout(statement_timeout):
@@ -146,7 +149,8 @@ def _registers(collection: str, field: str, doc: Mapping[str, Any]) -> list[str]
     if not isinstance(hours, Mapping):
         return []
     return [
-        register_id(collection, doc["_id"], f"{field}.{hour}")
+        r
         for hour, holder in hours.items()
         if isinstance(holder, Mapping) and overflowed(holder)
+        for r in register_ids(collection, doc["_id"], f"{field}.{hour}", holder)
     ]

@@ -14,8 +14,9 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.core.uniques import overflowed, union
+from pipeline.core.uniques import Registers, overflowed, union
 from pipeline.kinds.hits.layout import RegisterFields, register_id
+from pipeline.kinds.hits.registers import register_ids, stored_registers
 from pipeline.store.reads import find_in
 
 #: Register documents read per statement (SecantusDB's ``$in`` is quadratic in its values).
@@ -54,15 +55,18 @@ class Sketches:
         documents: the union's words, or none when the union is explicit."""
         regs = db[rf.collection]
         wanted = [
-            register_id(c, i, path) for path, hs in self.holders.items() for c, i, h in hs if overflowed(h)
+            r
+            for path, hs in self.holders.items()
+            for c, i, h in hs
+            if overflowed(h)
+            for r in register_ids(c, i, path, h)
         ]
-        found: dict[str, Mapping[str, Any]] = {}
+        found: dict[str, Registers] = {}
         async for d in find_in(regs, wanted, chunk=IDS_PER_READ):
-            found[d["_id"]] = d.get(rf.registers) or {}
+            found[d["_id"]] = stored_registers(d, rf)
         for path, hs in self.holders.items():
-            holder, words = union(
-                [h for *_, h in hs], [found.get(register_id(c, i, path)) for c, i, h in hs if overflowed(h)]
-            )
+            mine = [r for c, i, h in hs if overflowed(h) for r in register_ids(c, i, path, h)]
+            holder, words = union([h for *_, h in hs], [found.get(r) for r in mine])
             at = into
             *parents, last = path.split(".")
             for part in parents:
