@@ -13,6 +13,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 
 import orjson
 
@@ -34,6 +35,8 @@ class Traffic:
     bad: Counter[str] = field(default_factory=Counter)
     #: Hits per (site, property name, value), when the traffic carries properties.
     props: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    #: The visitors of each (site, UTC day), when the traffic names them.
+    visitors: dict[tuple[str, date], set[str]] = field(default_factory=dict)
 
     @property
     def valid(self) -> int:
@@ -71,14 +74,17 @@ def generate(
     bad_share: float = 0.003,
     pages_per_site: int = 40,
     props: bool = False,
+    visitors: int = 0,
 ) -> Traffic:
     """``events`` valid hits over ``days`` days ending at ``end`` (epoch s), plus bad lines.
 
     ``props``: most hits carry custom properties (country, device), drawn from a
     random stream of their own, so the hits themselves are the same either way.
+    ``visitors``: each hit names one of that many people (``visitor``), from a stream of its own.
     """
     rng = random.Random(seed)
     prng = random.Random(seed + 1)
+    vrng = random.Random(seed + 2)
     pages = {s: _pages(rng, pages_per_site) for s in SITES}
     zipf = [1 / (r + 1) ** 1.1 for r in range(pages_per_site)]
     site_w = [0.6, 0.3, 0.1]
@@ -105,6 +111,9 @@ def generate(
             given = {"country": prng.choices(COUNTRIES, COUNTRY_W)[0], "device": prng.choice(DEVICES)}
             event["props"] = given
             out.props.update((site, name, value) for name, value in given.items())
+        if visitors:
+            who = event["visitor"] = f"u{vrng.randrange(visitors)}"
+            out.visitors.setdefault((site, datetime.fromtimestamp(t, UTC).date()), set()).add(who)
         line = orjson.dumps(event)
         out.per_minute[(site, page, int(t // 60))] += 1
         if rng.random() < late_share:  # arrives up to 2 hours late
