@@ -53,9 +53,9 @@ def add_visitors(
     writer: int | None = None,
 ) -> list[DocUpdate]:
     """Add the visitors of ``visits`` to their documents' sketch fields (``DocUpdate.max``); the
-    upserts of the registers of the holders that have them (a document each,
-    :func:`~pipeline.kinds.hits.layout.register_id`: ``$bit or`` of up to 4,096 words, kept out
-    of the counters' documents, which charts read).
+    upserts of the registers of the holders that have them (documents of their own,
+    :func:`~pipeline.kinds.hits.layout.register_id`, kept out of the counters' documents, which
+    charts read).
 
     ``writer``: the one source partition of these visits (an idempotent-writes batch plans each
     partition apart): each holder's registers are then that partition's document, one codec
