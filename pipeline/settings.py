@@ -309,7 +309,8 @@ class Settings:
     future_skew: float = 300.0
     #: Most ``$inc`` counters in one upsert; a wider document update (only backfills
     #: make them) is split into several upserts of the same document in the same bulk
-    #: write. ``0``: never split, one upsert per document (right for MongoDB).
+    #: write, each with the document's ``$setOnInsert``, whichever inserts it.
+    #: ``0``: never split, one upsert per document (right for MongoDB).
     #: ``None``: automatic, 64 on the embedded SecantusDB, whose per-update cost grows
     #: with the square of its fields, and 0 on a configured MongoDB.
     max_fields_per_update: int | None = None

@@ -124,7 +124,10 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
     and a busy holder of unique visitors wide ``$max``/``$bit`` ones (docs/visitors.md);
     splitting them helps stores whose update cost grows faster than the number of fields
     (SecantusDB: see docs/benchmarks.md). Each part is marked apart (``part``): all are
-    idempotent, so a part applied twice changes nothing.
+    idempotent, so a part applied twice changes nothing. Every part carries the whole
+    ``$setOnInsert`` (the metadata): another writer's part 2 may insert the document before
+    this part 0 arrives as an update, and a document inserted without its date was missing
+    from every query that filters on it, for good.
     """
     if max_fields <= 0 or all(width(u) <= max_fields for u in updates):
         return updates
@@ -145,7 +148,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                 DocUpdate(
                     u.collection,
                     u.id,
-                    u.set_on_insert if first else {},
+                    dict(u.set_on_insert),  # every part: whichever inserts the document, it is whole
                     {k: v for op, k, v in chunk if op == "inc"},
                     u.set if first else {},
                     {k: v for op, k, v in chunk if op == "bit_or"},

@@ -54,6 +54,10 @@ async def audit_hits(
             # a sealed list's two facts (seal.py) are not counters
             facts = (f.sealed, f.below) if isinstance(f, TopFields) else ()
             stored = dict(counters(doc, ("_id", f.metadata, MARKS, *facts, *sketches(f))))
+            meta = doc.get(f.metadata)
+            if not isinstance(meta, dict) or f.date not in meta or f.site not in meta:
+                # what every query by (site, date) filters on: a document without it is never read
+                problems.append(f"{key}: metadata incomplete {meta!r}")
             want = expected.get(key)
             if want is None:
                 problems.append(f"{key}: unexpected document {stored}")

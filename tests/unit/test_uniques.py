@@ -203,7 +203,7 @@ def test_split_wide_spreads_sketch_fields_too() -> None:
     assert len(parts[0].max) == 100 and len(parts[0].bit_or) == 50
     wide = split_wide([DocUpdate("c", "d", {"m.d": 1}, bit_or={f"v.r.{i}": 3 for i in range(150)})], 64)
     assert [len(p.bit_or) for p in wide] == [64, 64, 22]
-    assert wide[0].set_on_insert == {"m.d": 1} and not wide[1].set_on_insert
+    assert all(p.set_on_insert == {"m.d": 1} for p in wide)  # whichever part inserts it
 
 
 def test_a_partitions_registers_are_one_field_read_maxed_and_set() -> None:
@@ -257,3 +257,13 @@ def test_one_partitions_visitors_go_to_its_own_register_documents() -> None:
         counts, hits_fields(), visits=visits, visitor_keys=lambda o: b"k" * 32, budget=Budget()
     )
     assert all(u.compute is None and u.bit_or for u in shared if u.collection == "hits_visitor_registers")
+
+
+def test_every_part_of_a_split_document_inserts_it_whole() -> None:
+    """Another writer's part 2 may insert the document before this part 0 arrives as an update:
+    each part carries the metadata ($setOnInsert), or the document would lack its date for good."""
+    from pipeline.core.updates import DocUpdate, split_wide
+
+    meta = {"m.d": "2026-11-26", "m.s": "shop.example"}
+    parts = split_wide([DocUpdate("c", "d", meta, {f"n.{i}": 1 for i in range(150)})], 64)
+    assert len(parts) == 3 and all(p.set_on_insert == meta for p in parts)
