@@ -324,18 +324,12 @@ class MongoSink:
         attempt (a retry, a redo), so the result holds what is stored then; a maximum, it is
         the same whether or not an earlier attempt applied.
         """
-        ids: dict[str, list[Any]] = defaultdict(list)
-        for u in updates:
-            if u.compute is not None:
-                if len(u.sources) > 1:
-                    raise ValueError(
-                        f"a read-modify-write of {u.collection} {u.id!r} from several partitions"
-                    )
-                ids[u.collection].append(u.id)
-        stored: dict[tuple[str, Any], dict[str, Any]] = {}
-        for name, keys in ids.items():
-            async for d in find_in(self.db[name], keys, chunk=self.read_chunk):
-                stored[(name, d["_id"])] = d
+        several = next((u for u in updates if u.compute is not None and len(u.sources) > 1), None)
+        if several is not None:
+            raise ValueError(
+                f"a read-modify-write of {several.collection} {several.id!r} from several partitions"
+            )
+        stored = await self._stored(updates, None)
         out = []
         for u in updates:
             if u.compute is None:
@@ -585,10 +579,10 @@ class MongoSink:
             raise CommitTooLarge(size, self.max_bytes)
         return ops, size
 
-    async def _computed(
+    async def _stored(
         self, updates: Sequence[DocUpdate], session: AsyncClientSession | None
-    ) -> list[DocUpdate]:
-        """Resolve read-modify-write updates against the stored documents (chunked reads by id)."""
+    ) -> dict[tuple[str, Any], dict[str, Any]]:
+        """The stored documents of the read-modify-write updates, by (collection, ``_id``)."""
         ids: dict[str, list[Any]] = defaultdict(list)
         for u in updates:
             if u.compute is not None:
@@ -597,6 +591,13 @@ class MongoSink:
         for name, keys in ids.items():
             async for d in find_in(self.db[name], keys, chunk=self.read_chunk, session=session):
                 stored[(name, d["_id"])] = d
+        return stored
+
+    async def _computed(
+        self, updates: Sequence[DocUpdate], session: AsyncClientSession | None
+    ) -> list[DocUpdate]:
+        """Resolve read-modify-write updates against the stored documents (chunked reads by id)."""
+        stored = await self._stored(updates, session)
         out = []
         for u in updates:
             if u.compute is None:
