@@ -39,7 +39,7 @@ from benchmarks.common import (
     use_data,
     write_results,
 )
-from pipeline.core.uniques import EXPLICIT_MAX, Budget, estimate
+from pipeline.core.uniques import EXPLICIT_MAX, Budget, estimate, merged_blob, register_ranks
 from pipeline.files import Accepted
 from pipeline.kinds import named
 from pipeline.kinds.hits import KIND as HITS
@@ -58,21 +58,30 @@ SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
 
 
 def sketch_accuracy(seeds: int = 5) -> list[dict[str, Any]]:
-    """Relative error of the stored sketch per set size, written in 20 flushes."""
+    """Relative error of the stored sketch per set size, written in 20 flushes by one writer: the
+    shared form (``$bit or`` of thermometer words) and a partition's (one field, read, maxed and
+    set: :func:`~pipeline.core.uniques.merged_blob`), which workers write by default."""
     out = []
     for n in SIZES:
-        errors, exact, fields = [], 0, []
+        errors, exact, fields, partition_errors, blob_bytes = [], 0, [], [], []
         for seed in range(seeds):
             rng = random.Random(seed * 7919 + n)
             hashes = [rng.getrandbits(64) for _ in range(n)]
             budget, doc = Budget(), dict[str, Any]()
+            blob: bytes | None = None
             per = max(1, n // 20)
             for at in range(0, n, per):
-                apply_share(doc, budget.fields("c", 1, "v", set(hashes[at : at + per])))
+                share = budget.fields("c", 1, "v", set(hashes[at : at + per]))
+                apply_share(doc, share)
+                if share.words:
+                    blob = merged_blob(blob, register_ranks(hashes[at : at + per]))
             got = estimate([doc["v"]], [doc["v"].get("r")])
             errors.append(abs(got.value - n) / n)
             exact += got.exact
             fields.append(len(doc["v"].get("x", {})) + len(doc["v"].get("r", {})))
+            mine = estimate([{k: v for k, v in doc["v"].items() if k != "r"}], [blob] if blob else [])
+            partition_errors.append(abs(mine.value - n) / n)
+            blob_bytes.append(len(blob or b""))
         out.append(
             {
                 "visitors": n,
@@ -81,6 +90,9 @@ def sketch_accuracy(seeds: int = 5) -> list[dict[str, Any]]:
                 "exact_runs": exact,
                 "runs": seeds,
                 "fields": max(fields),
+                "partition_mean_abs_error_pct": round(100 * statistics.mean(partition_errors), 3),
+                "partition_max_abs_error_pct": round(100 * max(partition_errors), 3),
+                "partition_register_bytes": max(blob_bytes),
             }
         )
     return out
