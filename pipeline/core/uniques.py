@@ -233,6 +233,16 @@ def _gather(
     return hashes, reg, overflow
 
 
+def _folded(reg: np.ndarray, hashes: Iterable[int], p: int = P) -> np.ndarray:  # type: ignore[type-arg]
+    """``reg`` with the explicit (signed) ``hashes`` maxed in, ranks capped as the words cap them."""
+    for value in hashes:
+        index, rank = register_of(unsigned(value), p)
+        rank = min(rank, RANK_CAP)
+        if rank > reg[index]:
+            reg[index] = rank
+    return reg
+
+
 def _words(reg: np.ndarray) -> dict[int, int]:  # type: ignore[type-arg]
     """The shared form's words of registers (ranks past :data:`RANK_CAP` kept at it)."""
     words: dict[int, int] = {}
@@ -256,10 +266,7 @@ def union(
     hashes, reg, overflow = _gather(holders, registers, p)
     if not overflow and len(hashes) <= explicit_max:
         return {EXPLICIT: sorted(hashes)}, {}
-    words = _words(reg)
-    for w, mask in register_words((unsigned(h) for h in hashes), p).items():
-        words[w] = words.get(w, 0) | mask
-    return {OVERFLOW: True}, words
+    return {OVERFLOW: True}, _words(_folded(reg, hashes, p))
 
 
 def estimate(
@@ -272,9 +279,4 @@ def estimate(
     hashes, reg, overflow = _gather(holders, registers, p)
     if not overflow:
         return Estimate(len(hashes), True)
-    for value in hashes:
-        index, rank = register_of(unsigned(value), p)
-        rank = min(rank, RANK_CAP)
-        if rank > reg[index]:
-            reg[index] = rank
-    return Estimate(round(Sketch(p, reg=reg).estimate()), False)
+    return Estimate(round(Sketch(p, reg=_folded(reg, hashes, p)).estimate()), False)

@@ -119,6 +119,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     streams = [(kind, kind.stream(ctx, settings.of(kind))) for kind in kinds]
     flushers: list[Flusher[Any]] = []
     topics: list[str] = []  # each flusher's input topic
+    settled: set[tuple[str, int]] = set()  # unread partitions found at their end (backlog.behind)
     #: Set when a batch is sealed at its commit bound: the flush loop commits it at once.
     sealed = asyncio.Event()
     for kind, stream in streams:
@@ -163,6 +164,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         # One line a rebalance (Faust's assignment tables are out of the log): what it holds now.
         held = sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned)
         log.info("assigned %d partition(s): %s", len(held), ", ".join(held) or "none")
+        settled.clear()  # partitions found at their end (backlog.behind): ask the new ones
         # Positions may have moved while another worker held a partition: reload lazily.
         for f in flushers:
             f.forget_positions(f.positions.assigned())
@@ -203,7 +205,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         """Far behind the partitions' ends with a young batch: not worth a flush yet."""
         if settings.backlog_flush_interval <= 0 or f.batch_age() >= settings.backlog_flush_interval:
             return False
-        return await behind(app.consumer, topic, f.consumed) > BACKLOG_MESSAGES
+        return await behind(app.consumer, topic, f.consumed, settled) > BACKLOG_MESSAGES
 
     async def flush_forever() -> None:
         # Flushes start every flush_interval, counted from start to start: waiting a

@@ -39,12 +39,20 @@ class Consumer(Protocol):
     async def position(self, tp: Any) -> int | None: ...
 
 
-async def behind(consumer: Consumer, topic: str, consumed: Mapping[tuple[str, int], int]) -> int:
+async def behind(
+    consumer: Consumer,
+    topic: str,
+    consumed: Mapping[tuple[str, int], int],
+    settled: set[tuple[str, int]] | None = None,
+) -> int:
     """Messages of ``topic``'s assigned partitions not read yet.
 
     A partition that has delivered nothing yet counts its end minus the consumer's position,
     asked only when the others alone are not past :data:`BACKLOG_MESSAGES` (two broker
     calls; a failure or a slow answer counts it as caught up: the flush goes ahead, as before).
+    ``settled`` (the caller's, emptied at each assignment) keeps those found at their end, so
+    that an idle partition is not asked again at every flush of live traffic: its next
+    message makes it a consumed one.
     """
     total = 0
     unread = []
@@ -53,7 +61,8 @@ async def behind(consumer: Consumer, topic: str, consumed: Mapping[tuple[str, in
             continue
         got = consumed.get((tp.topic, tp.partition))
         if got is None:
-            unread.append(tp)
+            if settled is None or (tp.topic, tp.partition) not in settled:
+                unread.append(tp)
             continue
         hw = consumer.highwater(tp)
         if hw is not None:
@@ -67,6 +76,8 @@ async def behind(consumer: Consumer, topic: str, consumed: Mapping[tuple[str, in
                 end, at = ends.get(tp), await consumer.position(tp)
                 if end is not None and at is not None:
                     total += max(0, end - at)
+                    if end <= at and settled is not None:
+                        settled.add((tp.topic, tp.partition))
     except (TimeoutError, KafkaError, OSError) as exc:  # not known to be behind: flush
         log.info("%s: an unread partition's end or position unknown (%s: %s)", topic, type(exc).__name__, exc)
     return total

@@ -63,3 +63,12 @@ def test_caught_up_partitions_and_a_failed_question_do_not_hold_a_flush() -> Non
     assert asyncio.run(behind(idle, "hits", {("hits", 0): 500})) == 0
     away = Consumer({a: 500, b: 7_000}, {a}, {b: 0}, fail=True)
     assert asyncio.run(behind(away, "hits", {("hits", 0): 500})) <= BACKLOG_MESSAGES
+
+
+def test_an_idle_partition_found_at_its_end_is_not_asked_again() -> None:
+    a, b = TP("hits", 0), TP("hits", 1)
+    idle = Consumer({a: 500, b: 7_000}, {a}, {b: 7_000})
+    settled: set[tuple[str, int]] = set()
+    for _ in range(3):
+        assert asyncio.run(behind(idle, "hits", {("hits", 0): 500}, settled)) == 0
+    assert idle.asked == [b] and settled == {("hits", 1)}

@@ -23,7 +23,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.fields import FieldMode
 from pipeline.core.times import midnight
-from pipeline.core.uniques import Estimate, Registers, estimate, overflowed
+from pipeline.core.uniques import Estimate, estimate, overflowed
 from pipeline.kinds.hits.layout import (
     HitsFields,
     daily_id,
@@ -33,9 +33,8 @@ from pipeline.kinds.hits.layout import (
     site_filter,
 )
 from pipeline.kinds.hits.limits import VISITOR_BUCKETS
-from pipeline.kinds.hits.query import IDS_PER_READ, by_ids, month_spans
-from pipeline.kinds.hits.registers import register_ids, stored_registers
-from pipeline.store.reads import find_in
+from pipeline.kinds.hits.query import by_ids, month_spans
+from pipeline.kinds.hits.registers import read_registers, register_ids
 
 
 @dataclass(frozen=True)
@@ -82,15 +81,8 @@ async def estimates(
 ) -> list[Estimate]:
     """Each group's union: the holders, and the registers of those that have them, read by ``_id``
     in one pass for all groups."""
-    rf = register_fields(mode)
-    ids = list(
-        dict.fromkeys(
-            i for g in groups for c, d, path, h in g if overflowed(h) for i in register_ids(c, d, path, h)
-        )
-    )
-    found: dict[str, Registers] = {}
-    async for d in find_in(db[rf.collection], ids, chunk=IDS_PER_READ):
-        found[d["_id"]] = stored_registers(d, rf)
+    ids = (i for g in groups for c, d, path, h in g if overflowed(h) for i in register_ids(c, d, path, h))
+    found = await read_registers(db, register_fields(mode), ids)
     return [
         estimate(
             [h for *_, h in g],

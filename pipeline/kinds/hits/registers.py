@@ -6,11 +6,17 @@ command) because it needs :mod:`pipeline.core.uniques`, whose numpy ``preagg --h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.uniques import WRITERS, Registers
 from pipeline.kinds.hits.layout import RegisterFields, register_id
+from pipeline.store.reads import find_in
+
+#: Register documents read per statement (SecantusDB's ``$in`` is quadratic in its values).
+IDS_PER_READ = 500
 
 
 def register_ids(collection: str, doc_id: Any, holder: str, stored: Mapping[str, Any] | None) -> list[str]:
@@ -29,3 +35,13 @@ def stored_registers(doc: Mapping[str, Any], rf: RegisterFields) -> Registers:
         return bytes(blob)
     words: Mapping[str, Any] = doc.get(rf.registers) or {}
     return words
+
+
+async def read_registers(
+    db: AsyncDatabase[dict[str, Any]], rf: RegisterFields, ids: Iterable[str]
+) -> dict[str, Registers]:
+    """The register documents of ``ids`` that exist, by ``_id``, read :data:`IDS_PER_READ` at a time."""
+    found: dict[str, Registers] = {}
+    async for d in find_in(db[rf.collection], list(dict.fromkeys(ids)), chunk=IDS_PER_READ):
+        found[d["_id"]] = stored_registers(d, rf)
+    return found

@@ -14,13 +14,9 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.core.uniques import Registers, overflowed, union
+from pipeline.core.uniques import overflowed, union
 from pipeline.kinds.hits.layout import RegisterFields, register_id
-from pipeline.kinds.hits.registers import register_ids, stored_registers
-from pipeline.store.reads import find_in
-
-#: Register documents read per statement (SecantusDB's ``$in`` is quadratic in its values).
-IDS_PER_READ = 500
+from pipeline.kinds.hits.registers import read_registers, register_ids
 
 
 class Sketches:
@@ -54,16 +50,14 @@ class Sketches:
         """Put the unions into ``into`` (the rollup about to be replaced) and replace its register
         documents: the union's words, or none when the union is explicit."""
         regs = db[rf.collection]
-        wanted = [
+        wanted = (
             r
             for path, hs in self.holders.items()
             for c, i, h in hs
             if overflowed(h)
             for r in register_ids(c, i, path, h)
-        ]
-        found: dict[str, Registers] = {}
-        async for d in find_in(regs, wanted, chunk=IDS_PER_READ):
-            found[d["_id"]] = stored_registers(d, rf)
+        )
+        found = await read_registers(db, rf, wanted)
         for path, hs in self.holders.items():
             mine = [r for c, i, h in hs if overflowed(h) for r in register_ids(c, i, path, h)]
             holder, words = union([h for *_, h in hs], [found.get(r) for r in mine])
