@@ -23,6 +23,11 @@ Or the registers are one source partition's (:func:`merged_blob`): the codec byt
 listed in the holder's ``w`` (``$addToSet``). One field per holder and partition instead of a
 path per word touched; :func:`estimate` reads both forms.
 
+Once a site's period has settled, its rollup's holder takes its registers in (:func:`folded`):
+``f``, their codec bytes, the register documents deleted and ``w`` emptied in one transaction
+(:mod:`pipeline.kinds.hits.sites.fold`), so that a chart reads one document a day. A writer of
+the shared form lists :data:`SHARED` in ``w``, as a partition lists itself.
+
 A holder without ``o`` holds every hash in ``x``, so its count (and that of a union of such
 holders) is exact, up to 64-bit hash collisions. Otherwise the estimate is HyperLogLog++'s
 over ``r`` with the ``x`` hashes folded in (datasketch's estimator, the one
@@ -57,7 +62,9 @@ EXPLICIT_MAX = 128
 #: Holders whose written count a writer remembers (the oldest forgotten first).
 BUDGET_HOLDERS = 200_000
 
-EXPLICIT, REGISTERS, OVERFLOW, WRITERS = "x", "r", "o", "w"
+EXPLICIT, REGISTERS, OVERFLOW, WRITERS, FOLDED = "x", "r", "o", "w", "f"
+#: What a writer of the shared register document lists in its holder's ``w``.
+SHARED = -1
 
 #: Stored registers as a query reads them: the shared form's words (word -> thermometer
 #: mask), or one partition's codec bytes (:mod:`pipeline.core.hll`).
@@ -216,6 +223,9 @@ def _gather(
             continue
         hashes.update(holder.get(EXPLICIT) or ())
         overflow = overflow or bool(holder.get(OVERFLOW))
+        folded = holder.get(FOLDED)
+        if folded is not None:
+            np.maximum(reg, _registers(bytes(folded), p), out=reg)
     for found in registers:
         if isinstance(found, bytes):
             blob = hll.decode(found)
@@ -231,6 +241,25 @@ def _gather(
                     reg[w * LANES + lane] = rank
             overflow = True
     return hashes, reg, overflow
+
+
+def _registers(blob: bytes, p: int) -> np.ndarray:  # type: ignore[type-arg]
+    """Codec bytes' registers (zeros for an empty sketch)."""
+    reg = hll.decode(blob).reg
+    return np.zeros(1 << p, dtype=np.int8) if reg is None else reg
+
+
+def pending(holder: Mapping[str, Any] | None) -> bool:
+    """Whether a stored holder has registers in documents of their own: some listed in ``w``,
+    or the shared document of a holder never folded (written before writers listed it)."""
+    return overflowed(holder) and bool(holder and (holder.get(WRITERS) or FOLDED not in holder))
+
+
+def folded(holder: Mapping[str, Any] | None, registers: Iterable[Registers | None], p: int = P) -> bytes:
+    """A holder's folded registers (``f``) with ``registers`` (either form) maxed in: the codec
+    bytes a fold sets. The explicit hashes stay in ``x``."""
+    _, reg, _ = _gather([holder], registers, p)
+    return Sketch(p, reg=reg).encode()
 
 
 def _folded(reg: np.ndarray, hashes: Iterable[int], p: int = P) -> np.ndarray:  # type: ignore[type-arg]

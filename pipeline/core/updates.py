@@ -44,6 +44,11 @@ class DocUpdate:
     #: Dotted path → values to add to the array there as a set (``$addToSet`` with ``$each``:
     #: a set union, idempotent and commutative; a visitor sketch's explicit hashes).
     add_to_set: dict[str, list[Any]] = field(default_factory=dict)
+    #: Written, and acknowledged, before the flush's other statements: a document that another
+    #: statement of the flush points to (a visitor sketch's registers, which their holder lists
+    #: in ``w``), so that a reader finding the pointer finds the document
+    #: (:mod:`pipeline.kinds.hits.sites.fold`).
+    before: bool = False
 
     @property
     def merging(self) -> bool:
@@ -158,6 +163,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                     i // max_fields,
                     u.max if first else {},
                     add_to_set={k: v for op, k, v in chunk if op == "add_to_set"},
+                    before=u.before,
                 )
             )
     return out
@@ -180,6 +186,7 @@ def _merged(shares: list[DocUpdate]) -> DocUpdate:
         key=u.key,
         max=dict(u.max),
         add_to_set={k: list(v) for k, v in u.add_to_set.items()},
+        before=u.before,
     )
     inc, bit_or, max_ = m.inc, m.bit_or, m.max
     sources = dict.fromkeys(u.sources)

@@ -119,6 +119,15 @@ def group_operations(updates: Sequence[DocUpdate]) -> tuple[dict[str, list[Opera
     return by_collection, size
 
 
+def phases(updates: Sequence[DocUpdate]) -> list[Sequence[DocUpdate]]:
+    """The updates to write before the others (:attr:`DocUpdate.before`), then the others: two
+    unordered bulks, the second sent once the first is acknowledged (one, when none is ``before``)."""
+    first = [u for u in updates if u.before]
+    if not first:
+        return [updates]
+    return [first, [u for u in updates if not u.before]]
+
+
 def marked_statements(
     updates: Sequence[DocUpdate], seqs: Mapping[TP, int], keyed: bool
 ) -> tuple[list[UpdateOne], int]:
@@ -256,7 +265,10 @@ class MongoSink:
         if any(u.compute is not None for u in updates):
             updates = await self._read_modified(updates)
         applied, raced, split = self.already_applied, self.raced_inserts, self.split_shares
-        size = await self._marked_writes(updates, seqs)
+        size = 0
+        parts = phases(updates)
+        for i, phase in enumerate(parts):
+            size += await self._marked_writes(phase, seqs, fault=i == len(parts) - 1)
         await self._finish([f for f in fences if (f.topic, f.partition) not in done], flush_id)
         return Committed(
             False,
@@ -339,7 +351,9 @@ class MongoSink:
             out.append(replace(u, set={**u.set, **fields}, compute=None))
         return out
 
-    async def _marked_writes(self, updates: Sequence[DocUpdate], seqs: dict[TP, int]) -> int:
+    async def _marked_writes(
+        self, updates: Sequence[DocUpdate], seqs: dict[TP, int], fault: bool = True
+    ) -> int:
         """Unordered bulk writes of the marked upserts, then the ones refused with "duplicate key" resolved.
 
         A duplicate key (E11000) says that a document with the ``_id`` exists, not that it
@@ -351,7 +365,7 @@ class MongoSink:
         sent apart, each on its own mark. Bounded by :data:`RACE_ROUNDS`.
         """
         keyed = self.shard_keys_matched()
-        refused, size = await self._bulk(updates, seqs, keyed, fault=True)
+        refused, size = await self._bulk(updates, seqs, keyed, fault=fault)
         for _ in range(RACE_ROUNDS):
             if not refused:
                 return size
@@ -464,8 +478,12 @@ class MongoSink:
         if not self.exactly_once:
             if computed:
                 updates = await self._computed(updates, None)
-            ops, size = self._operations(updates)
-            await asyncio.gather(*(self.db[n].bulk_write(o, ordered=False) for n, o in ops.items()))
+            built = [group_operations(phase) for phase in phases(updates)]
+            size = sum(n for _, n in built)
+            if size > self.max_bytes:
+                raise CommitTooLarge(size, self.max_bytes)
+            for ops, _ in built:  # one phase after the other (:func:`phases`)
+                await asyncio.gather(*(self.db[n].bulk_write(o, ordered=False) for n, o in ops.items()))
             await self._record_offsets(fences, flush_id)
             return Committed(False, size)
         already = False
@@ -610,7 +628,17 @@ class MongoSink:
             merged = {**u.set, **fields}
             new = found is None and not u.merging
             out.append(
-                DocUpdate(u.collection, u.id, u.set_on_insert, u.inc, merged, u.bit_or, key=u.key, insert=new)
+                DocUpdate(
+                    u.collection,
+                    u.id,
+                    u.set_on_insert,
+                    u.inc,
+                    merged,
+                    u.bit_or,
+                    key=u.key,
+                    insert=new,
+                    before=u.before,
+                )
             )
         return out
 

@@ -248,7 +248,7 @@ def test_one_partitions_visitors_go_to_its_own_register_documents() -> None:
     )
     regs = [u for u in plan if u.collection == "hits_visitor_registers"]
     page = next(u for u in plan if u.collection == "hits_daily")
-    assert regs and all(u.compute is not None and not u.bit_or for u in regs)
+    assert regs and all(u.compute is not None and not u.bit_or and u.before for u in regs)
     assert register_id("hits_daily", page.id, "v", 3) in {u.id for u in regs}
     assert page.add_to_set["v.w"] == [3] and page.max["v.o"] is True
     stored = regs[0].compute(None)["b"]
@@ -256,7 +256,52 @@ def test_one_partitions_visitors_go_to_its_own_register_documents() -> None:
     shared = plan_hits(
         counts, hits_fields(), visits=visits, visitor_keys=lambda o: b"k" * 32, budget=Budget()
     )
-    assert all(u.compute is None and u.bit_or for u in shared if u.collection == "hits_visitor_registers")
+    shared_regs = [u for u in shared if u.collection == "hits_visitor_registers"]
+    assert shared_regs and all(u.compute is None and u.bit_or and u.before for u in shared_regs)
+    # the shared form is listed too (SHARED), so that a folded holder's reader finds it
+    assert next(u for u in shared if u.collection == "hits_daily").add_to_set["v.w"] == [-1]
+
+
+def test_a_folded_holder_reads_as_its_registers_did() -> None:
+    """Folding (``f``: the register documents' maximum, with what ``f`` held) changes no estimate;
+    a folded holder nobody wrote since has no register document to read, one written since lists
+    its writers' documents, a never-folded one also reads the shared document."""
+    from pipeline.core.uniques import folded, merged_blob, pending, register_ranks
+    from pipeline.kinds.hits.layout import register_id
+    from pipeline.kinds.hits.registers import register_ids
+
+    rng = random.Random(13)
+    a, b, c = ([rng.getrandbits(64) for _ in range(n)] for n in (3_000, 2_000, 700))
+    holder: dict[str, Any] = {"o": True, "w": [0, 2, -1], "x": [signed(h) for h in c[:100]]}
+    regs = [merged_blob(None, register_ranks(a)), merged_blob(None, register_ranks(b))]
+    words = {str(w): m for w, m in register_words(c[100:]).items()}
+    before = estimate([holder], [*regs, words])
+    assert register_ids("d", "k", "v", holder) == [
+        register_id("d", "k", "v"),
+        register_id("d", "k", "v", 0),
+        register_id("d", "k", "v", 2),
+    ]
+    done = {"o": True, "x": holder["x"], "f": folded(holder, [*regs, words])}
+    assert estimate([done]) == before and not pending(done) and register_ids("d", "k", "v", done) == []
+    assert folded(done, [regs[0]]) == done["f"]  # folded again: the same bytes
+    later = {**done, "w": [1]}
+    more = merged_blob(None, register_ranks(rng.getrandbits(64) for _ in range(1_000)))
+    assert pending(later) and register_ids("d", "k", "v", later) == [register_id("d", "k", "v", 1)]
+    assert estimate([later], [more]).value > before.value
+    assert estimate([{**done, "f": folded(done, [more])}]) == estimate([later], [more])
+    assert not pending({"x": [1, 2]}) and pending({"o": True})  # never folded: the shared document
+
+
+def test_register_documents_are_written_before_the_statements_that_list_them() -> None:
+    """A flush's ``before`` updates go in a bulk of their own, acknowledged before the others."""
+    from pipeline.core.updates import DocUpdate, split_wide
+    from pipeline.store.sink import phases
+
+    plain = [DocUpdate("a", 1, {}), DocUpdate("a", 2, {})]
+    assert phases(plain) == [plain]
+    reg = DocUpdate("r", "x", {}, bit_or={f"r.{i}": 1 for i in range(10)}, before=True)
+    assert phases([plain[0], reg, plain[1]]) == [[reg], [plain[0], plain[1]]]
+    assert all(part.before for part in split_wide([reg], 4))
 
 
 def test_every_part_of_a_split_document_inserts_it_whole() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.core.uniques import WRITERS, Registers
+from pipeline.core.uniques import FOLDED, SHARED, WRITERS, Registers
 from pipeline.kinds.hits.layout import RegisterFields, register_id
 from pipeline.store.reads import find_in
 
@@ -20,12 +20,15 @@ IDS_PER_READ = 500
 
 
 def register_ids(collection: str, doc_id: Any, holder: str, stored: Mapping[str, Any] | None) -> list[str]:
-    """``_id`` of every register document of a stored holder that has registers: the shared one
-    (written by older workers, or several partitions in one aggregate), and each partition's it
-    lists (``w``)."""
-    writers = (stored or {}).get(WRITERS) or ()
-    shared = register_id(collection, doc_id, holder)
-    return [shared, *(register_id(collection, doc_id, holder, int(w)) for w in writers)]
+    """``_id`` of every register document of a stored holder that has registers: those it lists
+    (``w``: partitions, and :data:`~pipeline.core.uniques.SHARED` for the shared one), and the
+    shared one of a holder never folded (its writers did not list it before folds existed).
+    None for a folded holder that nobody wrote since: its registers are in it (``f``)."""
+    held = stored or {}
+    listed = [None if int(w) == SHARED else int(w) for w in held.get(WRITERS) or ()]
+    if FOLDED not in held:
+        listed.insert(0, None)
+    return list(dict.fromkeys(register_id(collection, doc_id, holder, w) for w in listed))
 
 
 def stored_registers(doc: Mapping[str, Any], rf: RegisterFields) -> Registers:

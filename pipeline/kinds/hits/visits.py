@@ -7,7 +7,8 @@ keyed hashes to every holder the hit's counters go to: the page's day (``visitor
 hour of the day (``hourly_visitors.<h>``), the page's month, the site's day, hour and month.
 Each holder gets ``$addToSet`` and ``$max`` fields (:mod:`pipeline.core.uniques`): explicit
 hashes while small, registers once this worker has written
-:data:`~pipeline.core.uniques.EXPLICIT_MAX` to it, in a document of their own per partition.
+:data:`~pipeline.core.uniques.EXPLICIT_MAX` to it, in a document of their own per partition,
+listed in the holder's ``w`` and written before it (``DocUpdate.before``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from bson import Binary
 
 from pipeline.core.uniques import (
     OVERFLOW,
+    SHARED,
     WRITERS,
     Budget,
     explicit_fields,
@@ -96,18 +98,25 @@ def add_visitors(
         if record is not None:
             record.add(key)
         upd.max[f"{path}.{OVERFLOW}"] = True
+        # The holder lists the registers' document, written first (``before``): a fold that
+        # empties ``w`` between the two leaves the listing, never a document unlisted.
+        upd.add_to_set[f"{path}.{WRITERS}"] = [SHARED if writer is None else writer]
         if writer is None:
             words = register_words(hashes)
             bit_or = {f"{rf.registers}.{w}": m for w, m in words.items()}
-            out.append(DocUpdate(rf.collection, register_id(upd.collection, upd.id, path), {}, bit_or=bit_or))
+            out.append(
+                DocUpdate(
+                    rf.collection, register_id(upd.collection, upd.id, path), {}, bit_or=bit_or, before=True
+                )
+            )
             continue
-        upd.add_to_set[f"{path}.{WRITERS}"] = [writer]
         out.append(
             DocUpdate(
                 rf.collection,
                 register_id(upd.collection, upd.id, path, writer),
                 {},
                 compute=_maxed(rf.blob, register_ranks(hashes)),
+                before=True,
             )
         )
     return out
