@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -165,7 +166,7 @@ def test_retention_deletes_the_registers_of_the_hours_it_prunes(settings: Settin
     from pipeline.kinds.hits.layout import hits_fields, register_fields
 
     truth = _access_log(tmp_path / "busy.log", 2_000, addresses=1_500, seed=9, hours=3)
-    s = settings.with_stream(HITS, site=SITE)
+    s = settings.with_stream(HITS, site=SITE, visitors_fold_after=0.0)  # the site days' registers stay
     cli(s, "produce", "hits", str(tmp_path / "busy.log"), "--format", "clf", "--site", SITE)
     run_worker_to_end(s, "visitors-retention", timeout=240)
     days = sorted(truth)
@@ -194,8 +195,133 @@ def test_retention_deletes_the_registers_of_the_hours_it_prunes(settings: Settin
     out = cli(s, "retention", "run", "--settle", "0", "--today", later)
     assert "register documents" in out, out
     assert registers(f"{hourly}\\.") == {pages: 0, site_days: 0}
-    assert registers(f"{f.daily.visitors}\\|") == days_before
+    # the days' registers stay; the site's past days are folded into their rollups
+    assert registers(f"{f.daily.visitors}\\|") == {pages: days_before[pages], site_days: 0}
+    assert "folded the visitor registers of" in out, out
     assert _query(s, *span, "--by", "day") == before
+
+
+def test_a_settled_site_day_is_one_document_to_read(settings: Settings, tmp_path: Path) -> None:
+    """Once a site's day settles its visitor registers are folded into its rollup: a chart reads one
+    document a day and answers as before. ``preagg retention run`` folds what a worker left; a
+    write after the fold lists its registers again and is counted; a worker folds by itself."""
+    from pipeline.kinds.hits.layout import hits_fields, register_fields
+    from pipeline.kinds.hits.registers import register_ids
+    from pipeline.kinds.hits.sites.fold import unfolded
+    from pipeline.worker.process import WorkerProcess
+
+    from .helpers import wait_caught_up
+
+    truth = _access_log(tmp_path / "busy.log", 3_000, addresses=2_000, seed=21)
+    off = settings.with_stream(HITS, site=SITE, visitors_fold_after=0.0)
+    cli(off, "produce", "hits", str(tmp_path / "busy.log"), "--format", "clf", "--site", SITE)
+    run_worker_to_end(off, "fold-off", timeout=240)
+    days = sorted(truth)
+    span = ("--from", days[0].isoformat(), "--to", days[-1].isoformat())
+    f = hits_fields(off.schema).rollups
+
+    def site_days() -> tuple[int, list[list[str]]]:
+        """The site days' register documents, and what each day's rollup sends a reader to read."""
+
+        async def read(db):  # type: ignore[no-untyped-def]
+            regs = db[register_fields(off.schema).collection]
+            n = await regs.count_documents(
+                {"_id": {"$regex": f"^{f.daily.collection}\\|{f.daily.visitors}\\|"}}
+            )
+            docs = [d async for d in db[f.daily.collection].find({}, {f.daily.visitors: 1})]
+            return n, [
+                register_ids(f.daily.collection, d["_id"], f.daily.visitors, d.get(f.daily.visitors))
+                for d in docs
+            ]
+
+        n, ids = with_db(off, read)
+        return int(n), list(ids)
+
+    n, ids = site_days()
+    assert n > 0 and any(ids), (n, ids)
+    before = {by: _query(off, *span, "--by", by) for by in ("day", "total")}
+    assert not any(r["exact"] for r in before["day"])
+    later = (days[-1] + timedelta(days=2)).isoformat()
+    out = cli(off, "retention", "run", "--settle", "0", "--today", later)
+    assert "folded the visitor registers of" in out, out
+    assert site_days() == (0, [[] for _ in ids])  # one document a day, nothing else to read
+    assert {by: _query(off, *span, "--by", by) for by in ("day", "total")} == before
+
+    # New visitors on the last day, after its fold: listed again, counted; this worker folds them.
+    more = _access_log(tmp_path / "more.log", 1_500, addresses=1_000, seed=22, hours=1)
+    cli(off, "produce", "hits", str(tmp_path / "more.log"), "--format", "clf", "--site", SITE)
+    on = off.with_stream(HITS, visitors_fold_after=1.0)
+    w = WorkerProcess(on, "fold-on").start()
+    try:
+        asyncio.run(wait_caught_up(on, [on.topic("hits")], timeout=240))
+        deadline = time.monotonic() + 180
+        while left := with_db(on, lambda db: unfolded(db, hits_fields(on.schema))):
+            assert time.monotonic() < deadline, f"never folded: {left}"
+            time.sleep(0.5)
+    finally:
+        assert w.terminate() == 0, w.log_path.read_text()[-3000:]
+    assert site_days()[0] == 0
+    for r in _query(off, *span, "--by", "day"):
+        day = date.fromisoformat(str(r["t"])[:10])
+        want = len(truth[day][""] | more.get(day, {}).get("", set()))
+        assert abs(int(str(r["visitors"])) - want) <= 0.05 * want, (r, want)
+
+
+def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None:
+    """A flush writing between a fold's reads and its writes (a partition's registers maxed and set,
+    or its holder listing a partition): the fold does not apply (a write conflict, or a condition
+    unmet), the answer holds the flush's visitors; tried again, it folds them all."""
+    from bson import Binary
+    from pymongo.errors import PyMongoError
+
+    from pipeline.core.uniques import estimate, merged_blob, register_ranks
+    from pipeline.kinds.hits.layout import hits_fields, register_fields, register_id
+    from pipeline.kinds.hits.registers import read_registers, register_ids
+    from pipeline.kinds.hits.sites.fold import fold_holder
+
+    f, rf = hits_fields(settings.schema), register_fields(settings.schema)
+    c, v = f.rollups.daily.collection, f.rollups.daily.visitors
+    rng = random.Random(31)
+    a, b = [rng.getrandbits(64) for _ in range(2_000)], [rng.getrandbits(64) for _ in range(1_000)]
+    truth = len(set(a) | set(b))
+
+    async def scenario(db, what: str):  # type: ignore[no-untyped-def]
+        doc_id = f"20260101/{what}.test"
+        mine, other = register_id(c, doc_id, v, 0), register_id(c, doc_id, v, 1)
+        await db[c].insert_one({"_id": doc_id, v: {"o": True, "w": [0]}})
+        await db[rf.collection].insert_one(
+            {"_id": mine, rf.blob: Binary(merged_blob(None, register_ranks(a)))}
+        )
+
+        async def flush_meanwhile() -> None:
+            if what == "registers":  # partition 0's next flush: read, maxed, set
+                stored = await db[rf.collection].find_one({"_id": mine})
+                blob = merged_blob(bytes(stored[rf.blob]), register_ranks(b))
+                await db[rf.collection].update_one({"_id": mine}, {"$set": {rf.blob: Binary(blob)}})
+            else:  # partition 1's first flush: its document, then its listing
+                blob = merged_blob(None, register_ranks(b))
+                await db[rf.collection].insert_one({"_id": other, rf.blob: Binary(blob)})
+                await db[c].update_one({"_id": doc_id}, {"$addToSet": {f"{v}.w": 1}})
+
+        async def answer() -> int:
+            holder = (await db[c].find_one({"_id": doc_id}))[v]
+            found = await read_registers(db, rf, register_ids(c, doc_id, v, holder))
+            return estimate([holder], found.values()).value
+
+        try:
+            first: str = await fold_holder(db, c, doc_id, {}, v, f, after_read=flush_meanwhile)
+        except PyMongoError as exc:  # a write conflict: the workers' loop tries again later
+            first = type(exc).__name__
+        mid = await answer()
+        second = await fold_holder(db, c, doc_id, {}, v, f)
+        left = await db[rf.collection].count_documents({"_id": {"$in": [mine, other]}})
+        return first, mid, second, await answer(), left
+
+    for what in ("registers", "listing"):
+        first, mid, second, after, left = with_db(settings, lambda db, w=what: scenario(db, w))
+        assert first != "folded", (what, first)
+        assert abs(mid - truth) <= 0.03 * truth, (what, mid, truth)
+        assert (second, after, left) == ("folded", mid, 0), (what, second, after, left)
 
 
 def test_two_workers_creating_the_secret_at_once_share_one(settings: Settings) -> None:

@@ -116,6 +116,12 @@ class HitsSettings(StreamSettings):
     #: linkable across days by whoever holds the salt). The salt is kept in the store
     #: (``preagg_secrets``), never logged.
     visitor_salt: Literal["daily", "fixed"] = "daily"
+    #: Seconds a site's day (month) must go unwritten by a worker before it folds the day's
+    #: visitor registers into the rollup (docs/visitors.md): a chart then reads one document
+    #: a day instead of one more per partition that wrote it. Each fold is a transaction
+    #: that reads and rewrites up to 12 KB per partition; a live day is folded once it ends.
+    #: 0: never (charts read the register documents; ``preagg retention run`` still folds).
+    visitors_fold_after: float = 3.0
 
 
 #: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.

@@ -1,5 +1,5 @@
 """What a worker runs for hits: the aggregator, the name store, sites' zones, the retention
-schedule, the sealing of settled top pages."""
+schedule, the sealing of settled top pages, the folding of settled visitor registers."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from pipeline.kinds.hits.settings import HitsSettings
 from pipeline.kinds.hits.sites.cache import SiteConfigs
 from pipeline.kinds.hits.sites.caps import PageCaps
 from pipeline.kinds.hits.sites.caps_read import caps_metrics, seed_caps
+from pipeline.kinds.hits.sites.fold import VisitorFolder, fold_metrics
 from pipeline.kinds.hits.sites.schedule import RetentionSchedule, retention_metrics
 from pipeline.kinds.hits.sites.seal import TopSealer, seal_metrics
+from pipeline.kinds.hits.sites.settle import Settler
 from pipeline.kinds.hits.sites.tiers import Tiers
 from pipeline.kinds.kind import Stream, StreamContext
 from pipeline.settings import SettingsError
@@ -81,11 +83,21 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         open_every=s.top_pages_seal_open_every,
     )
 
+    settlers: list[Settler] = [sealer] if s.top_pages_seal_after > 0 else []
+    folder = VisitorFolder(ctx.db, fields, settle=s.visitors_fold_after)
+    if s.visitors and s.visitors_fold_after > 0:
+        settlers.append(folder)
+
     async def background() -> None:
-        loops = [sealer.forever()] if s.top_pages_seal_after > 0 else []
+        loops = [settler.forever() for settler in settlers]
         if s.retention_every > 0:
             loops.append(schedule.forever())
         await asyncio.gather(*loops)
+
+    def after_commit(agg: HitCounts) -> None:
+        days, months = agg.periods()
+        for settler in settlers:
+            settler.touched(days, months)
 
     async def before_plan(agg: HitCounts) -> None:
         await sites.refresh()  # the zones and tiers this flush plans with
@@ -104,7 +116,8 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
             *retention_metrics(schedule),
             *caps_metrics(caps),
             *seal_metrics(sealer),
+            *fold_metrics(folder),
         ],
         background=background,
-        after_commit=(lambda agg: sealer.touched(*agg.periods())) if s.top_pages_seal_after > 0 else None,
+        after_commit=after_commit if settlers else None,
     )

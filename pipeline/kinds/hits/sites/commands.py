@@ -125,6 +125,7 @@ def cmd_set_retention(args: argparse.Namespace) -> int:
 
 def cmd_retention(args: argparse.Namespace) -> int:
     """Prune minute and hourly counters past their tiers (``--dry-run``: count only)."""
+    from pipeline.kinds.hits.sites.fold import fold_pending
     from pipeline.kinds.hits.sites.prune import PruneResult, run_retention
     from pipeline.kinds.hits.sites.schedule import SCHEDULE_ID
     from pipeline.kinds.hits.sites.tiers import utc_today
@@ -134,12 +135,14 @@ def cmd_retention(args: argparse.Namespace) -> int:
     default = _tiers(s)
     today = args.today or utc_today()
 
-    async def run(db: Db) -> tuple[list[PruneResult], dict[str, Any]]:
+    async def run(db: Db) -> tuple[list[PruneResult], dict[str, Any], int]:
         last = await db[META_COLLECTION].find_one({"_id": SCHEDULE_ID}) or {}
-        return await run_retention(db, hits_fields(s.schema), default, today, args.dry_run, args.settle), last
+        fields = hits_fields(s.schema)
+        done = await run_retention(db, fields, default, today, args.dry_run, args.settle)
+        return done, last, await fold_pending(db, fields, today, args.dry_run)
 
     t0 = time.monotonic()
-    done, last = on_db(s, run, primary_reads=True)
+    done, last, folds = on_db(s, run, primary_reads=True)
     print(periodic_text(s.of(KEY).retention_every, last))
     verb = "would prune" if args.dry_run else "pruned"
     for p in done:
@@ -147,6 +150,10 @@ def cmd_retention(args: argparse.Namespace) -> int:
         print(f"{verb} {p.what}: {p.documents} daily documents{registers}")
     if not done:
         print("nothing to prune: every tier is forever (0)")
+    if folds:
+        print(
+            f"{'would fold' if args.dry_run else 'folded'} the visitor registers of {folds} past site rollups"
+        )
     print(f"{len(done)} statements in {time.monotonic() - t0:.2f} s")
     return 0
 

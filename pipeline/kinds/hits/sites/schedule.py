@@ -27,6 +27,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from pipeline.kinds.hits.layout import HitsFields
+from pipeline.kinds.hits.sites.fold import fold_pending
 from pipeline.kinds.hits.sites.prune import PruneResult, run_retention
 from pipeline.kinds.hits.sites.tiers import SETTLE_SECONDS, Tiers, utc_today
 from pipeline.store.meta import META_COLLECTION
@@ -78,6 +79,8 @@ class RetentionSchedule:
         self.runs = 0
         self.failures = 0
         self.documents = 0
+        #: Past site rollups whose visitor registers the runs folded (a worker stopped before it did).
+        self.folds = 0
 
     async def forever(self) -> None:
         """Sleep until a run is due, claim it, run it; again. Never returns (cancelled at stop)."""
@@ -98,9 +101,12 @@ class RetentionSchedule:
     async def run_once(self) -> list[PruneResult]:
         """One run, recorded in the schedule document (``last``) for ``preagg retention run``."""
         t0, started = time.monotonic(), self.clock()
+        today = utc_today()
         done = await run_retention(
-            self.db, self.fields, self.tiers, utc_today(), settle=self.settle, spare_recent=True
+            self.db, self.fields, self.tiers, today, settle=self.settle, spare_recent=True
         )
+        folds = await fold_pending(self.db, self.fields, today)
+        self.folds += folds
         self.runs += 1
         self.documents += sum(p.documents for p in done)
         await self.db[META_COLLECTION].update_one(
@@ -117,8 +123,9 @@ class RetentionSchedule:
             },
         )
         log.info(
-            "periodic retention: %s in %.1f s",
+            "periodic retention: %s; visitor registers of %d past site rollups folded; in %.1f s",
             "; ".join(f"{p.what}: {p.documents} documents" for p in done) or "every tier is forever",
+            folds,
             time.monotonic() - t0,
         )
         return done

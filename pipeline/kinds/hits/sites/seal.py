@@ -28,36 +28,26 @@ and the next write to the period seals it again.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import date
 from typing import Any, Literal
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import PyMongoError
 
 from pipeline.core.times import midnight
 from pipeline.kinds.hits.layout import HitsFields, site_daily_id, site_monthly_id
 from pipeline.kinds.hits.sites.caps import OTHER_PAGE, PageCaps, Period, entry_bytes
+from pipeline.kinds.hits.sites.settle import Settler
 from pipeline.store.names.layout import escape_key
-
-log = logging.getLogger("preagg.seal")
 
 #: Seconds a period must go unwritten (by this worker) before its list is sealed.
 SETTLE = 3.0
 #: Seconds after which a period written without pause (a live site's day) is sealed anyway:
 #: its answers are then off by at most the hits of the last minute (docs/rollups.md).
 OPEN_EVERY = 60.0
-#: Seconds between two looks at the periods waiting.
-EVERY = 1.0
-#: Periods a worker remembers to seal; past it the oldest are forgotten (their lists stay as written).
-MAX_WAITING = 100_000
-#: Tries of one period whose page documents do not add up yet (a flush under way elsewhere).
-MAX_TRIES = 20
 
 Outcome = Literal["sealed", "already", "moving", "missing"]
 
@@ -163,16 +153,7 @@ async def unsealed(db: AsyncDatabase[dict[str, Any]], fields: HitsFields) -> lis
     return sorted(out)
 
 
-@dataclass
-class _Waiting:
-    touched: float
-    #: When it was first written since the last try: a period written without pause (a
-    #: live site's day) is sealed every ``open_every`` seconds all the same.
-    since: float = 0.0
-    tries: int = 0
-
-
-class TopSealer:
+class TopSealer(Settler):
     """A worker's periods waiting to be sealed, and the loop that seals them once settled."""
 
     def __init__(
@@ -186,62 +167,10 @@ class TopSealer:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.db, self.fields, self.budget, self.caps = db, fields, budget, caps
-        self.settle, self.open_every, self.clock, self.sleep = settle, open_every, clock, sleep
-        self._waiting: OrderedDict[Period, _Waiting] = OrderedDict()
-        self.counts: Counter[str] = Counter()
+        async def seal(period: Period) -> str:
+            return await seal_period(db, fields, period, budget, caps)
 
-    def touched(self, days: Iterable[tuple[str, int]], months: Iterable[tuple[str, int]]) -> None:
-        """A flush wrote these periods: seal them once they settle."""
-        now = self.clock()
-        for period in [(s, "d", o) for s, o in days] + [(s, "m", o) for s, o in months]:
-            old = self._waiting.pop(period, None)
-            self._waiting[period] = _Waiting(now, old.since if old is not None else now)
-        while len(self._waiting) > MAX_WAITING:
-            self._waiting.popitem(last=False)
-            self.counts["forgotten"] += 1
-
-    def due(self) -> list[Period]:
-        """Periods not written for ``settle`` seconds, or written for ``open_every`` without pause."""
-        now = self.clock()
-        settled, still_open = now - self.settle, now - self.open_every if self.open_every > 0 else -1.0
-        return [p for p, w in self._waiting.items() if w.touched <= settled or w.since <= still_open]
-
-    async def run_once(self) -> None:
-        """Seal every due period; one still moving is tried again later, a bounded number of times."""
-        for period in self.due():
-            waiting = self._waiting.get(period)
-            live = waiting is not None and waiting.touched > self.clock() - self.settle
-            try:
-                outcome = await seal_period(self.db, self.fields, period, self.budget, self.caps)
-            except PyMongoError as exc:
-                log.warning("top pages of %s not sealed yet (%s); tried again", period, exc)
-                outcome = "moving"
-            self.counts[outcome] += 1
-            if waiting is None or self._waiting.get(period) is not waiting:
-                continue
-            if outcome != "moving":
-                del self._waiting[period]  # a live period's next write brings it back
-            elif live:
-                waiting.since = self.clock()  # still written: tried again open_every seconds on
-            elif waiting.tries + 1 >= MAX_TRIES:
-                del self._waiting[period]
-                self.counts["gave_up"] += 1
-                log.info("top pages of %s left as written: its page documents kept moving", period)
-            else:
-                waiting.tries += 1
-                waiting.touched = waiting.since = self.clock()
-                self._waiting.move_to_end(period)
-
-    async def forever(self) -> None:
-        """The worker's loop (cancelled when it stops); a failure is logged, the loop goes on."""
-        while True:
-            await self.sleep(EVERY)
-            try:
-                await self.run_once()
-            except Exception:  # a bug here must not stop the worker: the lists stay as written
-                self.counts["failed"] += 1
-                log.exception("sealing top pages failed; tried again in %.0f s", EVERY)
+        super().__init__(seal, "sealing top pages", settle, open_every, clock, sleep)
 
 
 def seal_metrics(sealer: TopSealer) -> Iterator[Metric]:

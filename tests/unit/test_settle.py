@@ -1,0 +1,60 @@
+"""The loop that seals top pages and folds visitor registers once a period settles (pure, a fake clock)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pymongo.errors import WriteConcernError
+
+from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.sites.caps import Period
+from pipeline.kinds.hits.sites.fold import VisitorFolder
+from pipeline.kinds.hits.sites.settle import MAX_TRIES, Settler
+
+
+def test_a_live_period_is_never_folded_until_it_settles() -> None:
+    now = [0.0]
+    folder = VisitorFolder(None, hits_fields(), settle=3.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    for second in range(600):  # written every second for ten minutes: never due
+        now[0] = float(second)
+        folder.touched([("live.test", 1)], [("live.test", 1)])
+        assert folder.due() == [], second
+    now[0] += 3.0
+    assert folder.due() == [("live.test", "d", 1), ("live.test", "m", 1)]
+
+
+def test_a_period_still_moving_is_tried_again_a_bounded_number_of_times() -> None:
+    now = [0.0]
+    tried: list[Period] = []
+
+    async def action(period: Period) -> str:
+        tried.append(period)
+        if len(tried) == 1:
+            raise WriteConcernError("a store error: logged, tried again")
+        return "moving"
+
+    settler = Settler(action, "testing", 1.0, 0.0, clock=lambda: now[0])
+    settler.touched([("a.test", 7)], [])
+    for _ in range(MAX_TRIES + 5):
+        now[0] += 2.0
+        asyncio.run(settler.run_once())
+    assert len(tried) == MAX_TRIES and settler.counts["gave_up"] == 1 and settler.due() == []
+    assert settler.counts["moving"] == MAX_TRIES
+
+
+def test_a_final_outcome_ends_the_wait_until_the_next_write() -> None:
+    now = [0.0]
+    outcomes = iter(["folded", "already"])
+
+    async def action(period: Period) -> str:
+        return next(outcomes)
+
+    settler = Settler(action, "testing", 1.0, 0.0, clock=lambda: now[0])
+    settler.touched([("a.test", 7)], [])
+    now[0] = 5.0
+    asyncio.run(settler.run_once())
+    assert settler.due() == [] and settler.counts["folded"] == 1
+    settler.touched([("a.test", 7)], [])  # written again: due again once settled
+    now[0] = 10.0
+    asyncio.run(settler.run_once())
+    assert settler.counts["already"] == 1
