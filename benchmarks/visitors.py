@@ -8,7 +8,10 @@
    (daily salt, then fixed) and off: each day's site visitors and each page-day's against the
    exact distinct (client address, user agent) pairs of its human lines; the four days with
    the fixed salt against the distinct pairs and addresses overall; bytes per daily document.
-3. **100,000 pages**: 300,000 hits of one day over 100,000 Zipf pages from 30,000 visitors,
+3. **A 30-day site chart**: 90,000 keyless hits of one site over 30 days, 4 partitions: the
+   documents a ``--by day`` chart reads, its time and the rollups' bytes, before and after
+   the days are folded (docs/visitors.md).
+4. **100,000 pages**: 300,000 hits of one day over 100,000 Zipf pages from 30,000 visitors,
    through a worker, on and off: events/s from the first send, bytes per page and site document.
 """
 
@@ -20,9 +23,10 @@ import bisect
 import itertools
 import random
 import statistics
+import time
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import bson
@@ -54,6 +58,7 @@ from pipeline.store.client import mongo_client
 from pipeline.testing.sketches import apply_share
 
 F = hits_fields("compact")
+STEPS = ("sketch_accuracy", "access_log", "month_chart", "many_pages")
 SIZES = (100, 1_000, 10_000, 100_000, 1_000_000)
 
 
@@ -230,25 +235,119 @@ def many_pages(base: Settings, events: Sequence[tuple[bytes, bytes]]) -> dict[st
     return out
 
 
+def month_events(days: int, hits_per_day: int, people: int, seed: int) -> list[tuple[bytes, bytes | None]]:
+    """``days`` of one site's hits without a message key (every partition writes every day's
+    rollup), ending two days ago: Zipf pages and visitors."""
+    rng = random.Random(seed)
+    people_cum = list(itertools.accumulate(1 / (r + 1) ** 0.8 for r in range(people)))
+    last = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp() - 2 * 86_400
+    out: list[tuple[bytes, bytes | None]] = []
+    for d in range(days):
+        start = last - (days - 1 - d) * 86_400
+        for i in range(hits_per_day):
+            who = bisect.bisect(people_cum, rng.random() * people_cum[-1])
+            page = f"/p/{min(int(rng.paretovariate(1.2)), 500)}"
+            event = {"site": "month.example", "page": page, "ts": start + i * 86_000 / hits_per_day}
+            event["visitor"] = f"v{who}"
+            out.append((orjson.dumps(event), None))
+    return out
+
+
+def month_chart(base: Settings, events: Sequence[tuple[bytes, bytes | None]], days: int) -> dict[str, Any]:
+    """A 30-day site chart before and after its days are folded (``preagg retention run``'s fold):
+    the documents it reads, its time, the rollups' bytes, and the fold's time."""
+    from pipeline.kinds.hits.registers import register_ids
+    from pipeline.kinds.hits.sites.fold import fold_pending
+
+    s = named(base.with_stream(HITS, visitors_fold_after=0.0), "vis-month")
+    seconds = timed_worker_run(s, s.topic("hits"), events, "vis-month")
+    last = datetime.now(UTC).date() - timedelta(days=2)
+    first = last - timedelta(days=days - 1)
+    rd = F.rollups.daily
+
+    async def measure() -> dict[str, Any]:
+        client = mongo_client(s.mongo_url or "")
+        db = client[s.db]
+        try:
+            docs = [d async for d in db[rd.collection].find({f"{rd.metadata}.{rd.site}": "month.example"})]
+            reads = len(docs) + sum(
+                len(register_ids(rd.collection, d["_id"], rd.visitors, d.get(rd.visitors)))
+                for d in docs
+                if (d.get(rd.visitors) or {}).get("o")
+            )
+            times = []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                rows = await visitor_rows(db, "month.example", None, first, last, "day", F)
+                times.append(time.perf_counter() - t0)
+            sizes = [len(bson.encode(d)) for d in docs]
+            return {
+                "days": len(docs),
+                "documents_read": reads,
+                "chart_ms_median": round(1000 * statistics.median(times), 1),
+                "rollup_mean_bytes": round(statistics.mean(sizes)),
+                "rollup_max_bytes": max(sizes),
+                "visitors": [r.visitors for r in rows],
+            }
+        finally:
+            await client.close()
+
+    async def fold() -> tuple[int, float]:
+        client = mongo_client(s.mongo_url or "")
+        try:
+            t0 = time.perf_counter()
+            n = await fold_pending(client[s.db], F, datetime.now(UTC).date())
+            return n, time.perf_counter() - t0
+        finally:
+            await client.close()
+
+    before = asyncio.run(measure())
+    folds, fold_s = asyncio.run(fold())
+    after = asyncio.run(measure())
+    return {
+        "events": len(events),
+        "seconds": round(seconds, 1),
+        "before": before,
+        "folded_rollups": folds,
+        "fold_seconds": round(fold_s, 2),
+        "after": after,
+        "same_answers": before["visitors"] == after["visitors"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_data_option(ap)
     ap.add_argument("--hits", type=int, default=300_000, help="hits of the 100,000-page day")
     ap.add_argument("--out", default="bench-results/visitors.json")
+    ap.add_argument("--steps", nargs="*", default=list(STEPS), choices=STEPS, help="which measurements")
     a = ap.parse_args(argv)
     use_data(a.data)
     results = header("make bench-visitors")
     results["explicit_max"] = EXPLICIT_MAX
-    step(results, "sketch_accuracy", "sketch accuracy, 100 to 1,000,000 visitors", sketch_accuracy)
+    if "sketch_accuracy" in a.steps:
+        step(results, "sketch_accuracy", "sketch accuracy, 100 to 1,000,000 visitors", sketch_accuracy)
     with embedded("preagg-bench-visitors-") as (base, _):
-        step(
-            results,
-            "access_log",
-            "the access log, visitors on (daily, fixed) and off",
-            lambda: access_log(base),
-        )
-        events = zipf_events(100_000, a.hits, 30_000, seed=40)
-        step(results, "many_pages", "100,000 pages, visitors on and off", lambda: many_pages(base, events))
+        if "access_log" in a.steps:
+            step(
+                results,
+                "access_log",
+                "the access log, visitors on (daily, fixed) and off",
+                lambda: access_log(base),
+            )
+        if "month_chart" in a.steps:
+            month = month_events(30, 3_000, 20_000, seed=41)
+            step(
+                results,
+                "month_chart",
+                "a 30-day site chart, before and after folds",
+                lambda: month_chart(base, month, 30),
+            )
+        if "many_pages" in a.steps:
+            events = zipf_events(100_000, a.hits, 30_000, seed=40)
+            step(
+                results, "many_pages", "100,000 pages, visitors on and off", lambda: many_pages(base, events)
+            )
     write_results(results, a.out)
     return 0
 
