@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -52,6 +52,7 @@ from pipeline.store.offsets import (
     token_id,
 )
 from pipeline.store.reads import READ_CHUNK, find_in
+from pipeline.store.upsert_insert import created_by_upsert
 
 #: Seconds a commit waits to reach the primary before it fails (and is retried, logged). Under a
 #: client-side timeout PyMongo selects a server for as long as the whole deadline allows
@@ -129,17 +130,27 @@ def phases(updates: Sequence[DocUpdate]) -> list[Sequence[DocUpdate]]:
 
 
 def marked_statements(
-    updates: Sequence[DocUpdate], seqs: Mapping[TP, int], keyed: bool
-) -> tuple[list[UpdateOne], int]:
+    updates: Sequence[DocUpdate],
+    seqs: Mapping[TP, int],
+    keyed: bool,
+    absent: frozenset[tuple[str, Any]] = frozenset(),
+) -> tuple[list[Operation], int]:
     """The marked upserts of ``updates`` (:func:`~pipeline.core.marks.marked`) and their size in
     BSON bytes; ``keyed`` ``False``: the shard key set on insert, not matched
-    (:func:`~pipeline.core.updates.key_on_insert`). Pure, so that it can run on a thread."""
-    ops: list[UpdateOne] = []
+    (:func:`~pipeline.core.updates.key_on_insert`). A document found ``absent`` (collection,
+    ``_id``) is sent as the insert its upsert would make (:mod:`pipeline.store.upsert_insert`).
+    Pure, so that it can run on a thread."""
+    ops: list[Operation] = []
     size = 0
     for u in updates:
         if not keyed:
             u = key_on_insert(u)
         flt, update = marked(u, update_document(u), seqs)
+        doc = created_by_upsert(flt, update) if (u.collection, u.id) in absent else None
+        if doc is not None:
+            size += len(bson.encode(doc)) + 16
+            ops.append(InsertOne(doc))
+            continue
         size += len(bson.encode({"q": flt, "u": update})) + 16
         ops.append(UpdateOne(flt, update, upsert=True))
     return ops, size
@@ -186,6 +197,10 @@ class MongoSink:
         #: Merged upserts refused because some of their partitions were applied: the other
         #: partitions' shares sent apart.
         self.split_shares = 0
+        #: Marked writes of documents found absent go as inserts (:meth:`_absent`).
+        self.first_inserts = True
+        #: Documents so inserted.
+        self.first_inserted = 0
 
     @property
     def exactly_once(self) -> bool:
@@ -262,13 +277,15 @@ class MongoSink:
         seqs, done = await self._intent(fences, flush_id)
         if fences and len(done) == len(fences):
             return Committed(already=True)
+        absent: set[tuple[str, Any]] = set()
         if any(u.compute is not None for u in updates):
-            updates = await self._read_modified(updates)
+            updates = await self._read_modified(updates, absent)
+        absent |= await self._absent(updates, absent)
         applied, raced, split = self.already_applied, self.raced_inserts, self.split_shares
         size = 0
         parts = phases(updates)
         for i, phase in enumerate(parts):
-            size += await self._marked_writes(phase, seqs, fault=i == len(parts) - 1)
+            size += await self._marked_writes(phase, seqs, frozenset(absent), fault=i == len(parts) - 1)
         await self._finish([f for f in fences if (f.topic, f.partition) not in done], flush_id)
         return Committed(
             False,
@@ -327,7 +344,41 @@ class MongoSink:
             return int(current.get("seq", 0)), True  # finished before its answer was lost
         raise FenceConflict([(f, (current or {}).get("next"))])
 
-    async def _read_modified(self, updates: Sequence[DocUpdate]) -> list[DocUpdate]:
+    async def _absent(
+        self, updates: Sequence[DocUpdate], known: set[tuple[str, Any]]
+    ) -> set[tuple[str, Any]]:
+        """The documents of ``updates`` that do not exist yet, by (collection, ``_id``), read by
+        ``_id`` when a flush looks like a first touch: the first :attr:`read_chunk` of each
+        collection are read, and the rest only if at least half of those are new (a live flush,
+        whose documents exist, pays one read per collection). A document with several upserts
+        in the flush (the parts of a split one) is left out: its parts go as upserts.
+        """
+        if not self.first_inserts:
+            return set()
+        ids: dict[str, list[Any]] = defaultdict(list)
+        seen: Counter[tuple[str, Any]] = Counter((u.collection, u.id) for u in updates)
+        for (name, i), n in seen.items():
+            if n == 1 and (name, i) not in known:
+                ids[name].append(i)
+        absent: set[tuple[str, Any]] = set()
+        for name, keys in ids.items():
+            probe, rest = keys[: self.read_chunk], keys[self.read_chunk :]
+            with pymongo.timeout(self.commit_timeout):
+                found = {d["_id"] async for d in self.db[name].find({"_id": {"$in": probe}}, {"_id": 1})}
+            absent.update((name, i) for i in probe if i not in found)
+            if 2 * len(found) > len(probe) or not rest:
+                continue
+            with pymongo.timeout(self.commit_timeout):
+                found = {
+                    d["_id"]
+                    async for d in find_in(self.db[name], rest, chunk=self.read_chunk, projection={"_id": 1})
+                }
+            absent.update((name, i) for i in rest if i not in found)
+        return absent
+
+    async def _read_modified(
+        self, updates: Sequence[DocUpdate], absent: set[tuple[str, Any]] | None = None
+    ) -> list[DocUpdate]:
         """Resolve the read-modify-write updates of idempotent writes (by ``_id``, chunked reads).
 
         Only for a document one source partition writes alone (a partition's visitor registers,
@@ -349,10 +400,16 @@ class MongoSink:
                 continue
             fields = u.compute(stored.get((u.collection, u.id)))
             out.append(replace(u, set={**u.set, **fields}, compute=None))
+            if absent is not None and self.first_inserts and (u.collection, u.id) not in stored:
+                absent.add((u.collection, u.id))
         return out
 
     async def _marked_writes(
-        self, updates: Sequence[DocUpdate], seqs: dict[TP, int], fault: bool = True
+        self,
+        updates: Sequence[DocUpdate],
+        seqs: dict[TP, int],
+        absent: frozenset[tuple[str, Any]] = frozenset(),
+        fault: bool = True,
     ) -> int:
         """Unordered bulk writes of the marked upserts, then the ones refused with "duplicate key" resolved.
 
@@ -365,7 +422,7 @@ class MongoSink:
         sent apart, each on its own mark. Bounded by :data:`RACE_ROUNDS`.
         """
         keyed = self.shard_keys_matched()
-        refused, size = await self._bulk(updates, seqs, keyed, fault=fault)
+        refused, size = await self._bulk(updates, seqs, keyed, fault=fault, absent=absent)
         for _ in range(RACE_ROUNDS):
             if not refused:
                 return size
@@ -377,7 +434,12 @@ class MongoSink:
         )
 
     async def _bulk(
-        self, updates: Sequence[DocUpdate], seqs: dict[TP, int], keyed: bool, fault: bool = False
+        self,
+        updates: Sequence[DocUpdate],
+        seqs: dict[TP, int],
+        keyed: bool,
+        fault: bool = False,
+        absent: frozenset[tuple[str, Any]] = frozenset(),
     ) -> tuple[list[DocUpdate], int]:
         """Unordered bulk writes of :attr:`statement_ops` marked upserts per collection; the updates
         refused with E11000, and the statements' size in BSON bytes.
@@ -397,26 +459,28 @@ class MongoSink:
         ]
         refused: list[DocUpdate] = []
         size = 0
-        built: asyncio.Future[tuple[list[UpdateOne], int]] | None = None
+        built: asyncio.Future[tuple[list[Operation], int]] | None = None
         try:
             for n, (name, chunk) in enumerate(chunks):
                 if built is None:
-                    ops, bytes_ = marked_statements(chunk, seqs, keyed)
+                    ops, bytes_ = marked_statements(chunk, seqs, keyed, absent)
                 else:
                     ops, bytes_ = await built
                 built = None
                 if n + 1 < len(chunks):
                     built = asyncio.ensure_future(
-                        asyncio.to_thread(marked_statements, chunks[n + 1][1], seqs, keyed)
+                        asyncio.to_thread(marked_statements, chunks[n + 1][1], seqs, keyed, absent)
                     )
                 size += bytes_
                 with pymongo.timeout(self.commit_timeout):
                     try:
-                        await self.db[name].bulk_write(ops, ordered=False)
+                        done = await self.db[name].bulk_write(ops, ordered=False)
+                        self.first_inserted += done.inserted_count
                     except BulkWriteError as exc:
                         errors = exc.details.get("writeErrors", [])
                         if not errors or any(e.get("code") != DUPLICATE_KEY for e in errors):
                             raise
+                        self.first_inserted += int(exc.details.get("nInserted", 0))
                         refused.extend(chunk[e["index"]] for e in errors)
                 if fault and n == 0:
                     self._fault("mid-commit")

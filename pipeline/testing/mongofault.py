@@ -34,6 +34,7 @@ import struct
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import bson
@@ -148,6 +149,52 @@ def rival_document(statement: dict[str, Any]) -> dict[str, Any] | None:
             at = at.setdefault(p, {})
         at[last] = value
     return doc
+
+
+@cache
+def set_on_insert_keys() -> dict[str, frozenset[str]]:
+    """Per collection of our kinds (both schema modes), the top-level fields every writer's insert
+    holds alike, whatever its share: what their plans set on insert (metadata, the ids a
+    document is about). Read from the kinds' layouts."""
+    from pipeline.core.fields import FIELD_MODES
+    from pipeline.kinds.hits.layout import hits_fields
+    from pipeline.kinds.impressions.layout import impression_fields
+    from pipeline.kinds.listens.layout import listen_fields, top_fields
+    from pipeline.kinds.relations.layout import relation_sides
+
+    out: dict[str, set[str]] = {}
+    for mode in FIELD_MODES:
+        h = hits_fields(mode)
+        r = h.rollups
+        for f in (h.daily, h.monthly, r.daily, r.monthly, r.top_daily, r.top_monthly):
+            out.setdefault(f.collection, set()).add(f.metadata.split(".")[0])
+        im = impression_fields(mode)
+        rel = relation_sides(10, 10, 0.01, mode)
+        lf, tf = listen_fields(mode), top_fields(mode)
+        for fields, names in (
+            (im.pairs, ("user", "item")),
+            (im.items, ("item",)),
+            (im.daily, ("day", "item")),
+            (rel.users, ()),
+            (rel.items, ("item",)),
+            (lf, ("user", "tag")),
+            (tf, ("user",)),
+        ):
+            out.setdefault(fields["collection"], set()).update(fields[n] for n in names)
+    return {c: frozenset(keys) for c, keys in out.items()}
+
+
+def rival_of_insert(collection: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """What another worker's insert of the same new document would have held, without its counts:
+    a flush's insert (:mod:`pipeline.store.upsert_insert`) reduced to its ``_id`` and the fields
+    every writer sets on insert (:func:`set_on_insert_keys`)."""
+    keep = set_on_insert_keys().get(collection, frozenset())
+    return {k: v for k, v in doc.items() if k == "_id" or k in keep}
+
+
+def is_marked_insert(doc: Any) -> bool:
+    """A flush's idempotent insert of a document found absent: it holds marks (``_a``)."""
+    return isinstance(doc, dict) and isinstance(doc.get("_a"), dict)
 
 
 def is_marked_upsert(statement: dict[str, Any]) -> bool:
@@ -372,6 +419,11 @@ class _Connection:
             self._answer(msg, _unknown_commit())
             return ANSWERED
         statements = msg.sequences.get("updates", body.get("updates", [])) if command == "update" else []
+        # A flush's inserts of new documents (pipeline/store/upsert_insert.py) meet the same faults.
+        inserts = msg.sequences.get("documents", body.get("documents", [])) if command == "insert" else []
+        flushed = not in_txn and any(is_marked_insert(d) for d in inserts)
+        if flushed:
+            statements = inserts
         forced = self.proxy.injected["partial_bulk"] < rates.first_partial_bulks
         if not in_txn and len(statements) >= 2 and (forced or self.proxy.draw(rates.partial_bulk)):
             self.proxy.injected["partial_bulk"] += 1
@@ -387,9 +439,13 @@ class _Connection:
                 raced = await self._race(body, statements)
                 if raced:
                     return self._forward_without(msg, statements, raced)
+        if flushed:
+            raced = await self._race(body, statements, inserts=True)
+            if raced:
+                return self._forward_without(msg, statements, raced)
         forced = self.proxy.lost_marked < rates.first_lost_replies
         if (
-            command in ("update", "findAndModify")
+            (command in ("update", "findAndModify") or flushed)
             and not in_txn
             and (forced or self.proxy.draw(rates.lost_reply))
         ):
@@ -397,17 +453,21 @@ class _Connection:
             self.proxy.lost_marked += 1
         return None
 
-    async def _race(self, body: dict[str, Any], statements: list[dict[str, Any]]) -> list[int]:
-        """Indexes of the statements a rival insert beat (their documents inserted now)."""
+    async def _race(
+        self, body: dict[str, Any], statements: list[dict[str, Any]], inserts: bool = False
+    ) -> list[int]:
+        """Indexes of the statements (upserts, or ``inserts``) a rival insert beat (their documents
+        inserted now)."""
         rate = self.proxy.rates.rival_insert
         if rate <= 0:
             return []
-        db, collection = body.get("$db", ""), body["update"]
+        db, collection = body.get("$db", ""), body["insert" if inserts else "update"]
         raced = []
         for i, st in enumerate(statements):
-            if not is_marked_upsert(st) or not self.proxy.draw(rate):
+            marked = is_marked_insert(st) if inserts else is_marked_upsert(st)
+            if not marked or not self.proxy.draw(rate):
                 continue
-            doc = rival_document(st)
+            doc = rival_of_insert(collection, st) if inserts else rival_document(st)
             if doc is None or await self.proxy.exists(db, collection, doc["_id"]):
                 continue  # only a new document's insert races
             if await self.proxy.insert_rival(db, collection, doc):
@@ -416,14 +476,15 @@ class _Connection:
         return raced
 
     def _forward_without(self, msg: Msg, statements: list[dict[str, Any]], raced: list[int]) -> bytes | None:
+        name = msg.body.get("update", msg.body.get("insert"))
         skip = set(raced)
         forwarded = [i for i in range(len(statements)) if i not in skip]
         injected = [
             {
                 "index": i,
                 "code": 11000,
-                "errmsg": f"E11000 duplicate key error collection: {msg.body.get('$db')}.{msg.body['update']}"
-                f" index: _id_ dup key: {{ _id: {statements[i]['q'].get('_id')!r} }}",
+                "errmsg": f"E11000 duplicate key error collection: {msg.body.get('$db')}.{name}"
+                f" index: _id_ dup key: {{ _id: {_statement_id(statements[i])!r} }}",
             }
             for i in raced
         ]
@@ -434,15 +495,21 @@ class _Connection:
         return self._forward_only(msg, [statements[i] for i in forwarded])
 
     def _forward_only(self, msg: Msg, kept: list[dict[str, Any]]) -> bytes:
-        if "updates" in msg.sequences:
-            msg.sequences["updates"] = kept
+        field = "documents" if "insert" in msg.body else "updates"
+        if field in msg.sequences:
+            msg.sequences[field] = kept
         else:
-            msg.body["updates"] = kept
+            msg.body[field] = kept
         return msg.encode()
 
     def _answer(self, request: Msg, body: dict[str, Any]) -> None:
         reply = Msg(self.proxy.next_reply_id(), request.request_id, 0, body, {})
         self.cwriter.write(reply.encode())
+
+
+def _statement_id(statement: dict[str, Any]) -> Any:
+    """The ``_id`` an update statement's filter names, or an inserted document's."""
+    return statement["q"].get("_id") if "q" in statement else statement.get("_id")
 
 
 def _merge_reply(reply: Msg, rewrite: _Rewrite) -> Msg:
