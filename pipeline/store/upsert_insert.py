@@ -3,11 +3,11 @@
 On a first touch (a backfill, a new day) nearly every document of a flush is new, and an
 insert costs the embedded store a quarter of an upsert that inserts (210 against 760-1,170
 µs a document, docs/benchmarks.md "The store's cost per document"); on MongoDB it skips the
-upsert's query phase. MongoDB's rule for an upsert that matches nothing: "the update creates
-a base document from the equality clauses in the <query> parameter, and then applies the
-expressions from the <update> parameter" (manual, *db.collection.update()*, "Upsert
-Behavior"). :func:`created_by_upsert` builds that document for the operators a flush uses;
-anything else, or two operators on one path, answers ``None`` (sent as the upsert).
+upsert's query phase. An upsert that matches nothing inserts a document made of the filter's
+equality conditions with the update's operators applied to it (MongoDB manual,
+*db.collection.updateOne()*, "Upsert" behavior). :func:`created_by_upsert` builds that document
+for the operators a flush uses; anything else, or two operators on one path, answers ``None``
+(sent as the upsert). ``tests/integration/test_first_inserts.py`` checks it against the store.
 
 An insert that meets an existing document fails with a duplicate key (E11000), which the
 sink already resolves by reading the document's marks (``MongoSink._unapplied``): applied, or
