@@ -107,6 +107,32 @@ def test_documents_found_absent_are_inserted_whole_with_their_shard_key(name: st
 
 @pytest.mark.parametrize("mode", ["compact", "readable"])
 @pytest.mark.parametrize("name", list(REGISTRY))
+def test_a_first_touch_inserts_the_full_shard_key_on_a_sharded_cluster(name: str, mode: str) -> None:
+    """Marked writes of documents found absent go as inserts (MongoDB routes an insert by its
+    shard key): on a mongos each holds its collection's whole shard key, as the upsert's
+    equalities would have put it there; they also hold the flush's marks."""
+    from dataclasses import replace
+
+    from pipeline.store.sink import marked_statements
+
+    s = Settings(schema=mode)  # type: ignore[arg-type]
+    keys = {k.collection: [f for f, _ in k.keys] for k in shard_keys(s, s.schema)}
+    updates = [replace(u, sources=(("t", 0),)) for u in planned(name, mode)]
+    absent = frozenset((u.collection, u.id) for u in updates)
+    ops, _ = marked_statements(updates, {("t", 0): 3}, True, absent)
+    assert ops and all(isinstance(op, InsertOne) for op in ops), ops
+    for u, op in zip(updates, ops, strict=True):
+        doc = op._doc
+        for field in keys[u.collection]:
+            at: Any = doc
+            for part in field.split("."):
+                at = at[part]
+            assert not isinstance(at, dict), (u.collection, field, doc)
+        assert doc["_a"] == {"t|0": 3}
+
+
+@pytest.mark.parametrize("mode", ["compact", "readable"])
+@pytest.mark.parametrize("name", list(REGISTRY))
 def test_off_a_sharded_cluster_an_upsert_matches_its_id_alone_and_sets_its_key_on_insert(
     name: str, mode: str
 ) -> None:
