@@ -58,3 +58,13 @@ def test_a_final_outcome_ends_the_wait_until_the_next_write() -> None:
     now[0] = 10.0
     asyncio.run(settler.run_once())
     assert settler.counts["already"] == 1
+
+
+def test_outcomes_are_one_counter_by_outcome() -> None:
+    from pipeline.kinds.hits.sites.fold import fold_metrics
+
+    folder = VisitorFolder(None, hits_fields())  # type: ignore[arg-type]
+    folder.counts.update({"folded": 3, "moving": 1})
+    (metric,) = fold_metrics(folder)
+    assert metric.name == "preagg_visitor_folds"
+    assert {s.labels["outcome"]: s.value for s in metric.samples} == {"folded": 3, "moving": 1}

@@ -30,7 +30,7 @@ from datetime import date, timedelta
 from typing import Any, Literal
 
 from bson import Binary
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import Metric
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -193,12 +193,8 @@ class VisitorFolder(Settler):
 
 def fold_metrics(folder: VisitorFolder) -> Iterator[Metric]:
     """``preagg_visitor_folds_total{outcome}``."""
-    m = CounterMetricFamily(
+    yield folder.metric(
         "preagg_visitor_folds",
         "Site periods whose visitor registers a worker tried to fold into the rollup, by outcome "
         "(folded, already, moving, missing, gave_up, forgotten, failed)",
-        labels=["outcome"],
     )
-    for outcome, n in sorted(folder.counts.items()):
-        m.add_metric([outcome], n)
-    yield m

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import date
 from typing import Any, Literal
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import Metric
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.times import midnight
@@ -175,12 +175,8 @@ class TopSealer(Settler):
 
 def seal_metrics(sealer: TopSealer) -> Iterator[Metric]:
     """``preagg_top_pages_sealed_total{outcome}``."""
-    m = CounterMetricFamily(
+    yield sealer.metric(
         "preagg_top_pages_sealed",
         "Top-pages lists a worker tried to make exact, by outcome (sealed, already, moving, missing, "
         "gave_up, forgotten)",
-        labels=["outcome"],
     )
-    for outcome, n in sorted(sealer.counts.items()):
-        m.add_metric([outcome], n)
-    yield m

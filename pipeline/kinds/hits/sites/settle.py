@@ -19,6 +19,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from prometheus_client.core import CounterMetricFamily, Metric
 from pymongo.errors import PyMongoError
 
 from pipeline.kinds.hits.sites.caps import Period
@@ -104,6 +105,13 @@ class Settler:
                 waiting.tries += 1
                 waiting.touched = waiting.since = self.clock()
                 self._waiting.move_to_end(period)
+
+    def metric(self, name: str, text: str) -> Metric:
+        """The outcomes so far as one Prometheus counter ``<name>_total{outcome}``."""
+        m = CounterMetricFamily(name, text, labels=["outcome"])
+        for outcome, n in sorted(self.counts.items()):
+            m.add_metric([outcome], n)
+        return m
 
     async def forever(self) -> None:
         """The worker's loop (cancelled when it stops); a failure is logged, the loop goes on."""
