@@ -39,6 +39,7 @@ writer, not per holder (docs/visitors.md).
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -218,15 +219,15 @@ def _gather(
     hashes: set[int] = set()
     reg = np.zeros(1 << p, dtype=np.int8)
     overflow = False
+    folds: list[bytes] = []  # a folded holder's registers read as a partition's are
     for holder in holders:
         if not holder:
             continue
         hashes.update(holder.get(EXPLICIT) or ())
         overflow = overflow or bool(holder.get(OVERFLOW))
-        folded = holder.get(FOLDED)
-        if folded is not None:
-            np.maximum(reg, _registers(bytes(folded), p), out=reg)
-    for found in registers:
+        if holder.get(FOLDED) is not None:
+            folds.append(bytes(holder[FOLDED]))
+    for found in itertools.chain(registers, folds):
         if isinstance(found, bytes):
             blob = hll.decode(found)
             if blob.reg is not None:
@@ -241,12 +242,6 @@ def _gather(
                     reg[w * LANES + lane] = rank
             overflow = True
     return hashes, reg, overflow
-
-
-def _registers(blob: bytes, p: int) -> np.ndarray:  # type: ignore[type-arg]
-    """Codec bytes' registers (zeros for an empty sketch)."""
-    reg = hll.decode(blob).reg
-    return np.zeros(1 << p, dtype=np.int8) if reg is None else reg
 
 
 def pending(holder: Mapping[str, Any] | None) -> bool:

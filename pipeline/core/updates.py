@@ -64,6 +64,13 @@ class DocUpdate:
         self.inc[path] = self.inc.get(path, 0) + n
 
 
+def get_path(doc: Any, path: str) -> Any:
+    """The value at dotted ``path`` in ``doc`` (``None`` where a part is missing or not a document)."""
+    for part in path.split("."):
+        doc = doc.get(part) if isinstance(doc, dict) else None
+    return doc
+
+
 def put_path(doc: dict[str, Any], path: str, value: Any) -> bool:
     """Set dotted ``path`` in ``doc`` as ``$set`` does, creating the parent documents;
     whether it held a value before. A parent that is not a document is a ``ValueError``."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pymongo
@@ -65,6 +67,22 @@ async def start_transaction(session: AsyncClientSession) -> None:
         write_concern=WriteConcern("majority"),
         read_preference=ReadPreference.PRIMARY,
     )
+
+
+@asynccontextmanager
+async def transaction(client: AsyncMongoClient[dict[str, Any]]) -> AsyncIterator[AsyncClientSession]:
+    """A session in a transaction (:func:`start_transaction`): committed when the block ends,
+    unless the block aborted it; aborted when the block raises."""
+    async with client.start_session() as session:
+        await start_transaction(session)
+        try:
+            yield session
+        except BaseException:
+            if session.in_transaction:
+                await session.abort_transaction()  # best effort: it never raises
+            raise
+        if session.in_transaction:
+            await session.commit_transaction()
 
 
 async def reach(client: AsyncMongoClient[dict[str, Any]], seconds: float) -> None:

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipeline.store.client import Db, start_transaction
+from pipeline.store.client import Db, transaction
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
 
 
@@ -76,13 +76,7 @@ async def adopt(
         )
         moved.append(new)
     if apply and moved:
-        async with db.client.start_session() as session:
-            await start_transaction(session)
-            try:
-                await coll.insert_many(moved, session=session)
-                await coll.delete_many({"_id": {"$in": [d["_id"] for d in old]}}, session=session)
-            except BaseException:
-                await session.abort_transaction()
-                raise
-            await session.commit_transaction()
+        async with transaction(db.client) as session:
+            await coll.insert_many(moved, session=session)
+            await coll.delete_many({"_id": {"$in": [d["_id"] for d in old]}}, session=session)
     return moved

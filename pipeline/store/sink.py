@@ -363,17 +363,16 @@ class MongoSink:
         absent: set[tuple[str, Any]] = set()
         for name, keys in ids.items():
             probe, rest = keys[: self.read_chunk], keys[self.read_chunk :]
-            with pymongo.timeout(self.commit_timeout):
-                found = {d["_id"] async for d in self.db[name].find({"_id": {"$in": probe}}, {"_id": 1})}
-            absent.update((name, i) for i in probe if i not in found)
-            if 2 * len(found) > len(probe) or not rest:
-                continue
-            with pymongo.timeout(self.commit_timeout):
-                found = {
-                    d["_id"]
-                    async for d in find_in(self.db[name], rest, chunk=self.read_chunk, projection={"_id": 1})
-                }
-            absent.update((name, i) for i in rest if i not in found)
+            for part in (probe, rest):
+                with pymongo.timeout(self.commit_timeout):
+                    coll = self.db[name]
+                    found = {
+                        d["_id"]
+                        async for d in find_in(coll, part, chunk=self.read_chunk, projection={"_id": 1})
+                    }
+                absent.update((name, i) for i in part if i not in found)
+                if 2 * len(found) > len(part):
+                    break  # a live flush: its documents exist, the rest are not read
         return absent
 
     async def _read_modified(

@@ -14,6 +14,7 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.series import Granularity, next_bucket
+from pipeline.core.updates import get_path
 from pipeline.kinds.hits.bots import AGENT, BOT, humans_series, settled_top
 from pipeline.kinds.hits.layout import HitsFields, daily_id, hits_fields, read_fields, site_filter
 from pipeline.kinds.hits.query import Series, TopPages, by_ids, top_pages
@@ -35,11 +36,7 @@ async def bot_key(db: AsyncDatabase[dict[str, Any]], site: str, fields: HitsFiel
 
 
 def _count(doc: dict[str, Any], path: str) -> int:
-    node: Any = doc
-    for part in path.split("."):
-        if not isinstance(node, dict):
-            return 0
-        node = node.get(part)
+    node = get_path(doc, path)
     return int(node) if isinstance(node, int) else 0
 
 

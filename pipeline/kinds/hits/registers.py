@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.uniques import FOLDED, SHARED, WRITERS, Registers
@@ -41,10 +42,20 @@ def stored_registers(doc: Mapping[str, Any], rf: RegisterFields) -> Registers:
 
 
 async def read_registers(
-    db: AsyncDatabase[dict[str, Any]], rf: RegisterFields, ids: Iterable[str]
+    db: AsyncDatabase[dict[str, Any]],
+    rf: RegisterFields,
+    ids: Iterable[str],
+    session: AsyncClientSession | None = None,
 ) -> dict[str, Registers]:
     """The register documents of ``ids`` that exist, by ``_id``, read :data:`IDS_PER_READ` at a time."""
     found: dict[str, Registers] = {}
-    async for d in find_in(db[rf.collection], list(dict.fromkeys(ids)), chunk=IDS_PER_READ):
+    async for d in find_in(db[rf.collection], list(dict.fromkeys(ids)), chunk=IDS_PER_READ, session=session):
         found[d["_id"]] = stored_registers(d, rf)
     return found
+
+
+def registers_filter(rf: RegisterFields, registers: Registers) -> dict[str, Any]:
+    """The equality on a register document's registers as read (either form)."""
+    if isinstance(registers, bytes):
+        return {rf.blob: registers}
+    return {rf.registers: registers or None}

@@ -36,24 +36,23 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.times import midnight
 from pipeline.core.uniques import FOLDED, OVERFLOW, WRITERS, folded, pending
-from pipeline.kinds.hits.layout import HitsFields, register_fields, site_daily_id, site_monthly_id
-from pipeline.kinds.hits.registers import IDS_PER_READ, register_ids, stored_registers
+from pipeline.core.updates import get_path
+from pipeline.kinds.hits.layout import (
+    HitsFields,
+    RegisterFields,
+    register_fields,
+    site_daily_id,
+    site_monthly_id,
+)
+from pipeline.kinds.hits.registers import read_registers, register_ids, registers_filter
 from pipeline.kinds.hits.sites.caps import Period
 from pipeline.kinds.hits.sites.settle import Settler
-from pipeline.store.client import start_transaction
-from pipeline.store.reads import find_in
+from pipeline.store.client import transaction
 
 Outcome = Literal["folded", "already", "moving", "missing"]
 
 #: Seconds a period must go unwritten (by this worker) before it is folded.
 SETTLE = 3.0
-
-
-def _dig(doc: Mapping[str, Any], path: str) -> Any:
-    at: Any = doc
-    for part in path.split("."):
-        at = at.get(part) if isinstance(at, Mapping) else None
-    return at
 
 
 async def fold_period(db: AsyncDatabase[dict[str, Any]], fields: HitsFields, period: Period) -> Outcome:
@@ -74,22 +73,16 @@ async def fold_holder(
     fields: HitsFields,
     after_read: Callable[[], Awaitable[None]] | None = None,
 ) -> Outcome:
-    """Fold the registers of holder ``path`` of one document, in one transaction.
+    """Fold the registers of holder ``path`` of one document, in one transaction (aborted unless
+    it folds).
 
     ``after_read``: run between the transaction's reads and its writes (the tests' flush
     meanwhile)."""
-    async with db.client.start_session() as session:
-        await start_transaction(session)
-        try:
-            outcome = await _fold(db, session, collection, doc_id, shard, path, fields, after_read)
-        except BaseException:
-            if session.in_transaction:
-                await session.abort_transaction()  # best effort: it never raises
-            raise
+    rf = register_fields(fields.mode)
+    async with transaction(db.client) as session:
+        outcome = await _fold(db, session, collection, doc_id, shard, path, rf, after_read)
         if outcome != "folded":
             await session.abort_transaction()
-            return outcome
-        await session.commit_transaction()
     return outcome
 
 
@@ -100,19 +93,17 @@ async def _fold(
     doc_id: Any,
     shard: Mapping[str, Any],
     path: str,
-    fields: HitsFields,
+    rf: RegisterFields,
     after_read: Callable[[], Awaitable[None]] | None,
 ) -> Outcome:
-    rf = register_fields(fields.mode)
     doc = await db[collection].find_one({"_id": doc_id, **shard}, {path: 1}, session=session)
     if doc is None:
         return "missing"
-    holder = _dig(doc, path)
+    holder = get_path(doc, path)
     if not pending(holder):
         return "already"
-    ids = register_ids(collection, doc_id, path, holder)
-    found = {d["_id"]: d async for d in find_in(db[rf.collection], ids, chunk=IDS_PER_READ, session=session)}
-    blob = folded(holder, [stored_registers(d, rf) for d in found.values()])
+    found = await read_registers(db, rf, register_ids(collection, doc_id, path, holder), session)
+    blob = folded(holder, found.values())
     if after_read is not None:
         await after_read()
     unchanged = {f"{path}.{name}": holder.get(name, {"$exists": False}) for name in (WRITERS, FOLDED)}
@@ -123,9 +114,10 @@ async def _fold(
     )
     if not done.matched_count:
         return "moving"
-    for rid, d in found.items():
-        held = rf.blob if rf.blob in d else rf.registers
-        gone = await db[rf.collection].delete_one({"_id": rid, held: d.get(held)}, session=session)
+    for rid, registers in found.items():
+        gone = await db[rf.collection].delete_one(
+            {"_id": rid, **registers_filter(rf, registers)}, session=session
+        )
         if not gone.deleted_count:
             return "moving"
     return "folded"
