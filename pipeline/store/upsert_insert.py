@@ -1,8 +1,9 @@
 """The document an upsert inserts when nothing matches: sent as a plain insert instead (pure).
 
 On a first touch (a backfill, a new day) nearly every document of a flush is new, and an
-insert costs the embedded store a quarter of an upsert that inserts (210 against 760-1,170
-µs a document, docs/benchmarks.md "The store's cost per document"); on MongoDB it skips the
+insert costs the embedded store a quarter of an upsert that inserts (135-155 against 577-630
+µs a document: ``python -m benchmarks.store_updates --first-touch``, docs/benchmarks.md "The
+store's cost per document"); on MongoDB it skips the
 upsert's query phase. An upsert that matches nothing inserts a document made of the filter's
 equality conditions with the update's operators applied to it (MongoDB manual,
 *db.collection.updateOne()*, "Upsert" behavior). :func:`created_by_upsert` builds that document
