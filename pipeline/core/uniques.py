@@ -23,10 +23,13 @@ Or the registers are one source partition's (:func:`merged_blob`): the codec byt
 listed in the holder's ``w`` (``$addToSet``). One field per holder and partition instead of a
 path per word touched; :func:`estimate` reads both forms.
 
-Once a site's period has settled, its rollup's holder takes its registers in (:func:`folded`):
-``f``, their codec bytes, the register documents deleted and ``w`` emptied in one transaction
-(:mod:`pipeline.kinds.hits.sites.fold`), so that a chart reads one document a day. A writer of
-the shared form lists :data:`SHARED` in ``w``, as a partition lists itself.
+A site rollup's day (month) holder keeps each partition's registers in itself instead
+(``b.<partition>``: :data:`INLINE`, the same codec bytes read, maxed and set by the
+partition's writer), so that a chart reads one document a day, the day being written too.
+Once the period has settled they are folded into one (:func:`folded`): ``f``, with ``b``
+and ``w`` emptied and the register documents deleted, in one transaction
+(:mod:`pipeline.kinds.hits.sites.fold`). A writer of the shared form lists :data:`SHARED`
+in ``w``, as a partition lists itself.
 
 A holder without ``o`` holds every hash in ``x``, so its count (and that of a union of such
 holders) is exact, up to 64-bit hash collisions. Otherwise the estimate is HyperLogLog++'s
@@ -63,7 +66,7 @@ EXPLICIT_MAX = 128
 #: Holders whose written count a writer remembers (the oldest forgotten first).
 BUDGET_HOLDERS = 200_000
 
-EXPLICIT, REGISTERS, OVERFLOW, WRITERS, FOLDED = "x", "r", "o", "w", "f"
+EXPLICIT, REGISTERS, OVERFLOW, WRITERS, FOLDED, INLINE = "x", "r", "o", "w", "f", "b"
 #: What a writer of the shared register document lists in its holder's ``w``.
 SHARED = -1
 
@@ -227,6 +230,7 @@ def _gather(
         overflow = overflow or bool(holder.get(OVERFLOW))
         if holder.get(FOLDED) is not None:
             folds.append(bytes(holder[FOLDED]))
+        folds.extend(bytes(blob) for blob in (holder.get(INLINE) or {}).values())
     for found in itertools.chain(registers, folds):
         if isinstance(found, bytes):
             blob = hll.decode(found)
@@ -244,10 +248,18 @@ def _gather(
     return hashes, reg, overflow
 
 
+def unlisted_shared(holder: Mapping[str, Any]) -> bool:
+    """Whether a holder may have a shared register document it does not list: one written
+    before writers listed it (never folded, no registers of its own)."""
+    return FOLDED not in holder and INLINE not in holder
+
+
 def pending(holder: Mapping[str, Any] | None) -> bool:
-    """Whether a stored holder has registers in documents of their own: some listed in ``w``,
-    or the shared document of a holder never folded (written before writers listed it)."""
-    return overflowed(holder) and bool(holder and (holder.get(WRITERS) or FOLDED not in holder))
+    """Whether a stored holder has registers to fold: in documents of their own (listed in ``w``,
+    or the shared one of :func:`unlisted_shared`), or its partitions' in ``b``."""
+    return overflowed(holder) and bool(
+        holder and (holder.get(WRITERS) or holder.get(INLINE) or unlisted_shared(holder))
+    )
 
 
 def folded(holder: Mapping[str, Any] | None, registers: Iterable[Registers | None], p: int = P) -> bytes:

@@ -185,7 +185,11 @@ def test_retention_deletes_the_registers_of_the_hours_it_prunes(settings: Settin
         return dict(with_db(s, count))
 
     hours_before, days_before = registers(f"{hourly}\\."), registers(f"{f.daily.visitors}\\|")
-    assert all(hours_before.values()) and all(days_before.values()), (hours_before, days_before)
+    # the site days keep their partitions' registers in their rollups (``b``), pages apart
+    assert all(hours_before.values()) and days_before[pages] and not days_before[site_days], (
+        hours_before,
+        days_before,
+    )
     # each source partition's registers in a document of its own (one field, read, maxed, set)
     assert registers(f"{hourly}\\.[0-9]+\\|[0-9]+\\|") == hours_before
     before = _query(s, *span, "--by", "day")
@@ -202,9 +206,11 @@ def test_retention_deletes_the_registers_of_the_hours_it_prunes(settings: Settin
 
 
 def test_a_settled_site_day_is_one_document_to_read(settings: Settings, tmp_path: Path) -> None:
-    """Once a site's day settles its visitor registers are folded into its rollup: a chart reads one
-    document a day and answers as before. ``preagg retention run`` folds what a worker left; a
+    """A site's day keeps its partitions' visitor registers in its rollup: a chart reads one document
+    a day, the day being written too. Once settled they are folded into one register set, and
+    the answers stay. ``preagg retention run`` folds what a worker left; a
     write after the fold lists its registers again and is counted; a worker folds by itself."""
+    from pipeline.core.uniques import INLINE
     from pipeline.kinds.hits.layout import hits_fields, register_fields
     from pipeline.kinds.hits.registers import register_ids
     from pipeline.kinds.hits.sites.fold import unfolded
@@ -220,8 +226,9 @@ def test_a_settled_site_day_is_one_document_to_read(settings: Settings, tmp_path
     span = ("--from", days[0].isoformat(), "--to", days[-1].isoformat())
     f = hits_fields(off.schema).rollups
 
-    def site_days() -> tuple[int, list[list[str]]]:
-        """The site days' register documents, and what each day's rollup sends a reader to read."""
+    def site_days() -> tuple[int, list[list[str]], int]:
+        """The site days' register documents, what each day's rollup sends a reader to read, and
+        the rollups holding their partitions' registers in themselves (``b``)."""
 
         async def read(db):  # type: ignore[no-untyped-def]
             regs = db[register_fields(off.schema).collection]
@@ -229,25 +236,33 @@ def test_a_settled_site_day_is_one_document_to_read(settings: Settings, tmp_path
                 {"_id": {"$regex": f"^{f.daily.collection}\\|{f.daily.visitors}\\|"}}
             )
             docs = [d async for d in db[f.daily.collection].find({}, {f.daily.visitors: 1})]
-            return n, [
-                register_ids(f.daily.collection, d["_id"], f.daily.visitors, d.get(f.daily.visitors))
-                for d in docs
-            ]
+            return (
+                n,
+                [
+                    register_ids(f.daily.collection, d["_id"], f.daily.visitors, d.get(f.daily.visitors))
+                    for d in docs
+                ],
+                sum(INLINE in (d.get(f.daily.visitors) or {}) for d in docs),
+            )
 
-        n, ids = with_db(off, read)
-        return int(n), list(ids)
+        n, ids, inline = with_db(off, read)
+        return int(n), list(ids), int(inline)
 
-    n, ids = site_days()
-    assert n > 0 and any(ids), (n, ids)
+    # Written, not folded: one document a day already (the partitions' registers in the rollup).
+    n, ids, inline = site_days()
+    assert (n, ids) == (0, [[] for _ in ids]) and inline == len(ids) == len(days), (n, ids, inline)
+    assert with_db(off, lambda db: unfolded(db, hits_fields(off.schema)))
     before = {by: _query(off, *span, "--by", by) for by in ("day", "total")}
     assert not any(r["exact"] for r in before["day"])
     later = (days[-1] + timedelta(days=2)).isoformat()
     out = cli(off, "retention", "run", "--settle", "0", "--today", later)
     assert "folded the visitor registers of" in out, out
-    assert site_days() == (0, [[] for _ in ids])  # one document a day, nothing else to read
+    assert site_days() == (0, [[] for _ in ids], 0)  # one register set a day, in ``f``
+    left = with_db(off, lambda db: unfolded(db, hits_fields(off.schema)))
+    assert all(len(i.split("/")[0]) == 6 for i in left), left  # a month not over waits its end
     assert {by: _query(off, *span, "--by", by) for by in ("day", "total")} == before
 
-    # New visitors on the last day, after its fold: listed again, counted; this worker folds them.
+    # New visitors on the last day, after its fold: in ``b`` again, counted; this worker folds them.
     more = _access_log(tmp_path / "more.log", 1_500, addresses=1_000, seed=22, hours=1)
     cli(off, "produce", "hits", str(tmp_path / "more.log"), "--format", "clf", "--site", SITE)
     on = off.with_stream(HITS, visitors_fold_after=1.0)
@@ -269,8 +284,9 @@ def test_a_settled_site_day_is_one_document_to_read(settings: Settings, tmp_path
 
 def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None:
     """A flush writing between a fold's reads and its writes (a partition's registers maxed and set,
-    or its holder listing a partition): the fold does not apply (a write conflict, or a condition
-    unmet), the answer holds the flush's visitors; tried again, it folds them all."""
+    its holder listing a partition, or a partition's registers set in the holder): the fold does
+    not apply (a write conflict, or a condition unmet), the answer holds the flush's visitors;
+    tried again, it folds them all."""
     from bson import Binary
     from pymongo.errors import PyMongoError
 
@@ -293,8 +309,20 @@ def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None
             {"_id": mine, rf.blob: Binary(merged_blob(None, register_ranks(a)))}
         )
 
+        if what == "inline":  # the partitions' registers in the holder itself
+            await db[c].update_one(
+                {"_id": doc_id},
+                {"$set": {v: {"o": True, "b": {"0": Binary(merged_blob(None, register_ranks(a)))}}}},
+            )
+            await db[rf.collection].delete_one({"_id": mine})
+
         async def flush_meanwhile() -> None:
-            if what == "registers":  # partition 0's next flush: read, maxed, set
+            if what == "inline":  # partition 1's flush: its counters and registers in the rollup
+                blob = merged_blob(None, register_ranks(b))
+                await db[c].update_one(
+                    {"_id": doc_id}, {"$inc": {"n": 1}, "$set": {f"{v}.b.1": Binary(blob)}}
+                )
+            elif what == "registers":  # partition 0's next flush: read, maxed, set
                 stored = await db[rf.collection].find_one({"_id": mine})
                 blob = merged_blob(bytes(stored[rf.blob]), register_ranks(b))
                 await db[rf.collection].update_one({"_id": mine}, {"$set": {rf.blob: Binary(blob)}})
@@ -317,7 +345,7 @@ def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None
         left = await db[rf.collection].count_documents({"_id": {"$in": [mine, other]}})
         return first, mid, second, await answer(), left
 
-    for what in ("registers", "listing"):
+    for what in ("registers", "listing", "inline"):
         first, mid, second, after, left = with_db(settings, lambda db, w=what: scenario(db, w))
         assert first != "folded", (what, first)
         assert abs(mid - truth) <= 0.03 * truth, (what, mid, truth)

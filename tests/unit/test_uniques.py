@@ -312,3 +312,54 @@ def test_every_part_of_a_split_document_inserts_it_whole() -> None:
     meta = {"m.d": "2026-11-26", "m.s": "shop.example"}
     parts = split_wide([DocUpdate("c", "d", meta, {f"n.{i}": 1 for i in range(150)})], 64)
     assert len(parts) == 3 and all(p.set_on_insert == meta for p in parts)
+
+
+def test_a_site_rollups_registers_stay_in_it_one_field_per_partition() -> None:
+    """A site's day and month keep a partition's registers in their holder (``b.<partition>``, read,
+    maxed and set by the rollup's own update): no register document, nothing listed, one document
+    a day to read; its pages and hours keep documents of their own, and so do partitions past
+    the inline bound. Readers and folds take ``b`` as registers."""
+    from collections import Counter
+
+    from pipeline.core.uniques import folded, pending
+    from pipeline.kinds.hits.aggregate import plan_hits
+    from pipeline.kinds.hits.layout import hits_fields
+    from pipeline.kinds.hits.registers import register_ids
+    from pipeline.kinds.hits.visits import INLINE_PARTITIONS
+
+    rng = random.Random(14)
+    slot = 29_000_000 // 15
+    hashes = {rng.getrandbits(128) for _ in range(500)}
+    visits = {("s", "/", slot): hashes}
+    counts = Counter({("s", "/", slot * 15): 500})
+    f = hits_fields()
+    rd, rm = f.rollups.daily, f.rollups.monthly
+
+    def plan(writer: int) -> list[Any]:
+        return plan_hits(
+            counts, f, visits=visits, visitor_keys=lambda o: b"k" * 32, budget=Budget(), writer=writer
+        )
+
+    mine = plan(3)
+    rollups = [u for u in mine if u.collection in (rd.collection, rm.collection)]
+    assert len(rollups) == 2 and all(u.compute is not None and u.max["v.o"] is True for u in rollups)
+    assert all("v.w" not in u.add_to_set for u in rollups)  # nothing listed: nothing to read apart
+    regs = {u.id for u in mine if u.collection == "hits_visitor_registers"}
+    assert regs and not any(i.startswith(rd.collection + "|v|") or i.startswith(rm.collection) for i in regs)
+    day = next(u for u in rollups if u.collection == rd.collection)
+    first = day.compute(None)
+    assert list(first) == ["v.b.3"]
+    stored = {"v": {"o": True, "b": {"3": first["v.b.3"]}}}
+    assert day.compute(stored) == first  # read, maxed, set: a redo changes nothing
+    holder = stored["v"]
+    assert register_ids(rd.collection, day.id, "v", holder) == [] and pending(holder)
+    got = estimate([holder])
+    assert not got.exact and abs(got.value - len(hashes)) <= 0.05 * len(hashes)
+    other = {"o": True, "b": {**holder["b"], "7": folded({}, [])}}
+    assert estimate([other]) == got
+    done = {"o": True, "f": folded(holder, [])}
+    assert estimate([done]) == got and not pending(done)
+    assert folded(holder, []) == folded({}, [bytes(first["v.b.3"])])
+    far = plan(INLINE_PARTITIONS)  # past the bound: documents of their own, listed
+    far_day = next(u for u in far if u.collection == rd.collection)
+    assert far_day.compute is None and far_day.add_to_set["v.w"] == [INLINE_PARTITIONS]

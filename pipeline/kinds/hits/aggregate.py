@@ -497,6 +497,9 @@ def plan_hits(
             record,
             register_fields(fields.mode),
             writer,
+            lambda upd, path: (
+                upd.collection in (rd.collection, rm.collection) and path in (rd.visitors, rm.visitors)
+            ),
         )
     else:
         extra = []

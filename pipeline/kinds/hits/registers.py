@@ -12,7 +12,7 @@ from typing import Any
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.core.uniques import FOLDED, SHARED, WRITERS, Registers
+from pipeline.core.uniques import SHARED, WRITERS, Registers, unlisted_shared
 from pipeline.kinds.hits.layout import RegisterFields, register_id
 from pipeline.store.reads import find_in
 
@@ -23,11 +23,12 @@ IDS_PER_READ = 500
 def register_ids(collection: str, doc_id: Any, holder: str, stored: Mapping[str, Any] | None) -> list[str]:
     """``_id`` of every register document of a stored holder that has registers: those it lists
     (``w``: partitions, and :data:`~pipeline.core.uniques.SHARED` for the shared one), and the
-    shared one of a holder never folded (its writers did not list it before folds existed).
-    None for a folded holder that nobody wrote since: its registers are in it (``f``)."""
+    shared one of a holder written before writers listed it
+    (:func:`~pipeline.core.uniques.unlisted_shared`). None for a holder whose registers are all
+    in it (``f``, ``b``)."""
     held = stored or {}
     listed = [None if int(w) == SHARED else int(w) for w in held.get(WRITERS) or ()]
-    if FOLDED not in held:
+    if unlisted_shared(held):
         listed.insert(0, None)
     return list(dict.fromkeys(register_id(collection, doc_id, holder, w) for w in listed))
 

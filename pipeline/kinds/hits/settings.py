@@ -116,11 +116,11 @@ class HitsSettings(StreamSettings):
     #: linkable across days by whoever holds the salt). The salt is kept in the store
     #: (``preagg_secrets``), never logged.
     visitor_salt: Literal["daily", "fixed"] = "daily"
-    #: Seconds a site's day (month) must go unwritten by a worker before it folds the day's
-    #: visitor registers into the rollup (docs/visitors.md): a chart then reads one document
-    #: a day instead of one more per partition that wrote it. Each fold is a transaction
-    #: that reads and rewrites up to 12 KB per partition; a live day is folded once it ends.
-    #: 0: never (charts read the register documents; ``preagg retention run`` still folds).
+    #: Seconds a site's day (month) must go unwritten by a worker before it folds the
+    #: partitions' visitor registers its rollup holds into one set (docs/visitors.md): the
+    #: rollup then holds 12 KB of registers instead of up to 12 KB per partition. Each fold
+    #: is a transaction that reads and rewrites the holder; a live day is folded once it
+    #: ends. 0: never (the rollups keep theirs; ``preagg retention run`` still folds).
     visitors_fold_after: float = 3.0
 
 

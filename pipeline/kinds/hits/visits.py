@@ -8,7 +8,9 @@ hour of the day (``hourly_visitors.<h>``), the page's month, the site's day, hou
 Each holder gets ``$addToSet`` and ``$max`` fields (:mod:`pipeline.core.uniques`): explicit
 hashes while small, registers once this worker has written
 :data:`~pipeline.core.uniques.EXPLICIT_MAX` to it, in a document of their own per partition,
-listed in the holder's ``w`` and written before it (``DocUpdate.before``).
+listed in the holder's ``w`` and written before it (``DocUpdate.before``); a site rollup's day
+and month keep them in the holder itself (``b.<partition>``), so that a chart reads one
+document a day.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from bson import Binary
 
 from pipeline.core.uniques import (
+    INLINE,
     OVERFLOW,
     SHARED,
     WRITERS,
@@ -29,7 +32,7 @@ from pipeline.core.uniques import (
     register_ranks,
     register_words,
 )
-from pipeline.core.updates import DocUpdate
+from pipeline.core.updates import DocUpdate, get_path
 from pipeline.kinds.hits.layout import RegisterFields, register_fields, register_id
 from pipeline.kinds.hits.visitors import keyed_hash
 
@@ -38,6 +41,11 @@ VisitKey = tuple[str, str, int]
 
 Visits = dict[VisitKey, set[int]]
 """Per (site, page, quarter hour), the in-memory hashes of its visitors."""
+
+#: Partitions whose registers a holder kept in itself may hold (``b.<partition>``, up to 12 KB
+#: each): a site rollup stays under 1 MB of registers; higher partitions write documents of
+#: their own, listed in ``w``, as a page's holders do.
+INLINE_PARTITIONS = 64
 
 #: Where one quarter hour of a page's visitors goes: (document update, holder path) pairs,
 #: and the local day whose key hashes them.
@@ -53,6 +61,7 @@ def add_visitors(
     record: set[bytes] | None = None,
     registers: RegisterFields | None = None,
     writer: int | None = None,
+    inline: Callable[[DocUpdate, str], bool] | None = None,
 ) -> list[DocUpdate]:
     """Add the visitors of ``visits`` to their documents' sketch fields (``DocUpdate.max``); the
     upserts of the registers of the holders that have them (documents of their own,
@@ -64,6 +73,10 @@ def add_visitors(
     field read, maxed and set (:func:`~pipeline.core.uniques.merged_blob`), and the holder lists
     the partition (``w``, ``$addToSet``) so that a reader finds it by ``_id``. ``None`` (several
     partitions in one aggregate): the shared document, ``$bit or`` of its words.
+
+    ``inline``: the holders that keep a partition's registers in themselves (``b.<writer>``,
+    read, maxed and set by the holder's own update, :data:`INLINE_PARTITIONS` at most): a site
+    rollup's day and month, which a chart reads, and folds once settled.
 
     Which holders get registers is the worker's own state (its :class:`Budget`): ``record``
     collects their :func:`~pipeline.core.uniques.holder_key`, which the flush's intent keeps,
@@ -98,6 +111,9 @@ def add_visitors(
         if record is not None:
             record.add(key)
         upd.max[f"{path}.{OVERFLOW}"] = True
+        if writer is not None and writer < INLINE_PARTITIONS and inline is not None and inline(upd, path):
+            upd.compute = _chained(upd.compute, _maxed(f"{path}.{INLINE}.{writer}", register_ranks(hashes)))
+            continue
         # The holder lists the registers' document, written first (``before``): a fold that
         # empties ``w`` between the two leaves the listing, never a document unlisted.
         upd.add_to_set[f"{path}.{WRITERS}"] = [SHARED if writer is None else writer]
@@ -122,11 +138,22 @@ def add_visitors(
     return out
 
 
-def _maxed(field: str, ranks: dict[int, int]) -> Callable[[dict[str, Any] | None], dict[str, Any]]:
-    """The read-modify-write of one partition's registers: the stored ones with ``ranks`` maxed in."""
+Compute = Callable[[dict[str, Any] | None], dict[str, Any]]
+
+
+def _maxed(field: str, ranks: dict[int, int]) -> Compute:
+    """The read-modify-write of one partition's registers at ``field`` (dotted): the stored ones
+    with ``ranks`` maxed in."""
 
     def compute(found: dict[str, Any] | None) -> dict[str, Any]:
-        stored = (found or {}).get(field)
+        stored = get_path(found or {}, field)
         return {field: Binary(merged_blob(bytes(stored) if stored else None, ranks))}
 
     return compute
+
+
+def _chained(first: Compute | None, then: Compute) -> Compute:
+    """Both read-modify-writes of one document (their fields apart)."""
+    if first is None:
+        return then
+    return lambda found: {**first(found), **then(found)}

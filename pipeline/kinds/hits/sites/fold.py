@@ -1,15 +1,16 @@
-"""A settled site period's visitor registers folded into its rollup: one document a day for a chart.
+"""A settled site period's visitor registers folded into one set in its rollup.
 
-A busy sketch's registers live in documents of their own (:mod:`pipeline.kinds.hits.visits`:
-one per source partition that wrote them, and the shared one), listed in the holder's ``w``,
-so that a flush never rewrites a rollup's kilobytes of registers. A chart reading a site's
-30 days would then read one document a day and one more per partition that wrote it. Once
-a site's day (month) has settled, its rollup's ``visitors`` holder takes them in:
+A site rollup's ``visitors`` holder keeps each source partition's registers in itself while
+its day (month) is written (``b.<partition>``, :mod:`pipeline.kinds.hits.visits`), so that a
+chart reads one document a day; partitions past
+:data:`~pipeline.kinds.hits.visits.INLINE_PARTITIONS` and the shared form write documents of
+their own, listed in the holder's ``w``. Once a site's day (month) has settled, the holder
+takes them all into one:
 
 1. read the holder and the register documents it lists;
 2. set ``f`` (the holder's own registers, codec bytes: :func:`~pipeline.core.uniques.folded`)
-   to their register-wise maximum with what ``f`` held, and remove ``w``, on condition that
-   ``w`` and ``f`` are what was read;
+   to their register-wise maximum with what ``f`` and ``b`` held, and remove ``w`` and ``b``,
+   on condition that ``w``, ``f`` and ``b`` are what was read;
 3. delete each register document read, on condition that its registers are what was read.
 
 All in one transaction: a flush that writes the holder or one of those documents meanwhile
@@ -35,7 +36,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.times import midnight
-from pipeline.core.uniques import FOLDED, OVERFLOW, WRITERS, folded, pending
+from pipeline.core.uniques import FOLDED, INLINE, OVERFLOW, WRITERS, folded, pending
 from pipeline.core.updates import get_path
 from pipeline.kinds.hits.layout import (
     HitsFields,
@@ -106,10 +107,13 @@ async def _fold(
     blob = folded(holder, found.values())
     if after_read is not None:
         await after_read()
-    unchanged = {f"{path}.{name}": holder.get(name, {"$exists": False}) for name in (WRITERS, FOLDED)}
+    unchanged = {f"{path}.{name}": holder.get(name, {"$exists": False}) for name in (WRITERS, FOLDED, INLINE)}
     done = await db[collection].update_one(
         {"_id": doc_id, **shard, **unchanged},
-        {"$set": {f"{path}.{FOLDED}": Binary(blob)}, "$unset": {f"{path}.{WRITERS}": ""}},
+        {
+            "$set": {f"{path}.{FOLDED}": Binary(blob)},
+            "$unset": {f"{path}.{WRITERS}": "", f"{path}.{INLINE}": ""},
+        },
         session=session,
     )
     if not done.matched_count:
@@ -127,7 +131,11 @@ def _pending_filter(visitors: str) -> dict[str, Any]:
     """Holders with registers in documents of their own (:func:`~pipeline.core.uniques.pending`)."""
     return {
         f"{visitors}.{OVERFLOW}": True,
-        "$or": [{f"{visitors}.{WRITERS}.0": {"$exists": True}}, {f"{visitors}.{FOLDED}": {"$exists": False}}],
+        "$or": [
+            {f"{visitors}.{WRITERS}.0": {"$exists": True}},
+            {f"{visitors}.{INLINE}": {"$exists": True}},
+            {f"{visitors}.{FOLDED}": {"$exists": False}},
+        ],
     }
 
 
