@@ -380,8 +380,9 @@ class MongoSink:
     ) -> list[DocUpdate]:
         """Resolve the read-modify-write updates of idempotent writes (by ``_id``, chunked reads).
 
-        Only for a document one source partition writes alone (a partition's visitor registers,
-        :mod:`pipeline.kinds.hits.visits`): its writer is the partition's owner, and a zombie's
+        Only for fields one source partition writes alone (a partition's visitor registers, in a
+        document of their own or in a site rollup's ``b.<partition>``,
+        :mod:`pipeline.kinds.hits.visits`): their writer is the partition's owner, and a zombie's
         older flush is refused by the marks the result is set under. Read again at every
         attempt (a retry, a redo), so the result holds what is stored then; a maximum, it is
         the same whether or not an earlier attempt applied.

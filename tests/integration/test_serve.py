@@ -34,6 +34,7 @@ from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.pages import PageRules
 from pipeline.kinds.hits.query import hits_series, known_sites, site_months, top_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
+from pipeline.kinds.hits.query_visitors import visitor_rows
 from pipeline.kinds.hits.render import series_rows
 from pipeline.kinds.impressions.query import items_of_user, top_items, users_of_item
 from pipeline.kinds.listens import KIND as LISTENS
@@ -348,7 +349,6 @@ def test_grafana_contracts_return_the_series(served: tuple[Settings, str]) -> No
     settings, url = served
     f = hits_fields(settings.schema)
     assert get(url + "grafana")[0] == 200
-    assert post(url + "grafana/metrics", {})[1][0]["value"] == "hits"
     assert post(url + "grafana/metric-payload-options", {"metric": "hits", "name": "site"})[1] == [
         {"label": "blog.test", "value": "blog.test"},
         {"label": "shop.test", "value": "shop.test"},
@@ -393,6 +393,21 @@ def test_grafana_contracts_return_the_series(served: tuple[Settings, str]) -> No
     bad = {**body, "targets": [{"target": "hits", "refId": "A", "payload": {}}]}
     status, err = post(url + "grafana/query", bad)
     assert status == 400 and err["parameter"] == "targets[0].payload.site"
+    # Unique visitors beside the hits, by hour at the finest (sketches are kept by hour).
+    assert [m["value"] for m in post(url + "grafana/metrics", {})[1]] == ["hits", "visitors"]
+    both = {
+        **body,
+        "targets": [*body["targets"][:1], {"target": "visitors", "payload": {"site": "shop.test"}}],
+    }
+    status, answer = post(url + "grafana/query", both)
+
+    async def visitors(db: Any) -> list[Any]:
+        return await visitor_rows(db, "shop.test", None, frm.date(), to.date(), "hour", f)
+
+    rows = with_db(settings, visitors)
+    assert status == 200 and [a["target"] for a in answer] == ["shop.test", "shop.test visitors"]
+    assert answer[1]["datapoints"] == [[r.visitors, epoch_ms(r.t)] for r in rows]
+    assert sum(n for n, _ in answer[1]["datapoints"]) > 0
 
 
 def test_grafana_provisioning_files_chart_a_site(served: tuple[Settings, str]) -> None:
@@ -599,7 +614,7 @@ def grafana_body(draw: st.DrawFn) -> Any:
             st.lists(
                 st.fixed_dictionaries(
                     {
-                        "target": st.just("hits") | JSON_VALUES,
+                        "target": st.sampled_from(["hits", "visitors"]) | JSON_VALUES,
                         "payload": st.fixed_dictionaries(
                             {
                                 "site": st.sampled_from(["shop.test", "blog.test"]) | JSON_VALUES,

@@ -11,7 +11,7 @@ from openapi_spec_validator import validate
 from pipeline.core.params import BadParam, Param, exactly_one, parse_params
 from pipeline.core.routes import Route
 from pipeline.kinds import load_kinds
-from pipeline.kinds.hits.grafana import choose_by, parse_panel_query
+from pipeline.kinds.hits.grafana import choose_by, parse_panel_query, visitor_by
 from pipeline.serve.openapi import openapi_document
 from pipeline.settings import Settings
 
@@ -101,11 +101,17 @@ def test_grafana_query_body_is_checked_field_by_field() -> None:
             {"target": "hits", "refId": "A", "payload": {"site": "a.test"}},
             {"target": "hits", "refId": "B", "data": {"site": "b.test", "page": "/x"}},  # older plugin field
             {"target": "hits", "refId": "C", "hide": True},
+            {"target": "visitors", "refId": "D", "payload": {"site": "a.test"}},
         ],
     }
     q = parse_panel_query(body, NOW)
     assert q.by == "minute" and q.end - q.start == timedelta(hours=6)
-    assert [(t.ref, t.site, t.page) for t in q.targets] == [("A", "a.test", None), ("B", "b.test", "/x")]
+    assert [(t.ref, t.site, t.page, t.metric) for t in q.targets] == [
+        ("A", "a.test", None, "hits"),
+        ("B", "b.test", "/x", "hits"),
+        ("D", "a.test", None, "visitors"),
+    ]
+    assert visitor_by(q.by) == "hour" and visitor_by("day") == "day"
     for broken, name in [
         ([], "body"),
         ({**body, "range": None}, "range"),

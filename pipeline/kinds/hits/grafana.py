@@ -6,6 +6,8 @@ Two contracts, one series underneath:
   connection), ``POST /grafana/metrics``, ``POST /grafana/metric-payload-options``
   and ``POST /grafana/query`` with the panel's ``range``, ``intervalMs``,
   ``maxDataPoints`` and ``targets``, answered as ``[{"target", "datapoints": [[value, ms]]}]``;
+  a target is ``hits`` (page views) or ``visitors`` (unique visitors, by hour at the finest:
+  :func:`~pipeline.kinds.hits.query_visitors.visitor_rows`);
 - the Infinity data source's JSON/URL mode: ``GET /grafana/hits?site=&page=&from=&to=
   &intervalMs=&maxDataPoints=`` answering ``[{"time": ms, "hits": n}]``, with Grafana's
   ``${__from}``, ``${__to}`` and ``$__interval_ms`` in the URL (docs/grafana/).
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from pipeline.core.params import MAX_TEXT, BadParam, Param, check_bounds, parse_time_or_ms
@@ -26,7 +28,9 @@ from pipeline.core.routes import Route, rows_of
 from pipeline.core.series import GRANULARITIES, Granularity
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.limits import MAX_SPAN, as_utc, check_span
-from pipeline.kinds.hits.query import hits_series, known_sites
+from pipeline.kinds.hits.query import hits_series, known_sites, local_days
+from pipeline.kinds.hits.query_visitors import visitor_rows
+from pipeline.kinds.hits.sites.store import site_config
 from pipeline.settings import Settings
 
 #: A bucket's length for choosing one (a month counted as 31 days: never too fine).
@@ -38,8 +42,10 @@ BUCKET = {
 }
 #: Most targets one ``/query`` may ask for.
 MAX_TARGETS = 20
-#: The one metric served: hits of a site (or of one page: the payload's ``page``).
+#: The metrics served, of a site (or of one page: the payload's ``page``): hits, and unique
+#: visitors (docs/visitors.md).
 METRIC = "hits"
+METRICS = (METRIC, "visitors")
 
 
 def choose_by(start: datetime, end: datetime, interval_ms: int, max_points: int) -> Granularity:
@@ -67,6 +73,7 @@ class Target:
     ref: str
     site: str
     page: str | None
+    metric: str = METRIC
 
 
 @dataclass(frozen=True)
@@ -126,8 +133,11 @@ def parse_panel_query(body: Any, now: datetime) -> PanelQuery:
     for i, t in enumerate(targets):
         if not isinstance(t, dict) or t.get("hide"):
             continue
-        if t.get("target", METRIC) != METRIC:
-            raise BadParam(f"targets[{i}].target", f"{t.get('target')!r}: the one metric is {METRIC!r}")
+        metric = t.get("target", METRIC)
+        if metric not in METRICS:
+            raise BadParam(
+                f"targets[{i}].target", f"{str(metric)[:40]!r}: the metrics are {', '.join(METRICS)}"
+            )
         payload = t.get("payload") or t.get("data") or {}  # ``data`` in the plugin's older versions
         site = payload.get("site") if isinstance(payload, dict) else None
         if not isinstance(site, str) or not site:
@@ -135,30 +145,37 @@ def parse_panel_query(body: Any, now: datetime) -> PanelQuery:
         _text(site, f"targets[{i}].payload.site")
         page = payload.get("page") or None
         page = _text(page, f"targets[{i}].payload.page") if page else None
-        out.append(Target(_text(t.get("refId", chr(65 + i)), f"targets[{i}].refId"), site, page))
+        out.append(Target(_text(t.get("refId", chr(65 + i)), f"targets[{i}].refId"), site, page, metric))
     interval = _number(body, "intervalMs", 60_000, MAX_INTERVAL_MS)
     by = choose_by(start, end, interval, _number(body, "maxDataPoints", 1000, MAX_POINTS))
     return PanelQuery(start, end, by, tuple(out))
 
 
 def timeseries(target: Target, series: Sequence[tuple[datetime, int]]) -> dict[str, Any]:
-    """One target's answer: ``{"target": name, "datapoints": [[hits, ms], ...]}``."""
-    name = f"{target.site}{target.page or ''}"
+    """One target's answer: ``{"target": name, "datapoints": [[value, ms], ...]}`` (a visitors
+    series named so beside the same page's hits)."""
+    name = f"{target.site}{target.page or ''}" + ("" if target.metric == METRIC else f" {target.metric}")
     return {"target": name, "refId": target.ref, "datapoints": [[n, epoch_ms(t)] for t, n in series]}
 
 
 def metrics_answer() -> list[dict[str, Any]]:
-    """``/metrics``: the one metric and its payload (site chosen from a list, page typed)."""
+    """``/metrics``: the metrics and their payload (site chosen from a list, page typed)."""
     return [
         {
-            "label": "hits",
-            "value": METRIC,
+            "label": label,
+            "value": metric,
             "payloads": [
                 {"label": "site", "name": "site", "type": "select", "reloadMetric": False},
                 {"label": "page (empty: all pages)", "name": "page", "type": "input"},
             ],
         }
+        for metric, label in zip(METRICS, ("hits", "unique visitors"), strict=True)
     ]
+
+
+def visitor_by(by: Granularity) -> Granularity:
+    """The visitors' bucket for a panel's: hours at the finest (sketches are kept by hour)."""
+    return "hour" if by == "minute" else by
 
 
 def routes(settings: Settings) -> list[Route]:
@@ -166,7 +183,7 @@ def routes(settings: Settings) -> list[Route]:
     fields = hits_fields(settings.schema)
 
     async def test(db: Any, a: Mapping[str, Any]) -> Any:
-        return {"status": "ok", "metrics": [METRIC]}
+        return {"status": "ok", "metrics": list(METRICS)}
 
     async def metrics(db: Any, a: Mapping[str, Any]) -> Any:
         return metrics_answer()
@@ -176,12 +193,18 @@ def routes(settings: Settings) -> list[Route]:
             return []
         return [{"label": s, "value": s} for s in await known_sites(db, fields)]
 
+    async def series(db: Any, q: PanelQuery, t: Target) -> list[tuple[datetime, int]]:
+        if t.metric == METRIC:
+            return await hits_series(db, t.site, t.page, q.start, q.end, q.by, fields)
+        cal = (await site_config(db, t.site)).calendar
+        *_, d0, d1 = local_days(q.start, q.end, cal)
+        first, last = date.fromordinal(d0), date.fromordinal(d1)
+        rows = await visitor_rows(db, t.site, t.page, first, last, visitor_by(q.by), fields)
+        return [(r.t, r.visitors) for r in rows]
+
     async def query(db: Any, a: Mapping[str, Any]) -> Any:
         q = parse_panel_query(a["body"], datetime.now(UTC))
-        return [
-            timeseries(t, await hits_series(db, t.site, t.page, q.start, q.end, q.by, fields))
-            for t in q.targets
-        ]
+        return [timeseries(t, await series(db, q, t)) for t in q.targets]
 
     async def rows(db: Any, a: Mapping[str, Any]) -> Any:
         by = choose_by(a["from"], a["to"], a["intervalMs"], a["maxDataPoints"])
@@ -197,7 +220,7 @@ def routes(settings: Settings) -> list[Route]:
         Route("/grafana/", json_api + "test connection", (), test, {}, None, "grafana", listed=False),
         Route(
             "/grafana/metrics",
-            json_api + "the metric (hits) and its payload",
+            json_api + "the metrics (hits, visitors) and their payload",
             (),
             metrics,
             {"type": "array"},
@@ -217,7 +240,7 @@ def routes(settings: Settings) -> list[Route]:
         ),
         Route(
             "/grafana/query",
-            json_api + "hit series of the targets over the panel's range",
+            json_api + "hit (or unique visitor) series of the targets over the panel's range",
             (),
             query,
             {"type": "array"},
