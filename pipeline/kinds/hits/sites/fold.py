@@ -128,7 +128,7 @@ async def _fold(
 
 
 def _pending_filter(visitors: str) -> dict[str, Any]:
-    """Holders with registers in documents of their own (:func:`~pipeline.core.uniques.pending`)."""
+    """Holders with registers to fold (:func:`~pipeline.core.uniques.pending`)."""
     return {
         f"{visitors}.{OVERFLOW}": True,
         "$or": [
