@@ -278,9 +278,12 @@ class MongoSink:
         if fences and len(done) == len(fences):
             return Committed(already=True)
         absent: set[tuple[str, Any]] = set()
-        if any(u.compute is not None for u in updates):
+        # The read-modify-writes' documents are read whole by ``_read_modified``, which says
+        # which are absent: the existence probe leaves them out.
+        read = {(u.collection, u.id) for u in updates if u.compute is not None}
+        if read:
             updates = await self._read_modified(updates, absent)
-        absent |= await self._absent(updates, absent)
+        absent |= await self._absent(updates, read)
         applied, raced, split = self.already_applied, self.raced_inserts, self.split_shares
         size = 0
         parts = phases(updates)
@@ -392,7 +395,7 @@ class MongoSink:
             raise ValueError(
                 f"a read-modify-write of {several.collection} {several.id!r} from several partitions"
             )
-        stored = await self._stored(updates, None)
+        stored = await self._stored([u for u in updates if u.compute is not None])
         out = []
         for u in updates:
             if u.compute is None:
@@ -491,14 +494,7 @@ class MongoSink:
 
     async def _unapplied(self, refused: Sequence[DocUpdate], seqs: dict[TP, int]) -> list[DocUpdate]:
         """What of the refused upserts their documents do not hold yet (read on the primary)."""
-        ids: dict[str, list[Any]] = defaultdict(list)
-        for u in refused:
-            ids[u.collection].append(u.id)
-        stored: dict[tuple[str, Any], dict[str, Any]] = {}
-        for name, keys in ids.items():
-            with pymongo.timeout(self.commit_timeout):
-                async for d in find_in(self.db[name], list(dict.fromkeys(keys)), chunk=self.read_chunk):
-                    stored[(name, d["_id"])] = d
+        stored = await self._stored(refused)
         again: list[DocUpdate] = []
         for u in refused:
             missing = missing_sources(u, stored.get((u.collection, u.id)), seqs)
@@ -662,24 +658,25 @@ class MongoSink:
         return ops, size
 
     async def _stored(
-        self, updates: Sequence[DocUpdate], session: AsyncClientSession | None
+        self, updates: Sequence[DocUpdate], session: AsyncClientSession | None = None
     ) -> dict[tuple[str, Any], dict[str, Any]]:
-        """The stored documents of the read-modify-write updates, by (collection, ``_id``)."""
-        ids: dict[str, list[Any]] = defaultdict(list)
+        """The stored documents of ``updates``, by (collection, ``_id``): each read once (several
+        partitions' updates of one document, a keyless rollup's), in chunks by ``_id``."""
+        ids: dict[str, dict[Any, None]] = defaultdict(dict)
         for u in updates:
-            if u.compute is not None:
-                ids[u.collection].append(u.id)
+            ids[u.collection][u.id] = None
         stored: dict[tuple[str, Any], dict[str, Any]] = {}
         for name, keys in ids.items():
-            async for d in find_in(self.db[name], keys, chunk=self.read_chunk, session=session):
-                stored[(name, d["_id"])] = d
+            with pymongo.timeout(self.commit_timeout):
+                async for d in find_in(self.db[name], keys, chunk=self.read_chunk, session=session):
+                    stored[(name, d["_id"])] = d
         return stored
 
     async def _computed(
         self, updates: Sequence[DocUpdate], session: AsyncClientSession | None
     ) -> list[DocUpdate]:
         """Resolve read-modify-write updates against the stored documents (chunked reads by id)."""
-        stored = await self._stored(updates, session)
+        stored = await self._stored([u for u in updates if u.compute is not None], session)
         out = []
         for u in updates:
             if u.compute is None:
