@@ -17,7 +17,7 @@ Db = AsyncDatabase[dict[str, Any]]
 
 
 def primary(
-    client: AsyncMongoClient[dict[str, Any]], db: str, majority: bool = False
+    client: AsyncMongoClient[dict[str, Any]], db: str, majority: bool = False, read_majority: bool = False
 ) -> AsyncDatabase[dict[str, Any]]:
     """``db`` read from the primary whatever the URL's ``readPreference`` says.
 
@@ -30,7 +30,17 @@ def primary(
     a failover: with ``w:1`` a new primary can roll back the documents' writes while the
     ledger's move (acknowledged later, after replication) survives, and the range is lost
     (MongoDB's manual, "Rollbacks During Replica Set Failover"; "Write Concern": majority).
+
+    ``read_majority``: reads see only what a majority acknowledged ("Read Concern "majority"",
+    MongoDB's manual), for reads that decide whether a write already happened.
     """
+    if read_majority:
+        return client.get_database(
+            db,
+            read_preference=ReadPreference.PRIMARY,
+            write_concern=WriteConcern("majority"),
+            read_concern=ReadConcern("majority"),
+        )
     if majority:
         return client.get_database(
             db, read_preference=ReadPreference.PRIMARY, write_concern=WriteConcern("majority")

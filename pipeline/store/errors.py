@@ -11,7 +11,16 @@ store that is down, so those errors are retried as they are.
 
 from __future__ import annotations
 
-from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError, ServerSelectionTimeoutError
+from collections.abc import Mapping
+from typing import Any
+
+from pymongo.errors import (
+    BulkWriteError,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+    WriteConcernError,
+)
 
 from pipeline.core.errors import PreaggError
 
@@ -53,6 +62,45 @@ class DuplicateKeyUnresolved(PyMongoError):
     Not "already applied": their documents lack the marks. The flusher's retry (logged,
     metered, backed off) runs the flush again; its writes are idempotent.
     """
+
+
+class NotDurable(PyMongoError):
+    """A write the store answered with a write concern error: it may have applied on the primary,
+    but no majority has it, so a failover can roll it back ("Rollbacks During Replica Set
+    Failover", MongoDB's manual). Never counted, acked or finished on: the flush is retried.
+
+    It wins over any write error beside it: a duplicate key that comes with a write concern
+    error says the document exists on the primary, not that it will survive.
+    """
+
+
+def write_concern_error(exc: BaseException) -> Mapping[str, Any] | None:
+    """The write concern error a failed write carries, alone or beside write errors (``None``: none).
+
+    PyMongo raises a single statement's write error before its write concern error, and puts
+    both in a bulk write's details: every place that reads an error as "already there" asks this
+    first.
+    """
+    if isinstance(exc, BulkWriteError):
+        found = exc.details.get("writeConcernErrors") or []
+        return found[0] if found else None
+    if isinstance(exc, WriteConcernError):
+        return exc.details or {"errmsg": str(exc)}
+    if isinstance(exc, OperationFailure):
+        found = (exc.details or {}).get("writeConcernError")
+        return found if isinstance(found, Mapping) else None
+    return None
+
+
+def check_durable(exc: BaseException, what: str) -> None:
+    """Raise :class:`NotDurable` from ``exc`` when it carries a write concern error."""
+    wce = write_concern_error(exc)
+    if wce is not None:
+        raise NotDurable(
+            f"{what}: the store applied it but no majority acknowledged it "
+            f"({wce.get('codeName', 'code')} {wce.get('code', '?')}: {str(wce.get('errmsg', ''))[:160]}); "
+            "it may be rolled back, so it is written again"
+        ) from exc
 
 
 def shrinks(exc: BaseException) -> bool:

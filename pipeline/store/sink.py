@@ -20,7 +20,6 @@ document. Two commit modes (``Settings.commit_mode``, docs/exactly-once.md):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter, defaultdict
@@ -40,7 +39,7 @@ from pipeline.core.marks import DUPLICATE_KEY, marked, missing_sources
 from pipeline.core.updates import DocUpdate, key_on_insert, new_document
 from pipeline.settings import CommitMode
 from pipeline.store.client import primary, reach, start_transaction
-from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreUnreachable
+from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreUnreachable, check_durable
 from pipeline.store.offsets import (
     OFFSETS_COLLECTION,
     STUCK,
@@ -177,6 +176,10 @@ class MongoSink:
         self.client = client
         #: Majority writes whatever the URL says (:func:`~pipeline.store.client.primary`).
         self.db = primary(client, db, majority=True)
+        #: The same, read with majority read concern: what decides "already applied" or "this
+        #: flush committed" (marks, intents, ledgers) must be what survives a failover, not a
+        #: primary's writes that a majority does not have yet.
+        self.durable = primary(client, db, majority=True, read_majority=True)
         self.group = group
         self.worker = worker
         self.mode = mode
@@ -218,7 +221,7 @@ class MongoSink:
         """
         ids = {offset_id(self.group, t, p): (t, p) for t, p in tps}
         out = Ledgers(dict.fromkeys(tps), {})
-        async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk):
+        async for d in find_in(self.durable[OFFSETS_COLLECTION], ids, chunk=self.read_chunk):
             tp = ids[d["_id"]]
             out.positions[tp] = d.get("next")
             found = pending_of(d)
@@ -331,15 +334,19 @@ class MongoSink:
         offsets = self.db[OFFSETS_COLLECTION]
         flt, upd = intent_update(self.group, f, flush_id, now, self.worker)
         doc: dict[str, Any] | None = None
-        with pymongo.timeout(self.commit_timeout), contextlib.suppress(DuplicateKeyError):
+        with pymongo.timeout(self.commit_timeout):
             # Created when no ledger exists yet; an existing one that differs is no match.
-            doc = await offsets.find_one_and_update(
-                flt, upd, upsert=f.expected is None, return_document=ReturnDocument.AFTER
-            )
+            # (A write concern error raises even beside a duplicate key: findAndModify's is read first.)
+            try:
+                doc = await offsets.find_one_and_update(
+                    flt, upd, upsert=f.expected is None, return_document=ReturnDocument.AFTER
+                )
+            except DuplicateKeyError as exc:
+                check_durable(exc, f"the intent of {f.topic}[{f.partition}]")
         if doc is not None:
             return int(doc["seq"]), False
         with pymongo.timeout(self.commit_timeout):
-            current = await offsets.find_one({"_id": flt["_id"]})
+            current = await self.durable[OFFSETS_COLLECTION].find_one({"_id": flt["_id"]})
         found = pending_of(current)
         if found is not None and found.flush == flush_id:  # this flush's intent: a retry or a redo
             return found.seq, False
@@ -480,6 +487,9 @@ class MongoSink:
                         done = await self.db[name].bulk_write(ops, ordered=False)
                         self.first_inserted += done.inserted_count
                     except BulkWriteError as exc:
+                        # A write concern error, even beside duplicate keys only, means "not
+                        # durable": the marks those keys point to may be rolled back.
+                        check_durable(exc, f"a bulk write of {len(ops)} statements to {name}")
                         errors = exc.details.get("writeErrors", [])
                         if not errors or any(e.get("code") != DUPLICATE_KEY for e in errors):
                             raise
@@ -493,8 +503,9 @@ class MongoSink:
         return refused, size
 
     async def _unapplied(self, refused: Sequence[DocUpdate], seqs: dict[TP, int]) -> list[DocUpdate]:
-        """What of the refused upserts their documents do not hold yet (read on the primary)."""
-        stored = await self._stored(refused)
+        """What of the refused upserts their documents do not hold yet (read on the primary, majority
+        committed: a mark a failover can still roll back is not "applied")."""
+        stored = await self._stored(refused, durable=True)
         again: list[DocUpdate] = []
         for u in refused:
             missing = missing_sources(u, stored.get((u.collection, u.id)), seqs)
@@ -515,13 +526,18 @@ class MongoSink:
         now = time.time()
         ops = [UpdateOne(*finish_update(self.group, f, flush_id, now, self.worker)) for f in fences]
         with pymongo.timeout(self.commit_timeout):
-            result = await self.db[OFFSETS_COLLECTION].bulk_write(ops, ordered=False)
+            try:
+                result = await self.db[OFFSETS_COLLECTION].bulk_write(ops, ordered=False)
+            except BulkWriteError as exc:
+                check_durable(exc, "a ledger move")
+                raise
         if result.matched_count == len(fences):
             return
         ids = [offset_id(self.group, f.topic, f.partition) for f in fences]
         with pymongo.timeout(self.commit_timeout):
             stored = {
-                d["_id"]: d async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk)
+                d["_id"]: d
+                async for d in find_in(self.durable[OFFSETS_COLLECTION], ids, chunk=self.read_chunk)
             }
         lost = [
             (f, stored.get(i, {}).get("next"))
@@ -647,7 +663,7 @@ class MongoSink:
             ids = [offset_id(self.group, f.topic, f.partition) for f in fences]
             stored = {
                 (d["topic"], d["partition"]): d
-                async for d in find_in(self.db[OFFSETS_COLLECTION], ids, chunk=self.read_chunk)
+                async for d in find_in(self.durable[OFFSETS_COLLECTION], ids, chunk=self.read_chunk)
             }
         return check_fences(fences, stored, flush_id)
 
@@ -658,17 +674,22 @@ class MongoSink:
         return ops, size
 
     async def _stored(
-        self, updates: Sequence[DocUpdate], session: AsyncClientSession | None = None
+        self,
+        updates: Sequence[DocUpdate],
+        session: AsyncClientSession | None = None,
+        durable: bool = False,
     ) -> dict[tuple[str, Any], dict[str, Any]]:
         """The stored documents of ``updates``, by (collection, ``_id``): each read once (several
-        partitions' updates of one document, a keyless rollup's), in chunks by ``_id``."""
+        partitions' updates of one document, a keyless rollup's), in chunks by ``_id``;
+        ``durable``: majority committed (outside transactions)."""
+        db = self.durable if durable and session is None else self.db
         ids: dict[str, dict[Any, None]] = defaultdict(dict)
         for u in updates:
             ids[u.collection][u.id] = None
         stored: dict[tuple[str, Any], dict[str, Any]] = {}
         for name, keys in ids.items():
             with pymongo.timeout(self.commit_timeout):
-                async for d in find_in(self.db[name], keys, chunk=self.read_chunk, session=session):
+                async for d in find_in(db[name], keys, chunk=self.read_chunk, session=session):
                     stored[(name, d["_id"])] = d
         return stored
 

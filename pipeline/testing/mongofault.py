@@ -17,7 +17,13 @@ document-sequence sections), and on demand:
   write runs it again, and when that answer is lost too the caller sees the error);
 * **write conflict**: answers a statement inside a transaction with ``WriteConflict`` (code 112,
   label ``TransientTransactionError``) without forwarding it, as a server does when another
-  transaction wrote the same document.
+  transaction wrote the same document;
+* **a lagging shard, then a failover** (:meth:`MongoFaultProxy.lag`, :meth:`~MongoFaultProxy.failover`):
+  every write to the lagging collections applies and is answered with a write concern error
+  (code 64, ``wtimeout``), beside whatever write errors it met, as a primary answers past
+  ``wtimeout`` when its secondaries fall behind; reads with majority read concern see those
+  documents as they were before the lag (the majority-committed snapshot); the failover rolls
+  every lagged write back ("Rollbacks During Replica Set Failover", MongoDB's manual).
 
 Everything else passes through unchanged (handshakes, monitoring's streamed ``hello``, reads).
 Each decision draws from one ``random.Random(seed)``, so a schedule is reproducible for the same
@@ -33,6 +39,7 @@ import random
 import struct
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -233,6 +240,13 @@ class MongoFaultProxy:
         self._rival: AsyncMongoClient[dict[str, Any]] | None = None
         self._ready = threading.Event()
         self._ids = REPLY_IDS
+        #: Which collections sit on a lagging shard (``None``: none lags).
+        self.lagging: Callable[[str], bool] | None = None
+        #: What the majority has of each document a lagged write touched, by (db, collection,
+        #: ``_id``): the document before its first lagged write (``None``: it did not exist).
+        self.preimages: dict[tuple[str, str, Any], dict[str, Any] | None] = {}
+        #: Cursors opened by majority reads of lagging collections: their later batches are rewritten too.
+        self.majority_cursors: dict[int, tuple[str, str]] = {}
 
     @property
     def url(self) -> str:
@@ -253,6 +267,60 @@ class MongoFaultProxy:
         if loop is not None and self._thread is not None:
             loop.call_soon_threadsafe(loop.stop)
             self._thread.join(10)
+
+    def lag(self, collections: Callable[[str], bool]) -> None:
+        """From now on the shard of ``collections`` lags: their writes apply unreplicated."""
+        self.lagging = collections
+
+    def failover(self, settle: float = 0.5) -> int:
+        """The lagging shard's primary fails over: every write since :meth:`lag` is rolled back
+        (each document put back as it was before its first lagged write); the number rolled back.
+
+        Writes already forwarded land first (``settle`` seconds), as on the old primary before it
+        stepped down; later writes go to the new primary, which has no lag.
+        """
+        self.lagging = None
+        loop = self._loop
+        assert loop is not None
+
+        async def roll_back() -> int:
+            await asyncio.sleep(settle)
+            assert self._rival is not None
+            images, self.preimages = self.preimages, {}
+            self.majority_cursors.clear()
+            for (db, coll, _id), before in images.items():
+                if before is None:
+                    await self._rival[db][coll].delete_one({"_id": _id})
+                else:
+                    await self._rival[db][coll].replace_one({"_id": _id}, before, upsert=True)
+            self.injected["rolled_back"] += len(images)
+            return len(images)
+
+        return asyncio.run_coroutine_threadsafe(roll_back(), loop).result(60)
+
+    async def capture(self, db: str, collection: str, ids: list[Any], queries: list[dict[str, Any]]) -> None:
+        """Remember the documents a lagged write is about to touch, as the majority has them."""
+        assert self._rival is not None
+        coll = self._rival[db][collection]
+        for _id in ids:
+            if (db, collection, _id) not in self.preimages:
+                self.preimages[(db, collection, _id)] = await coll.find_one({"_id": _id})
+        for q in queries:
+            async for d in coll.find(q):
+                self.preimages.setdefault((db, collection, d["_id"]), d)
+
+    def as_majority_sees(self, db: str, collection: str, docs: list[Any]) -> list[Any]:
+        """``docs`` of a majority read: lagged documents as they were before the lag (absent: left out)."""
+        out = []
+        for d in docs:
+            key = (db, collection, d.get("_id")) if isinstance(d, dict) else None
+            if key is None or key not in self.preimages:
+                out.append(d)
+                continue
+            before = self.preimages[key]
+            if before is not None:
+                out.append(before)
+        return out
 
     def set_rates(self, rates: FaultRates) -> None:
         """Change the rates from now on (``FaultRates()``: pass everything through, to let work finish)."""
@@ -341,6 +409,10 @@ class _Connection:
         self.unknown: set[int] = set()
         #: Bulk writes cut in the middle: the server's answer becomes a step-down error.
         self.interrupted: set[int] = set()
+        #: Lagged writes: the server's answer gains a write concern error.
+        self.unreplicated: set[int] = set()
+        #: Majority reads of lagging collections (and their getMores): their documents rewritten.
+        self.majority: dict[int, tuple[str, str]] = {}
 
     async def run(self) -> None:
         up = asyncio.ensure_future(self._client_to_server())
@@ -388,14 +460,88 @@ class _Connection:
                 await self.cwriter.drain()
                 continue
             rewrite = self.rewrites.pop(response_to, None)
-            if rewrite is not None and op == OP_MSG:
+            lagged = response_to in self.unreplicated
+            read = self.majority.pop(response_to, None)
+            self.unreplicated.discard(response_to)
+            if (rewrite is not None or lagged or read is not None) and op == OP_MSG:
                 msg = parse_msg(request_id, response_to, data)
                 if msg is not None:
-                    self.cwriter.write(_merge_reply(msg, rewrite).encode())
+                    if rewrite is not None:
+                        msg = _merge_reply(msg, rewrite)
+                    if lagged:
+                        msg = self._unreplicated(msg)
+                    if read is not None:
+                        msg = self._majority_reply(msg, *read)
+                    self.cwriter.write(msg.encode())
                     await self.cwriter.drain()
                     continue
             self.cwriter.write(header + data)
             await self.cwriter.drain()
+
+    def _unreplicated(self, reply: Msg) -> Msg:
+        """A lagged write's answer: what the server said, plus a ``wtimeout`` write concern error."""
+        body = dict(reply.body)
+        if body.get("ok"):
+            body["writeConcernError"] = {
+                "code": 64,
+                "codeName": "WriteConcernFailed",
+                "errmsg": "waiting for replication timed out",
+                "errInfo": {"wtimeout": True, "writeConcern": {"w": "majority", "wtimeout": 0}},
+            }
+            self.proxy.injected["write_concern_error"] += 1
+            if any(e.get("code") == 11000 for e in body.get("writeErrors", [])) or body.get("code") == 11000:
+                self.proxy.injected["write_concern_error_beside_duplicate"] += 1
+        return Msg(reply.request_id, reply.response_to, reply.flags, body, reply.sequences)
+
+    def _majority_reply(self, reply: Msg, db: str, collection: str) -> Msg:
+        """A majority read's answer, as the majority-committed snapshot has its documents."""
+        body = dict(reply.body)
+        cursor = body.get("cursor")
+        if isinstance(cursor, dict):
+            cursor = dict(cursor)
+            for batch in ("firstBatch", "nextBatch"):
+                if batch in cursor:
+                    cursor[batch] = self.proxy.as_majority_sees(db, collection, cursor[batch])
+            if cursor.get("id"):
+                self.proxy.majority_cursors[int(cursor["id"])] = (db, collection)
+            body["cursor"] = cursor
+        return Msg(reply.request_id, reply.response_to, reply.flags, body, reply.sequences)
+
+    async def _lagged(self, msg: Msg, command: str, in_txn: bool) -> None:
+        """Note a write to a lagging collection (its documents' pre-images first), or a majority read."""
+        lagging = self.proxy.lagging
+        body = msg.body
+        db = str(body.get("$db", ""))
+        if command == "getMore" and int(body.get("getMore") or 0) in self.proxy.majority_cursors:
+            self.majority[msg.request_id] = self.proxy.majority_cursors[int(body["getMore"])]
+            return
+        collection = body.get(command)
+        if not isinstance(collection, str):
+            return
+        if command == "find" and self.proxy.preimages:
+            level = (body.get("readConcern") or {}).get("level")
+            if level == "majority":
+                self.majority[msg.request_id] = (db, collection)
+            return
+        if lagging is None or in_txn or command not in WRITES or not lagging(collection):
+            return
+        ids: list[Any] = []
+        queries: list[dict[str, Any]] = []
+        if command == "insert":
+            ids = [d.get("_id") for d in msg.sequences.get("documents", body.get("documents", []))]
+        else:
+            field = {"update": "updates", "delete": "deletes"}.get(command)
+            statements = (
+                msg.sequences.get(field, body.get(field, [])) if field else [{"q": body.get("query", {})}]
+            )
+            for st in statements:
+                q = st.get("q") or {}
+                if "_id" in q and not isinstance(q["_id"], dict):
+                    ids.append(q["_id"])
+                else:
+                    queries.append(q)
+        await self.proxy.capture(db, collection, ids, queries)
+        self.unreplicated.add(msg.request_id)
 
     async def _outgoing(self, msg: Msg) -> bytes | None:
         """The altered request to forward, :data:`ANSWERED` when the proxy answered it, ``None``: as sent."""
@@ -403,6 +549,7 @@ class _Connection:
         command = next(iter(body), "")
         rates = self.proxy.rates
         in_txn = body.get("autocommit") is False
+        await self._lagged(msg, command, in_txn)
         if command in WRITES and (not in_txn or command == "commitTransaction"):
             w = str((body.get("writeConcern") or {}).get("w", "default"))
             self.proxy.write_concerns[w] += 1

@@ -10,7 +10,7 @@ from pipeline.core.errors import EXIT_BUSY, EXIT_FAILED, EXIT_FENCED, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[2] / "pipeline"
 #: Driver errors of our own making: they subclass PyMongo's so that the store's retry rules apply.
-DRIVER_ERRORS = {"StoreUnreachable", "DuplicateKeyUnresolved"}
+DRIVER_ERRORS = {"StoreUnreachable", "DuplicateKeyUnresolved", "NotDurable"}
 
 
 def exception_classes() -> list[tuple[str, str]]:

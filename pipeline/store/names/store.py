@@ -18,6 +18,7 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from pipeline.core.errors import PreaggError
 from pipeline.core.fields import STORE_SCHEMAS, FieldMode, Index, field_names
+from pipeline.store.errors import check_durable
 from pipeline.store.names.layout import Namespace, Registration, doc_id, learn
 from pipeline.store.reads import READ_CHUNK, find_in
 
@@ -126,6 +127,7 @@ class NameStore:
         try:
             await self.coll.bulk_write(ops, ordered=False)
         except BulkWriteError as exc:  # raced upserts (duplicate _id): the read back sorts it out
+            check_durable(exc, "a name store append")  # a name a failover may take back is no name yet
             if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
                 raise
 
