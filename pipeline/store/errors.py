@@ -130,13 +130,19 @@ def outcome_unknown(exc: BaseException) -> bool:
 PERMANENT_CODES = {
     2: "BadValue",
     9: "FailedToParse",
+    13: "Unauthorized",  # the user lacks a privilege: an operator grants it
     14: "TypeMismatch",  # $inc on a field a manual edit made a string
+    20: "IllegalOperation",
     28: "PathNotViable",  # a path through a field that is not a document
     40: "ConflictingUpdateOperators",
     52: "DollarPrefixedFieldName",
     56: "EmptyFieldName",
     57: "DottedFieldName",
+    61: "ShardKeyNotFound",  # an upsert on a sharded collection without its whole shard key
     66: "ImmutableField",
+    72: "InvalidOptions",
+    115: "CommandNotSupported",
+    166: "CommandNotSupportedOnView",  # a view where a collection was expected
     10334: "BSONObjectTooLarge",  # a document over 16 MB
     17419: "DocumentTooLarge",  # "Resulting document after update is larger than 16777216"
 }

@@ -40,6 +40,7 @@ from pipeline.core.updates import DocUpdate, key_on_insert, new_document
 from pipeline.settings import CommitMode
 from pipeline.store.client import primary, reach, start_transaction
 from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreUnreachable, check_durable
+from pipeline.store.meta import is_sharded_cluster
 from pipeline.store.offsets import (
     OFFSETS_COLLECTION,
     STUCK,
@@ -204,6 +205,8 @@ class MongoSink:
         self.first_inserts = True
         #: Documents so inserted.
         self.first_inserted = 0
+        #: Whether the server is a mongos (asked once, at the first commit): ``None`` until then.
+        self.sharded: bool | None = None
 
     @property
     def exactly_once(self) -> bool:
@@ -253,6 +256,9 @@ class MongoSink:
             await reach(self.client, min(REACH_TIMEOUT, self.commit_timeout))
         except PyMongoError as exc:
             raise StoreUnreachable(f"the store did not answer a ping ({type(exc).__name__}: {exc})") from exc
+        if self.sharded is None:
+            with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+                self.sharded = await is_sharded_cluster(self.client)
         if marked and self.exactly_once:
             return await self._commit_marked(updates, fences, flush_id)
         if not self.shard_keys_matched():
@@ -261,11 +267,16 @@ class MongoSink:
             return await self._commit(updates, fences, flush_id, token)
 
     def shard_keys_matched(self) -> bool:
-        """Whether upserts must match their shard key's equalities: on a sharded cluster (a mongos,
-        as the driver sees it after the ping), an upsert on a sharded collection needs the whole
-        shard key in its filter; elsewhere ``_id`` alone is matched, which costs the store less
-        (:func:`~pipeline.core.updates.key_on_insert`)."""
-        return bool(self.client.topology_description.topology_type_name == "Sharded")
+        """Whether upserts must match their shard key's equalities: on a sharded cluster, an upsert
+        on a sharded collection needs the whole shard key in its filter; elsewhere ``_id`` alone is
+        matched, which costs the store less (:func:`~pipeline.core.updates.key_on_insert`).
+
+        A sharded cluster is what the server says (``hello``'s ``isdbgrid``, the rule ``preagg
+        setup`` shards by), not the driver's topology type: behind a load balancer
+        (``loadBalanced=true``) or through one mongos with ``directConnection=true`` the driver's
+        type is not ``Sharded``, and upserts without the key failed with ShardKeyNotFound for ever.
+        Unknown before the first commit: matched then, which is right everywhere."""
+        return self.sharded is not False
 
     async def _commit_marked(
         self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str

@@ -23,7 +23,12 @@ document-sequence sections), and on demand:
   (code 64, ``wtimeout``), beside whatever write errors it met, as a primary answers past
   ``wtimeout`` when its secondaries fall behind; reads with majority read concern see those
   documents as they were before the lag (the majority-committed snapshot); the failover rolls
-  every lagged write back ("Rollbacks During Replica Set Failover", MongoDB's manual).
+  every lagged write back ("Rollbacks During Replica Set Failover", MongoDB's manual);
+* **a mongos** (:attr:`MongoFaultProxy.mongos`: each sharded collection's shard key): ``hello``
+  answers ``msg: isdbgrid`` as a mongos does, reached through ``directConnection=true`` (or a
+  load balancer), so the driver's topology is not ``Sharded``; an upsert on a sharded collection
+  whose filter lacks a shard key field is refused with ShardKeyNotFound (code 61), as mongos
+  refuses it; ``enableSharding`` and ``shardCollection`` are answered ``ok``.
 
 Everything else passes through unchanged (handshakes, monitoring's streamed ``hello``, reads).
 Each decision draws from one ``random.Random(seed)``, so a schedule is reproducible for the same
@@ -245,6 +250,8 @@ class MongoFaultProxy:
         #: What the majority has of each document a lagged write touched, by (db, collection,
         #: ``_id``): the document before its first lagged write (``None``: it did not exist).
         self.preimages: dict[tuple[str, str, Any], dict[str, Any] | None] = {}
+        #: Answer as a mongos whose sharded collections have these shard keys (``None``: as the store).
+        self.mongos: dict[str, tuple[str, ...]] | None = None
         #: Cursors opened by majority reads of lagging collections: their later batches are rewritten too.
         self.majority_cursors: dict[int, tuple[str, str]] = {}
 
@@ -459,6 +466,12 @@ class _Connection:
                 self.cwriter.write(reply.encode())
                 await self.cwriter.drain()
                 continue
+            if self.proxy.mongos is not None and op == OP_MSG:
+                hello = parse_msg(request_id, response_to, data)
+                if hello is not None and ("isWritablePrimary" in hello.body or "ismaster" in hello.body):
+                    self.cwriter.write(_as_mongos(hello).encode())
+                    await self.cwriter.drain()
+                    continue
             rewrite = self.rewrites.pop(response_to, None)
             lagged = response_to in self.unreplicated
             read = self.majority.pop(response_to, None)
@@ -550,6 +563,21 @@ class _Connection:
         rates = self.proxy.rates
         in_txn = body.get("autocommit") is False
         await self._lagged(msg, command, in_txn)
+        if self.proxy.mongos is not None:
+            if command in ("enableSharding", "shardCollection"):
+                self._answer(msg, {"ok": 1.0})
+                return ANSWERED
+            if command == "update":
+                keys = self.proxy.mongos.get(str(body.get("update")), ())
+                updates = msg.sequences.get("updates", body.get("updates", []))
+                unkeyed = [
+                    i
+                    for i, st in enumerate(updates)
+                    if keys and st.get("upsert") and any(k not in (st.get("q") or {}) for k in keys)
+                ]
+                if unkeyed:
+                    self.proxy.injected["shard_key_not_found"] += len(unkeyed)
+                    return self._forward_without(msg, updates, unkeyed, code=61)
         if command in WRITES and (not in_txn or command == "commitTransaction"):
             w = str((body.get("writeConcern") or {}).get("w", "default"))
             self.proxy.write_concerns[w] += 1
@@ -622,16 +650,22 @@ class _Connection:
                 raced.append(i)
         return raced
 
-    def _forward_without(self, msg: Msg, statements: list[dict[str, Any]], raced: list[int]) -> bytes | None:
+    def _forward_without(
+        self, msg: Msg, statements: list[dict[str, Any]], raced: list[int], code: int = 11000
+    ) -> bytes | None:
+        """Forward all but the ``raced`` statements, answered as refused with ``code`` (duplicate
+        key, or 61: a mongos that cannot target an upsert without its shard key)."""
         name = msg.body.get("update", msg.body.get("insert"))
         skip = set(raced)
         forwarded = [i for i in range(len(statements)) if i not in skip]
         injected = [
             {
                 "index": i,
-                "code": 11000,
+                "code": code,
                 "errmsg": f"E11000 duplicate key error collection: {msg.body.get('$db')}.{name}"
-                f" index: _id_ dup key: {{ _id: {_statement_id(statements[i])!r} }}",
+                f" index: _id_ dup key: {{ _id: {_statement_id(statements[i])!r} }}"
+                if code == 11000
+                else "Failed to target upsert by query :: could not extract exact shard key",
             }
             for i in raced
         ]
@@ -667,6 +701,17 @@ def _merge_reply(reply: Msg, rewrite: _Rewrite) -> Msg:
     if "upserted" in body:
         body["upserted"] = [{**u, "index": rewrite.forwarded[u["index"]]} for u in body["upserted"]]
     return Msg(reply.request_id, reply.response_to, reply.flags, body, reply.sequences)
+
+
+def _as_mongos(hello: Msg) -> Msg:
+    """A ``hello`` answer as a mongos gives it: ``msg: isdbgrid``, no replica set fields."""
+    body = {
+        k: v
+        for k, v in hello.body.items()
+        if k not in ("setName", "setVersion", "hosts", "primary", "me", "secondary", "electionId")
+    }
+    body["msg"] = "isdbgrid"
+    return Msg(hello.request_id, hello.response_to, hello.flags, body, hello.sequences)
 
 
 def _unknown_commit() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from pipeline.ops.lag import wait_caught_up
+from pipeline.ops.setup import shard_keys
 from pipeline.services.embedded import Endpoints
 from pipeline.settings import Settings
 from pipeline.testing.mongofault import FaultRates, MongoFaultProxy
@@ -76,3 +77,28 @@ def test_writes_a_failover_rolls_back_are_written_again_not_counted(
     assert problems == [], problems[:10]
     assert events == len(traffic.lines)
     assert "no majority acknowledged it" in log
+
+
+def test_a_mongos_behind_a_direct_connection_gets_its_shard_keys(
+    settings: Settings, proxy: MongoFaultProxy
+) -> None:
+    """The store answers as a mongos reached with ``directConnection=true`` (as through a load
+    balancer): the driver's topology is not ``Sharded``, yet every upsert on a sharded collection
+    needs its whole shard key. Before the fix the sink asked the driver, left the key out, and
+    every flush failed with ShardKeyNotFound for ever (retried as transient, the ledger frozen)."""
+    keys = shard_keys(settings, settings.schema)
+    proxy.mongos = {k.collection: tuple(path for path, _ in k.keys) for k in keys}
+    settings = settings.with_(partitions=2)
+    traffic = generate(400, end=time.time(), days=1, seed=61, bad_share=0.0)
+    asyncio.run(produce(settings, traffic.lines, pack=1))
+    worker = WorkerProcess(settings.with_(mongo_url=proxy.url), "routed").start()
+    try:
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120))
+    finally:
+        code = worker.terminate()
+    log = worker.log_path.read_text()
+    assert code in (0, 75), log[-3000:]
+    problems, events = audit_traffic(settings, traffic)
+    assert problems == [], problems[:10]
+    assert events == len(traffic.lines)
+    assert proxy.injected["shard_key_not_found"] == 0, proxy.injected

@@ -30,3 +30,15 @@ def test_single_statement_errors_carry_theirs_in_details() -> None:
     beside = DuplicateKeyError("E11000", 11000, {"code": 11000, "writeConcernError": WCE})
     with pytest.raises(NotDurable):
         check_durable(beside, "an intent")
+
+
+def test_an_upsert_without_its_shard_key_is_permanent() -> None:
+    """No retry mends ShardKeyNotFound: it is escalated as the other permanent errors are."""
+    refused = {
+        "index": 0,
+        "code": 61,
+        "errmsg": "could not extract exact shard key",
+        "op": {"q": {"_id": "d"}},
+    }
+    reason = permanent(BulkWriteError({"writeErrors": [refused], "writeConcernErrors": []}))
+    assert reason is not None and reason.startswith("ShardKeyNotFound (code 61)")
