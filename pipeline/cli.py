@@ -289,7 +289,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_positions(args: argparse.Namespace) -> int:
-    from pipeline.ops.positions import apply, show
+    from pipeline.ops.positions import apply, follow_in_kafka, show
 
     s = command_settings()
     if args.action == "adopt":
@@ -297,15 +297,21 @@ def cmd_positions(args: argparse.Namespace) -> int:
     if not args.topic:
         print(f"{args.action} needs --topic", file=sys.stderr)
         return 2
+    if args.action == "acknowledge":
+        return _acknowledge(s, args)
     to = args.to if args.action == "reset" else None
     if args.action == "reset" and to is None:
         print("reset needs --to earliest|latest|OFFSET", file=sys.stderr)
         return 2
 
+    kafka = ""
+
     async def run(db: Db) -> Any:
+        nonlocal kafka
         rows = await show(s, db, args.topic, args.partition, to)
         if args.apply and to is not None:
             await apply(s, db, rows)
+            kafka = await follow_in_kafka(s, rows)
         return rows
 
     rows = _on_ledgers(s, run)
@@ -317,6 +323,28 @@ def cmd_positions(args: argparse.Namespace) -> int:
         print("  " + r.text())
     if to is not None:
         print("applied: the workers restart from these positions" if args.apply else "dry run: add --apply")
+    if kafka:
+        print(kafka)
+    return 0
+
+
+def _acknowledge(s: Settings, args: argparse.Namespace) -> int:
+    """``preagg positions acknowledge``: the operator has accounted for offsets lost before counting."""
+    from pipeline.ops.positions import acknowledge
+
+    async def run(db: Db) -> Any:
+        return await acknowledge(s, db, args.topic, args.partition)
+
+    found = _on_ledgers(s, run)
+    if not found:
+        print(f"no ledger of {args.topic} records offsets lost before they were counted")
+        return 0
+    for d in found:
+        lost = d["lost"]
+        print(
+            f"acknowledged: {d['topic']}[{d['partition']}] offsets "
+            f"{lost.get('from')}..{int(lost.get('to', 0)) - 1} lost before they were counted"
+        )
     return 0
 
 
@@ -555,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     pos = sub.add_parser(
         "positions", help="the ledgers' positions against Kafka's logs; reset them; adopt another group's"
     )
-    pos.add_argument("action", choices=["show", "reset", "adopt"])
+    pos.add_argument("action", choices=["show", "reset", "adopt", "acknowledge"])
     pos.add_argument("--topic", help="the topic (show/reset: required; adopt: default every stream topic)")
     pos.add_argument("--from-group", help="adopt: the consumer group whose ledgers this group takes over")
     pos.add_argument("--partition", type=int, help="one partition (default: all)")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
+from aiokafka.structs import OffsetAndMetadata
 
 from pipeline.core.envelope import unpack
 from pipeline.core.incarnation import Probe, digest
@@ -43,6 +44,42 @@ def groupless_consumer(conn: KafkaConnection, reset: str = "none") -> AIOKafkaCo
         auto_offset_reset=reset,
         isolation_level="read_committed",
     )
+
+
+def group_consumer(conn: KafkaConnection, group: str) -> AIOKafkaConsumer:
+    """A consumer that speaks for ``group`` without joining it: reads and commits its offsets."""
+    return AIOKafkaConsumer(**conn.client_kwargs(), group_id=group, enable_auto_commit=False)
+
+
+async def group_positions(
+    conn: KafkaConnection, group: str, tps: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[int | None, int]]:
+    """Per partition, ``group``'s committed offset in Kafka (``None``: none) and the log's first offset."""
+    if not tps:
+        return {}
+    c = await start_or_close(group_consumer(conn, group))
+    try:
+        parts = [TopicPartition(t, p) for t, p in tps]
+        starts = await c.beginning_offsets(parts)
+        return {(tp.topic, tp.partition): (await c.committed(tp), starts[tp]) for tp in parts}
+    finally:
+        await c.stop()
+
+
+async def commit_group_offsets(
+    conn: KafkaConnection, group: str, offsets: Mapping[tuple[str, int], int]
+) -> None:
+    """Commit ``offsets`` for ``group`` from outside it. Kafka takes such a commit only while no member
+    is in the group (an active group refuses it: its members' commits follow the ledgers then)."""
+    if not offsets:
+        return
+    c = await start_or_close(group_consumer(conn, group))
+    try:
+        parts = {TopicPartition(t, p): n for (t, p), n in offsets.items()}
+        c.assign(list(parts))
+        await c.commit({tp: OffsetAndMetadata(n, "") for tp, n in parts.items()})
+    finally:
+        await c.stop()
 
 
 async def topic_partitions(c: AIOKafkaConsumer, topic: str) -> list[int]:
@@ -143,6 +180,13 @@ class PartitionProbe:
                 c.seek(tp, start)
                 end = await self._high_watermark(c, tp, listed_end)
                 return Probe(None, start, end)
+
+    async def log_start(self, topic: str, partition: int) -> int:
+        """The partition's first offset Kafka still holds (retention moves it)."""
+        async with self._lock, asyncio.timeout(self.timeout):
+            c = await self._started()
+            tp = TopicPartition(topic, partition)
+            return int((await c.beginning_offsets([tp]))[tp])
 
     async def read_range(
         self, topic: str, partition: int, start: int | None, end: int, timeout: float = 120.0

@@ -20,9 +20,9 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.incarnation import Fingerprint
 from pipeline.kafka.options import KafkaConnection
-from pipeline.kafka.probe import PartitionProbe
+from pipeline.kafka.probe import PartitionProbe, commit_group_offsets
 from pipeline.settings import Settings
-from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
+from pipeline.store.offsets import LOST, OFFSETS_COLLECTION, offset_id
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,42 @@ async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: lis
         await db[OFFSETS_COLLECTION].update_one(
             {"_id": offset_id(settings.group_id, r.topic, r.partition)}, update, upsert=True
         )
+
+
+async def follow_in_kafka(settings: Settings, rows: list[PositionRow]) -> str:
+    """Kafka's committed offsets of the group set to the rows' new positions; what happened, in a line.
+
+    So a lag-based autoscaler and a starting worker see the position the ledger holds. Kafka takes a
+    commit from outside the group only while the group has no member: with workers running it is
+    refused, and the workers point Kafka at the ledgers themselves when they restart on the reset.
+    """
+    offsets = {(r.topic, r.partition): r.new_next for r in rows if r.new_next is not None}
+    try:
+        await commit_group_offsets(KafkaConnection.of(settings), settings.group_id, offsets)
+    except Exception as exc:  # a live group refuses it; the workers' restart does it then
+        return (
+            f"Kafka's committed offsets are unchanged ({type(exc).__name__}: {str(exc)[:160]}; workers of "
+            "the group running?); they point them at these positions when they restart"
+        )
+    return f"Kafka's committed offsets of group {settings.group_id} now equal these positions"
+
+
+async def acknowledge(
+    settings: Settings, db: AsyncDatabase[dict[str, Any]], topic: str, partition: int | None
+) -> list[dict[str, Any]]:
+    """Clear the "offsets lost before they were counted" mark of the topic's ledgers (one partition,
+    or all): the operator has accounted for the loss. The total lost stays (``offsets_lost``)."""
+    flt: dict[str, Any] = {"group": settings.group_id, "topic": topic, LOST: {"$exists": True}}
+    if partition is not None:
+        flt["partition"] = partition
+    found = [d async for d in db[OFFSETS_COLLECTION].find(flt)]
+    now = time.time()
+    for d in found:
+        await db[OFFSETS_COLLECTION].update_one(
+            {"_id": d["_id"], f"{LOST}.to": d[LOST].get("to")},
+            {"$unset": {LOST: ""}, "$set": {"lost_acknowledged": {**d[LOST], "acknowledged": now}}},
+        )
+    return found
 
 
 async def rebase_on_empty_broker(db: AsyncDatabase[dict[str, Any]], why: str) -> int:

@@ -60,6 +60,14 @@ async def group_status(
                 f"{where}: Kafka's log ends at {p.end} but the ledger counted up to {doc['next']} "
                 "(topic recreated or data lost?)"
             )
+        if lost := doc.get("lost"):
+            first, end = int(lost.get("from", 0)), int(lost.get("to", 0))
+            problems.append(
+                f"{where}: offsets {first}..{end - 1} were deleted from Kafka (retention or deletion) "
+                f"before they were counted ({end - first} lost, found by worker {lost.get('worker')}); "
+                "once accounted for: `preagg positions acknowledge "
+                f"--topic {p.topic} --partition {p.partition}`"
+            )
         waiting = max(0, p.end - position)
         flushed = float(doc.get("at") or 0.0)
         if waiting and not doc.get("diverged") and now - flushed > STALLED_AFTER:

@@ -37,6 +37,9 @@ OFFSETS_COLLECTION = "preagg_offsets"
 #: A ledger's field naming a permanent write error that stops its partition's flushes:
 #: ``{reason, worker, at}`` (``preagg status`` shows it as a PROBLEM).
 STUCK = "stuck"
+#: A ledger's field saying Kafka deleted offsets ``[from, to)`` before they were counted:
+#: ``{from, to, worker, at}`` (a PROBLEM in ``preagg status`` until ``positions acknowledge``).
+LOST = "lost"
 
 
 def offset_id(group: str, topic: str, partition: int) -> str:

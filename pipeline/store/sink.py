@@ -42,6 +42,7 @@ from pipeline.store.client import primary, reach, start_transaction
 from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreUnreachable, check_durable
 from pipeline.store.meta import is_sharded_cluster
 from pipeline.store.offsets import (
+    LOST,
     OFFSETS_COLLECTION,
     STUCK,
     finish_update,
@@ -661,6 +662,16 @@ class MongoSink:
         )
         with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
             await self.db[OFFSETS_COLLECTION].update_many({"_id": {"$in": ids}}, update)
+
+    async def note_lost(self, tp: TP, stored: int, start: int) -> None:
+        """Record on the partition's ledger that Kafka deleted ``[stored, start)`` before it was
+        counted (``preagg status`` shows it until ``preagg positions acknowledge`` clears it)."""
+        lost = {"from": stored, "to": start, "worker": self.worker, "at": time.time()}
+        with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+            await self.db[OFFSETS_COLLECTION].update_one(
+                {"_id": offset_id(self.group, *tp), "lost.to": {"$ne": start}},
+                {"$set": {LOST: lost}, "$inc": {"offsets_lost": start - stored}},
+            )
 
     async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
         """Did flush ``flush_id`` commit? Read from the ledgers on the primary.

@@ -45,7 +45,7 @@ from pipeline.worker.exits import EXIT_FENCED, exit_now, on_exit
 from pipeline.worker.faults import fault_hook
 from pipeline.worker.faust_conf import faust_settings
 from pipeline.worker.flusher import Flusher
-from pipeline.worker.guard import LedgerGuard
+from pipeline.worker.guard import LedgerGuard, lost_metric
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.metrics import refused_commits_metric
 from pipeline.worker.policy import FlushHooks, FlushPolicy, no_fault
@@ -111,7 +111,10 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     ranges = PartitionProbe(KafkaConnection.of(settings))
 
     async def read_range(tp: tuple[str, int], start: int | None, end: int) -> list[Any]:
-        return await ranges.read_range(tp[0], tp[1], start, end)
+        records = await ranges.read_range(tp[0], tp[1], start, end)
+        if start is not None and (first := await ranges.log_start(*tp)) > start:
+            await guard.lost(tp, start, min(first, end))  # a redo of records retention deleted
+        return records
 
     kinds = load_kinds(settings.kinds)
     clock = DecisionClock()  # one per worker: each batch pins its instant while it ingests
@@ -168,6 +171,29 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         # Positions may have moved while another worker held a partition: reload lazily.
         for f in flushers:
             f.forget_positions(f.positions.assigned())
+        if sink.exactly_once and assigned:
+            # Not in the rebalance's callback: Kafka and the store are asked after it.
+            checking.append(
+                asyncio.ensure_future(check_assignment([(tp.topic, tp.partition) for tp in assigned]))
+            )
+
+    checking: list[asyncio.Future[None]] = []
+
+    async def check_assignment(tps: list[tuple[str, int]]) -> None:
+        delay = 1.0
+        for _ in range(6):  # the store or the broker away: tried again, then left to the gap check
+            try:
+                await guard.at_assignment(tps)
+                return
+            except Exception as exc:
+                log.warning(
+                    "cannot compare the assigned partitions' ledgers with Kafka now (%s: %s); again in %.0fs",
+                    type(exc).__name__,
+                    str(exc)[:200],
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     app.on_partitions_assigned.connect(cast(Any, on_assigned))
     bound_revoke_drain(app, flushers, settings.rebalance_timeout / 2)
@@ -256,7 +282,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         lambda why: exit_now(EXIT_FENCED, why),
     )
     app.idle_watch = idle  # type: ignore[attr-defined]
-    extra_metrics.append(lambda: [idle_metric(idle)])
+    extra_metrics.append(lambda: [idle_metric(idle), lost_metric(guard.offsets_lost)])
     extra_metrics.append(
         lambda: [refused_commits_metric(getattr(app.consumer, "refused_commits", RefusedCommits()).refusals)]
     )

@@ -11,6 +11,14 @@
   gap is Kafka's own (transaction markers, compaction) and counting goes on; if records
   exist in between, Kafka's committed offset is ahead of MongoDB's and the worker points
   it back and restarts. The old rule (any gap restarts) crash-looped on a gap Kafka made.
+* **At assignment** the same comparison is made at once, from Kafka's committed offsets
+  rather than from a delivered record: a partition whose ledger is behind them (a restored
+  backup, a reset, an adopt) resumes from the ledger even on a quiet topic, where no record
+  would ever arrive to show the gap.
+* **Data lost before it was counted**: Kafka's first offset past a ledger's ``next``
+  (retention, deletion) is a WARNING with the offsets lost, ``preagg_offsets_lost_total`` and
+  a mark on the ledger that ``preagg status`` shows as a PROBLEM until an operator
+  acknowledges it (``preagg positions acknowledge``).
 """
 
 from __future__ import annotations
@@ -18,20 +26,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import faust
 from faust.types import TP
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from pipeline.core.incarnation import Fingerprint, Verdict, judge
-from pipeline.kafka.probe import PartitionProbe
+from pipeline.kafka.probe import PartitionProbe, group_positions
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
 from pipeline.store.sink import MongoSink
 from pipeline.worker.exits import exit_to_resume
 from pipeline.worker.gate import Gated
 
 log = logging.getLogger("preagg.worker")
+
+
+def lost_metric(lost: Counter[str]) -> Metric:
+    """``preagg_offsets_lost_total``: offsets Kafka deleted before this worker could count them."""
+    m = CounterMetricFamily(
+        "preagg_offsets_lost",
+        "Offsets Kafka deleted (retention, deletion) before they were counted, as this worker found them",
+        labels=["topic"],
+    )
+    for topic, n in sorted(lost.items()):
+        m.add_metric([topic], float(n))
+    return m
+
 
 #: Seconds between two reads of the ledgers of diverged partitions (waiting for a reset).
 WATCH_INTERVAL = 5.0
@@ -47,6 +70,9 @@ class LedgerGuard:
         self.sink = sink
         self.probe = probe
         self.worker = worker
+        #: Offsets deleted from Kafka before they were counted, by topic (``preagg_offsets_lost_total``).
+        self.offsets_lost: Counter[str] = Counter()
+        self._losses_seen: set[tuple[str, int, int, int]] = set()
 
     async def _ledger(self, tp: tuple[str, int]) -> dict[str, Any] | None:
         doc: dict[str, Any] | None = await self.sink.db[OFFSETS_COLLECTION].find_one(
@@ -88,10 +114,57 @@ class LedgerGuard:
             {"$set": {"diverged": {"at": time.time(), "worker": self.worker, "reason": verdict.reason}}},
         )
 
+    async def lost(self, tp: tuple[str, int], stored: int, start: int) -> None:
+        """Kafka's log now starts at ``start``, past the ledger's ``next`` (``stored``): the offsets in
+        between were deleted before they were counted. Said once per worker and range, loudly."""
+        key = (tp[0], tp[1], stored, start)
+        if key in self._losses_seen:
+            return
+        self._losses_seen.add(key)
+        self.offsets_lost[tp[0]] += start - stored
+        log.warning(
+            "%s[%d]: offsets %d..%d were deleted from Kafka (retention or deletion) before they were "
+            "counted: %d offsets lost; counting resumes at %d. `preagg status` shows it until an operator "
+            "runs `preagg positions acknowledge --topic %s --partition %d` (docs/operations.md)",
+            *tp,
+            stored,
+            start - 1,
+            start - stored,
+            start,
+            *tp,
+        )
+        await self.sink.note_lost(tp, stored, start)
+
+    async def at_assignment(self, tps: Iterable[tuple[str, int]]) -> None:
+        """Compare the newly assigned partitions' ledgers with Kafka's view of them, at once.
+
+        Kafka's committed offset past the ledger's ``next`` (and past the log's first offset):
+        the worker points Kafka back at the ledgers and restarts (:meth:`resume_from_mongo`), as
+        the gap check does when a record shows it; the log's first offset past ``next``: data
+        lost before it was counted (:meth:`lost`).
+        """
+        stored = await self.sink.load_positions(list(tps))
+        known = {tp: n for tp, n in stored.items() if n is not None}
+        kafka = await group_positions(self.probe.conn, self.sink.group, list(known))
+        ahead = []
+        for tp, n in sorted(known.items()):
+            committed, start = kafka[tp]
+            if start > n:
+                await self.lost(tp, n, start)
+            if committed is not None and committed > max(n, start):
+                ahead.append(f"{tp[0]}[{tp[1]}] Kafka {committed}, MongoDB {n}")
+        if ahead:
+            await self.resume_from_mongo(
+                f"Kafka's committed offsets are ahead of what MongoDB counted ({'; '.join(ahead)}); "
+                "Kafka's committed offsets now follow MongoDB's"
+            )
+
     async def on_gap(self, tp: tuple[str, int], stored: int, offset: int) -> None:
         """Kafka delivered ``offset`` first though the ledger's ``next`` is ``stored``."""
         probe = await self.probe.look(tp[0], tp[1], stored)
         first = probe.first[0] if probe.first is not None else None
+        if probe.log_start > stored:
+            await self.lost(tp, stored, probe.log_start)
         if first == offset or probe.log_start >= offset:
             what = "retention deleted them" if probe.log_start > stored else "Kafka holds no records there"
             log.info(

@@ -16,7 +16,7 @@ from pipeline.kafka.admin import TopicSpec, ensure_topics
 from pipeline.kafka.options import KafkaConnection, kafka_client_kwargs
 from pipeline.kinds.hits.files import hit_key
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.ops.lag import wait_caught_up
+from pipeline.ops.lag import group_lag, wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
 from pipeline.worker.exits import EXIT_FENCED
@@ -195,3 +195,87 @@ def test_a_reset_with_the_worker_stopped_then_started_by_hand_counts_the_new_log
     run_worker_to_end(settings, "by-hand-again")
     assert ledger_totals(ledger(settings)).events == 651
     assert counted(settings) == 651
+
+
+def wait_counted(settings: Settings, events: int, timeout: float) -> int:
+    """The ledgers' event count once it reaches ``events`` (or whatever it is after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while (got := ledger_totals(ledger(settings)).events) < events and time.monotonic() < deadline:
+        time.sleep(1)
+    return got
+
+
+def drop_counts_and_rewind(settings: Settings, to: int) -> None:
+    """What restoring an older backup of the ledgers does, with the counts dropped for a recount:
+    every ledger of the hits topic back to ``to``, the data collections gone."""
+
+    async def rewind(db: Any) -> None:
+        for name in await db.list_collection_names():
+            if name.startswith("hits_"):
+                await db[name].drop()
+        await db["preagg_offsets"].update_many({"topic": settings.topic("hits")}, {"$set": {"next": to}})
+
+    with_db(settings, rewind)
+
+
+def test_a_ledger_behind_kafka_takes_effect_at_assignment_on_a_quiet_topic(settings: Settings) -> None:
+    """A worker assigned partitions whose ledgers are behind Kafka's committed offsets (a restored
+    backup, a reset, an adopt) must resume from the ledgers at once. Before the fix it compared
+    positions only when a record arrived: on a quiet topic none came, and nothing was counted."""
+    topic = settings.topic("hits")
+    asyncio.run(produce(settings, hits(300, "/a"), pack=10))
+    run_worker_to_end(settings, "first")
+    drop_counts_and_rewind(settings, 0)
+    quiet = WorkerProcess(settings, "quiet", restart=True).start()
+    try:
+        got = wait_counted(settings, 600, timeout=60)
+    finally:
+        quiet.terminate()
+    assert got == 600, quiet.log_path.read_text()[-4000:]
+    assert counted(settings) == 300
+    lags = asyncio.run(group_lag(settings, [topic]))
+    assert all(p.lag == 0 for p in lags), lags
+
+
+def test_a_reset_moves_kafkas_committed_offsets_with_the_ledgers(settings: Settings) -> None:
+    """`positions reset --apply` with no worker in the group: Kafka's committed offsets equal the
+    ledgers it wrote, so a lag-based autoscaler and a starting worker see the same position. (A
+    group with members refuses a commit from outside it, as Kafka's own reset tool is refused; the
+    workers then make Kafka follow at their next assignment, tested above.)"""
+    topic = settings.topic("hits")
+    asyncio.run(produce(settings, hits(300, "/a"), pack=10))
+    out = cli(settings, "positions", "reset", "--topic", topic, "--to", "latest", "--apply")
+    lags = asyncio.run(group_lag(settings, [topic]))
+    assert [p.committed for p in lags] == [p.end for p in lags], (out, lags)
+    assert all(p.end > 0 for p in lags), lags
+    assert f"Kafka's committed offsets of group {settings.group_id} now equal these positions" in out
+
+
+def test_offsets_lost_before_counting_are_a_problem_until_acknowledged(settings: Settings) -> None:
+    """What a worker records when Kafka's log start passed a ledger (the embedded broker cannot
+    delete records: the guard's finding is unit-tested, its record is written here as the worker
+    writes it): `preagg status` shows a PROBLEM naming the offsets and the way out, until
+    `preagg positions acknowledge` clears it."""
+    from pipeline.store.client import mongo_client
+    from pipeline.store.sink import MongoSink
+
+    topic = settings.topic("hits")
+    asyncio.run(produce(settings, hits(100, "/a"), pack=10))
+    run_worker_to_end(settings, "first")
+
+    async def note() -> None:
+        client = mongo_client(settings.mongo_url or "", timeout=20)
+        try:
+            await MongoSink(client, settings.db, settings.group_id, "w").note_lost((topic, 0), 3, 9)
+        finally:
+            await client.close()
+
+    asyncio.run(note())
+    status = cli(settings, "status")
+    assert f"PROBLEM {topic}[0]: offsets 3..8 were deleted from Kafka" in status, status
+    assert f"preagg positions acknowledge --topic {topic} --partition 0" in status
+    out = cli(settings, "positions", "acknowledge", "--topic", topic, "--partition", "0")
+    assert f"acknowledged: {topic}[0] offsets 3..8 lost before they were counted" in out
+    assert "were deleted from Kafka" not in cli(settings, "status")
+    (doc,) = [d for d in ledger(settings) if d["partition"] == 0]
+    assert doc["offsets_lost"] == 6 and doc["lost_acknowledged"]["to"] == 9

@@ -60,8 +60,12 @@ def test_a_gap_kafka_made_is_accepted_a_gap_with_records_in_it_resumes_from_mong
         async def resume_from_mongo(self, reason: str) -> None:
             resumed.append(reason)
 
+    class FakeSink:
+        async def note_lost(self, tp: Any, stored: int, start: int) -> None:
+            pass
+
     def guard(probe: Any) -> Guard:
-        return Guard(None, None, probe, "w")  # type: ignore[arg-type]
+        return Guard(None, FakeSink(), probe, "w")  # type: ignore[arg-type]
 
     asyncio.run(guard(FakeProbe(first=45)).on_gap(("t", 0), 42, 45))  # 42..44: markers
     asyncio.run(guard(FakeProbe(first=None, start=45)).on_gap(("t", 0), 42, 45))  # retention
