@@ -299,6 +299,8 @@ def cmd_positions(args: argparse.Namespace) -> int:
         return 2
     if args.action == "acknowledge":
         return _acknowledge(s, args)
+    if args.action == "rebuild":
+        return _rebuild(s, args)
     to = args.to if args.action == "reset" else None
     if args.action == "reset" and to is None:
         print("reset needs --to earliest|latest|OFFSET", file=sys.stderr)
@@ -311,7 +313,9 @@ def cmd_positions(args: argparse.Namespace) -> int:
         rows = await show(s, db, args.topic, args.partition, to)
         if args.apply and to is not None:
             await apply(s, db, rows)
-            kafka = await follow_in_kafka(s, rows)
+            kafka = await follow_in_kafka(
+                s, {(r.topic, r.partition): r.new_next for r in rows if r.new_next is not None}
+            )
         return rows
 
     rows = _on_ledgers(s, run)
@@ -326,6 +330,41 @@ def cmd_positions(args: argparse.Namespace) -> int:
     if kafka:
         print(kafka)
     return 0
+
+
+def _rebuild(s: Settings, args: argparse.Namespace) -> int:
+    """``preagg positions rebuild``: ledgers rebuilt from the marks their documents hold."""
+    from pipeline.ops import ledger_rebuild
+    from pipeline.ops.positions import follow_in_kafka
+
+    kafka = ""
+
+    async def run(db: Db) -> Any:
+        nonlocal kafka
+        rows = await ledger_rebuild.plan(s, db, args.topic, args.partition)
+        if args.apply:
+            await ledger_rebuild.apply(s, db, rows)
+            done = {
+                (r.topic, r.partition): r.new_next for r in rows if r.new_next is not None and not r.refused
+            }
+            kafka = await follow_in_kafka(s, done) if done else ""
+        return rows
+
+    rows = _on_ledgers(s, run)
+    if not rows:
+        print(f"no document holds a mark of {args.topic}: nothing to rebuild")
+        return 0
+    print(f"group {s.group_id}, topic {args.topic}")
+    for r in rows:
+        print("  " + r.text())
+    refused = [r for r in rows if r.refused]
+    if args.apply:
+        print("applied: the workers holding these partitions restart from the rebuilt ledgers")
+    else:
+        print("dry run: add --apply")
+    if kafka:
+        print(kafka)
+    return 1 if refused else 0
 
 
 def _acknowledge(s: Settings, args: argparse.Namespace) -> int:
@@ -583,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     pos = sub.add_parser(
         "positions", help="the ledgers' positions against Kafka's logs; reset them; adopt another group's"
     )
-    pos.add_argument("action", choices=["show", "reset", "adopt", "acknowledge"])
+    pos.add_argument("action", choices=["show", "reset", "adopt", "rebuild", "acknowledge"])
     pos.add_argument("--topic", help="the topic (show/reset: required; adopt: default every stream topic)")
     pos.add_argument("--from-group", help="adopt: the consumer group whose ledgers this group takes over")
     pos.add_argument("--partition", type=int, help="one partition (default: all)")

@@ -66,6 +66,8 @@ class Pending:
     decided_at: float | None = None
     #: The plan's recorded decisions (``Fence.decisions``).
     decisions: bytes | None = None
+    #: Its marks carry the range's end (intents recorded before marks did: plain sequences).
+    ranged: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,49 @@ class FenceConflict(PreaggError):
             f"{f.topic}[{f.partition}] expected {f.expected} found {found}" for f, found in conflicts
         )
         super().__init__(f"offset fence conflict: {detail}")
+
+
+@dataclass(frozen=True)
+class Behind:
+    """A document holds a mark of a partition that the partition's ledger does not account for."""
+
+    topic: str
+    partition: int
+    collection: str
+    doc_id: Any
+    #: The mark stored in the document, and this flush's (both as the marks hold them).
+    stored: int
+    ours: int
+    #: The sequences they carry, and the last one the ledger gave out.
+    stored_seq: int
+    ours_seq: int
+    ledger_seq: int | None
+
+    def text(self) -> str:
+        """What was found and the way out, for the log and for ``preagg status``."""
+        ledger = "no ledger" if self.ledger_seq is None else f"its ledger's sequence is {self.ledger_seq}"
+        return (
+            f"{self.topic}[{self.partition}]: document {self.collection} {self.doc_id!r} holds flush "
+            f"{self.stored_seq} of this partition (mark {self.stored}) but {ledger} and this flush is "
+            f"{self.ours_seq} (mark {self.ours}): the ledger is behind the documents (deleted, restored "
+            "from an older backup, or the documents restored from a newer one); nothing of the partition "
+            f"is counted until `preagg positions rebuild --topic {self.topic} --partition {self.partition}` "
+            "(then with --apply) rebuilds its ledger from the marks (docs/operations.md)"
+        )
+
+
+class LedgerBehind(FenceConflict):
+    """A partition's ledger is behind the marks stored in its documents: an impossible state.
+
+    Counting on would read the documents' marks as this flush's (a silent loss) or write past
+    them (a double count), so the flush is dropped unwritten, the partition is held back and
+    the worker restarts: nothing of it is counted until an operator rebuilds the ledger.
+    """
+
+    def __init__(self, found: list[Behind]) -> None:
+        self.found = found
+        PreaggError.__init__(self, "; ".join(b.text() for b in found))
+        self.conflicts = []
 
 
 def check_fences(fences: Iterable[Fence], stored: Mapping[TP, Mapping[str, Any]], flush_id: str) -> bool:

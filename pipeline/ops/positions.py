@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,14 +138,13 @@ async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: lis
         )
 
 
-async def follow_in_kafka(settings: Settings, rows: list[PositionRow]) -> str:
-    """Kafka's committed offsets of the group set to the rows' new positions; what happened, in a line.
+async def follow_in_kafka(settings: Settings, offsets: Mapping[tuple[str, int], int]) -> str:
+    """Kafka's committed offsets of the group set to ``offsets``; what happened, in a line.
 
     So a lag-based autoscaler and a starting worker see the position the ledger holds. Kafka takes a
     commit from outside the group only while the group has no member: with workers running it is
     refused, and the workers point Kafka at the ledgers themselves when they restart on the reset.
     """
-    offsets = {(r.topic, r.partition): r.new_next for r in rows if r.new_next is not None}
     try:
         await commit_group_offsets(KafkaConnection.of(settings), settings.group_id, offsets)
     except Exception as exc:  # a live group refuses it; the workers' restart does it then

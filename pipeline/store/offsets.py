@@ -40,6 +40,9 @@ STUCK = "stuck"
 #: A ledger's field saying Kafka deleted offsets ``[from, to)`` before they were counted:
 #: ``{from, to, worker, at}`` (a PROBLEM in ``preagg status`` until ``positions acknowledge``).
 LOST = "lost"
+#: A ledger's field saying its documents hold marks it does not account for (``LedgerBehind``):
+#: the partition is held back until ``preagg positions rebuild`` (``{reason, worker, at}``).
+BEHIND = "behind"
 
 
 def offset_id(group: str, topic: str, partition: int) -> str:
@@ -69,6 +72,7 @@ def pending_of(doc: Mapping[str, Any] | None) -> Pending | None:
         int(p["end"]),
         float(clock) if isinstance(clock, int | float) else None,
         bytes(decisions) if isinstance(decisions, bytes) else None,
+        bool(p.get("ranged")),
     )
 
 
@@ -91,6 +95,8 @@ def intent_update(
                     "flush": flush_id,
                     "end": fence.next,
                     "begin": fence.begin,
+                    # Its documents' marks carry the range's end (pipeline.core.marks.mark_value).
+                    "ranged": True,
                     "at": now,
                     "worker": worker,
                     **({"clock": fence.decided_at} if fence.decided_at is not None else {}),

@@ -34,14 +34,32 @@ from pymongo import AsyncMongoClient, InsertOne, ReturnDocument, UpdateOne
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
 
-from pipeline.core.commit import TP, Committed, Fence, FenceConflict, Ledgers, check_fences
-from pipeline.core.marks import DUPLICATE_KEY, marked, missing_sources
+from pipeline.core.commit import (
+    TP,
+    Behind,
+    Committed,
+    Fence,
+    FenceConflict,
+    LedgerBehind,
+    Ledgers,
+    check_fences,
+)
+from pipeline.core.marks import (
+    DUPLICATE_KEY,
+    MARKS,
+    ahead_sources,
+    mark_value,
+    marked,
+    missing_sources,
+    sequence_of,
+)
 from pipeline.core.updates import DocUpdate, key_on_insert, new_document
 from pipeline.settings import CommitMode
 from pipeline.store.client import primary, reach, start_transaction
 from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreUnreachable, check_durable
 from pipeline.store.meta import is_sharded_cluster
 from pipeline.store.offsets import (
+    BEHIND,
     LOST,
     OFFSETS_COLLECTION,
     STUCK,
@@ -297,8 +315,8 @@ class MongoSink:
         # which are absent: the existence probe leaves them out.
         read = {(u.collection, u.id) for u in updates if u.compute is not None}
         if read:
-            updates = await self._read_modified(updates, absent)
-        absent |= await self._absent(updates, read)
+            updates = await self._read_modified(updates, absent, seqs)
+        absent |= await self._absent(updates, read, seqs)
         applied, raced, split = self.already_applied, self.raced_inserts, self.split_shares
         size = 0
         parts = phases(updates)
@@ -342,7 +360,8 @@ class MongoSink:
         return seqs, done
 
     async def _intent_one(self, f: Fence, flush_id: str, now: float) -> tuple[int, bool]:
-        """One partition's intent: its sequence, and whether this flush had already finished there."""
+        """One partition's intent: its mark (:func:`~pipeline.core.marks.mark_value`: the sequence and
+        the range's end), and whether this flush had already finished there."""
         offsets = self.db[OFFSETS_COLLECTION]
         flt, upd = intent_update(self.group, f, flush_id, now, self.worker)
         doc: dict[str, Any] | None = None
@@ -356,24 +375,29 @@ class MongoSink:
             except DuplicateKeyError as exc:
                 check_durable(exc, f"the intent of {f.topic}[{f.partition}]")
         if doc is not None:
-            return int(doc["seq"]), False
+            return mark_value(int(doc["seq"]), f.next), False
         with pymongo.timeout(self.commit_timeout):
             current = await self.durable[OFFSETS_COLLECTION].find_one({"_id": flt["_id"]})
         found = pending_of(current)
         if found is not None and found.flush == flush_id:  # this flush's intent: a retry or a redo
-            return found.seq, False
+            # An intent recorded before marks carried their range is written as it began.
+            return (mark_value(found.seq, found.end) if found.ranged else found.seq), False
         if current is not None and found is None and current.get("flush") == flush_id:
-            return int(current.get("seq", 0)), True  # finished before its answer was lost
+            return mark_value(int(current.get("seq", 0)), f.next), True  # finished before its answer was lost
         raise FenceConflict([(f, (current or {}).get("next"))])
 
     async def _absent(
-        self, updates: Sequence[DocUpdate], known: set[tuple[str, Any]]
+        self, updates: Sequence[DocUpdate], known: set[tuple[str, Any]], seqs: dict[TP, int]
     ) -> set[tuple[str, Any]]:
         """The documents of ``updates`` that do not exist yet, by (collection, ``_id``), read by
         ``_id`` when a flush looks like a first touch: the first :attr:`read_chunk` of each
         collection are read, and the rest only if at least half of those are new (a live flush,
         whose documents exist, pays one read per collection). A document with several upserts
         in the flush (the parts of a split one) is left out: its parts go as upserts.
+
+        The documents read are checked against the flush's marks before anything is written
+        (:meth:`_check_ahead`): a ledger behind its documents is found before it can lose or
+        double anything, whenever the flush's first documents show it.
         """
         if not self.first_inserts:
             return set()
@@ -383,22 +407,85 @@ class MongoSink:
             if n == 1 and (name, i) not in known:
                 ids[name].append(i)
         absent: set[tuple[str, Any]] = set()
+        stored: dict[tuple[str, Any], dict[str, Any]] = {}
         for name, keys in ids.items():
             probe, rest = keys[: self.read_chunk], keys[self.read_chunk :]
             for part in (probe, rest):
                 with pymongo.timeout(self.commit_timeout):
                     coll = self.db[name]
                     found = {
-                        d["_id"]
-                        async for d in find_in(coll, part, chunk=self.read_chunk, projection={"_id": 1})
+                        d["_id"]: d
+                        async for d in find_in(coll, part, chunk=self.read_chunk, projection={MARKS: 1})
                     }
                 absent.update((name, i) for i in part if i not in found)
+                stored.update(((name, i), d) for i, d in found.items())
                 if 2 * len(found) > len(part):
                     break  # a live flush: its documents exist, the rest are not read
+        await self._check_ahead([u for u in updates if (u.collection, u.id) in stored], stored, seqs)
         return absent
 
+    async def _check_ahead(
+        self,
+        updates: Sequence[DocUpdate],
+        stored: Mapping[tuple[str, Any], Mapping[str, Any]],
+        seqs: dict[TP, int],
+    ) -> None:
+        """Raise :class:`~pipeline.core.commit.LedgerBehind` when a stored document holds a mark of
+        one of the flush's partitions that the partition's ledger never gave out.
+
+        A mark of this flush's sequence or a later one that is not this flush's own is either a
+        later flush's (this one is a zombie: its finish fails the fence) or the ledger is behind
+        the documents (deleted, restored older than them). The ledger, read majority-committed,
+        tells: a sequence above the ledger's, or this very sequence with another range, is the
+        latter. The partitions so found are marked held back on their ledgers first.
+        """
+        ahead: dict[tuple[TP, int], tuple[DocUpdate, int]] = {}
+        for u in updates:
+            for tp, mark in ahead_sources(u, stored.get((u.collection, u.id)), seqs):
+                ahead.setdefault((tp, mark), (u, mark))
+        if not ahead:
+            return
+        tps = sorted({tp for tp, _ in ahead})
+        ids = {offset_id(self.group, t, p): (t, p) for t, p in tps}
+        with pymongo.timeout(self.commit_timeout):
+            ledgers = {
+                ids[d["_id"]]: d
+                async for d in find_in(self.durable[OFFSETS_COLLECTION], ids, chunk=self.read_chunk)
+            }
+        found: dict[TP, Behind] = {}
+        for (tp, mark), (u, _) in sorted(ahead.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+            seq = ledgers.get(tp, {}).get("seq")
+            ours = seqs[tp]
+            stored_seq, ours_seq = sequence_of(mark), sequence_of(ours)
+            behind = seq is None or stored_seq > int(seq) or stored_seq == ours_seq
+            if behind and tp not in found:
+                found[tp] = Behind(
+                    tp[0],
+                    tp[1],
+                    u.collection,
+                    u.id,
+                    mark,
+                    ours,
+                    stored_seq,
+                    ours_seq,
+                    None if seq is None else int(seq),
+                )
+        if found:
+            now = time.time()
+            for b in found.values():
+                log.error("%s", b.text())
+                with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+                    await self.db[OFFSETS_COLLECTION].update_one(
+                        {"_id": offset_id(self.group, b.topic, b.partition)},
+                        {"$set": {BEHIND: {"reason": b.text(), "worker": self.worker, "at": now}}},
+                    )
+            raise LedgerBehind(list(found.values()))
+
     async def _read_modified(
-        self, updates: Sequence[DocUpdate], absent: set[tuple[str, Any]] | None = None
+        self,
+        updates: Sequence[DocUpdate],
+        absent: set[tuple[str, Any]] | None = None,
+        seqs: dict[TP, int] | None = None,
     ) -> list[DocUpdate]:
         """Resolve the read-modify-write updates of idempotent writes (by ``_id``, chunked reads).
 
@@ -415,6 +502,8 @@ class MongoSink:
                 f"a read-modify-write of {several.collection} {several.id!r} from several partitions"
             )
         stored = await self._stored([u for u in updates if u.compute is not None])
+        if seqs is not None:
+            await self._check_ahead([u for u in updates if u.compute is not None], stored, seqs)
         out = []
         for u in updates:
             if u.compute is None:
@@ -518,6 +607,7 @@ class MongoSink:
         """What of the refused upserts their documents do not hold yet (read on the primary, majority
         committed: a mark a failover can still roll back is not "applied")."""
         stored = await self._stored(refused, durable=True)
+        await self._check_ahead(refused, stored, seqs)
         again: list[DocUpdate] = []
         for u in refused:
             missing = missing_sources(u, stored.get((u.collection, u.id)), seqs)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from pipeline.core import errors
+from pipeline.core.commit import LedgerBehind
 
 log = logging.getLogger("preagg.worker")
 
@@ -157,4 +158,8 @@ def exit_fenced(conflict: Exception) -> None:
     chaos driver) restarts the worker; it rejoins the group and resumes from
     MongoDB's offsets.
     """
+    if isinstance(conflict, LedgerBehind):
+        exit_now(
+            EXIT_FENCED, f"{conflict}. Dropped the batch unwritten; restarting with the partition held back"
+        )
     exit_now(EXIT_FENCED, f"{conflict}; another worker owns these partitions now. Dropped the batch.")

@@ -130,13 +130,16 @@ class PartitionGate:
         verdict = verdicts[-1]
         if verdict.outcome == "diverged":
             self.diverged[tp] = verdict.reason
-            log.error(
-                "%s[%d]: %s. Nothing of this partition is counted until an operator decides with "
-                "`preagg positions reset --topic %s --partition %d --to earliest|latest|OFFSET`.",
-                *tp,
-                verdict.reason,
-                *tp,
-            )
+            if "preagg positions" in verdict.reason:  # the reason names its own way out
+                log.error("held back: %s", verdict.reason)
+            else:
+                log.error(
+                    "%s[%d]: %s. Nothing of this partition is counted until an operator decides with "
+                    "`preagg positions reset --topic %s --partition %d --to earliest|latest|OFFSET`.",
+                    *tp,
+                    verdict.reason,
+                    *tp,
+                )
             await checks.on_diverged(tp, verdict)
             return False
         if verdict.outcome == "unverifiable":

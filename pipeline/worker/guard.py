@@ -36,7 +36,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from pipeline.core.incarnation import Fingerprint, Verdict, judge
 from pipeline.kafka.probe import PartitionProbe, group_positions
-from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
+from pipeline.store.offsets import BEHIND, OFFSETS_COLLECTION, offset_id
 from pipeline.store.sink import MongoSink
 from pipeline.worker.exits import exit_to_resume
 from pipeline.worker.gate import Gated
@@ -83,6 +83,9 @@ class LedgerGuard:
     async def check(self, tp: tuple[str, int]) -> Verdict:
         """Is the partition Kafka serves the one its ledger describes?"""
         doc = await self._ledger(tp)
+        if doc is not None and isinstance(doc.get(BEHIND), dict):
+            # Its documents hold marks the ledger never gave out (found by a flush): held back.
+            return Verdict("diverged", str(doc[BEHIND].get("reason", "its ledger is behind its documents")))
         stored = None if doc is None else doc.get("next")
         if stored is None:
             return judge(None, None, None)

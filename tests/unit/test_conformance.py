@@ -152,9 +152,15 @@ def test_off_a_sharded_cluster_an_upsert_matches_its_id_alone_and_sets_its_key_o
             assert moved.filter() == {"_id": u.id} and moved.set_on_insert == {**u.key, **u.set_on_insert}
 
 
-def test_the_sink_matches_id_alone_until_the_driver_sees_a_mongos() -> None:
+def test_the_sink_matches_id_alone_only_once_the_server_said_it_is_no_mongos() -> None:
+    """What the server says (hello's isdbgrid), not the driver's topology type: a mongos behind a
+    load balancer or a direct connection is no ``Sharded`` topology and still needs the key."""
     sink = MongoSink(client(), "db", "group", "worker")
-    assert not sink.shard_keys_matched()  # not connected: a replica set's rules, never a mongos's
+    assert sink.shard_keys_matched()  # not asked yet: a mongos's rules, right everywhere
+    sink.sharded = False
+    assert not sink.shard_keys_matched()
+    sink.sharded = True
+    assert sink.shard_keys_matched()
 
 
 def test_a_new_document_is_what_the_upsert_would_create() -> None:

@@ -1,0 +1,219 @@
+"""``preagg positions rebuild``: a partition's ledger rebuilt from the marks its documents hold.
+
+A ledger behind its documents (deleted, restored from an older backup, or the documents
+restored from a newer one) is an impossible state the workers refuse to count through: they
+hold the partition back (docs/exactly-once.md, "The ledger and the documents"). The way out is
+here. Every mark a document holds for a partition is the flush's sequence and the low bits of
+its range's end (:func:`pipeline.core.marks.mark_value`), so the highest mark stored for a
+partition names the last flush any document took and where it ended: the ledger's sequence
+goes to it (the next flush's marks are above every stored one) and its position to that end
+(what the documents hold is not counted again, what they lack is counted). The end's high
+bits are taken from Kafka's committed offset, which follows the ledgers within a commit
+interval. What the marks cannot decide is refused, with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymongo.asynchronous.database import AsyncDatabase
+
+from pipeline.core.commit import TP
+from pipeline.core.incarnation import Fingerprint
+from pipeline.core.marks import MARKS, RANGE_BITS, parse_mark_key, range_end_of, sequence_of
+from pipeline.kafka.options import KafkaConnection
+from pipeline.kafka.probe import PartitionProbe, group_positions
+from pipeline.settings import Settings
+from pipeline.store.offsets import BEHIND, OFFSETS_COLLECTION, offset_id
+
+#: Half the span a mark's range bits cover: the end is the one closest to Kafka's committed offset.
+HALF_SPAN = 1 << (RANGE_BITS - 1)
+
+
+@dataclass
+class MarksSeen:
+    """What the documents hold for one partition: the highest mark, and the ranges of each sequence."""
+
+    highest: int = 0
+    documents: int = 0
+    #: Per sequence, the range ends (low bits) its marks carry: two for one sequence means a flush
+    #: was written over the documents under a sequence another flush had used.
+    ranges: dict[int, set[int]] = field(default_factory=dict)
+
+    def add(self, value: int) -> None:
+        self.highest = max(self.highest, value)
+        self.documents += 1
+        end = range_end_of(value)
+        if end is not None:
+            self.ranges.setdefault(sequence_of(value), set()).add(end)
+
+
+def scan_marks(marks: Iterable[Mapping[str, Any]], topic: str) -> dict[TP, MarksSeen]:
+    """Per partition of ``topic``, what the documents' ``_a`` fields (``marks``) hold."""
+    out: dict[TP, MarksSeen] = {}
+    for doc_marks in marks:
+        for key, value in doc_marks.items():
+            parsed = parse_mark_key(key)
+            if parsed is None or parsed[0] != topic or not isinstance(value, int):
+                continue
+            out.setdefault((topic, parsed[1]), MarksSeen()).add(value)
+    return out
+
+
+@dataclass(frozen=True)
+class RebuildRow:
+    """One partition: its ledger, the highest mark stored for it, and the ledger it rebuilds to."""
+
+    topic: str
+    partition: int
+    ledger_next: int | None
+    ledger_seq: int | None
+    highest_seq: int
+    documents: int
+    new_next: int | None
+    new_seq: int | None
+    #: Why nothing is rebuilt (``None``: it can be).
+    refused: str | None = None
+
+    def text(self) -> str:
+        """One line for the terminal."""
+        line = (
+            f"{self.topic}[{self.partition}] ledger next={self.ledger_next} seq={self.ledger_seq}; "
+            f"documents hold flushes up to {self.highest_seq} ({self.documents} marks)"
+        )
+        if self.refused:
+            return f"{line}  REFUSED: {self.refused}"
+        return f"{line}  -> next={self.new_next} seq={self.new_seq}"
+
+
+def plan_row(
+    tp: TP, seen: MarksSeen, ledger: Mapping[str, Any] | None, committed: int | None, log_end: int
+) -> RebuildRow:
+    """The ledger a partition rebuilds to from what its documents hold (pure).
+
+    The position is the highest mark's range end: its low bits are stored, its high bits are
+    those of the end closest to Kafka's committed offset (or the ledger's position without one).
+    """
+    ledger = ledger or {}
+    next_, seq = ledger.get("next"), ledger.get("seq")
+    top = sequence_of(seen.highest)
+
+    def row(new_next: int | None, new_seq: int | None, refused: str | None = None) -> RebuildRow:
+        return RebuildRow(
+            tp[0],
+            tp[1],
+            next_,
+            None if seq is None else int(seq),
+            top,
+            seen.documents,
+            new_next,
+            new_seq,
+            refused,
+        )
+
+    twice = sorted(s for s, ends in seen.ranges.items() if len(ends) > 1)
+    if twice:
+        return row(
+            None,
+            None,
+            f"documents hold two ranges under flush {twice[-1]}: a flush was written over documents a "
+            "ledger behind them had already counted, and their counts cannot be told apart; restore the "
+            "documents and the ledgers from one backup, or recount (docs/operations.md)",
+        )
+    low = range_end_of(seen.highest)
+    if low is None:
+        return row(
+            None,
+            None,
+            "the highest mark was written before marks carried their flush's range: its position "
+            "cannot be read from it",
+        )
+    base = committed if committed is not None else next_
+    if base is None:
+        return row(
+            None, None, "neither Kafka nor the ledger holds a position to read the range's end against"
+        )
+    end = base + ((low - base) % (1 << RANGE_BITS))
+    if end - base > HALF_SPAN:
+        end -= 1 << RANGE_BITS
+    if not 0 <= end <= log_end:
+        return row(None, None, f"the documents' position {end} lies outside Kafka's log (ends at {log_end})")
+    return row(end, max(int(seq or 0), top))
+
+
+async def collect_marks(db: AsyncDatabase[dict[str, Any]], topic: str) -> dict[TP, MarksSeen]:
+    """Every mark of ``topic`` stored in the database's collections (one scan of each)."""
+
+    async def marks() -> list[Mapping[str, Any]]:
+        out: list[Mapping[str, Any]] = []
+        for name in sorted(await db.list_collection_names()):
+            if name.startswith(("preagg_", "system.")):
+                continue
+            async for d in db[name].find({MARKS: {"$exists": True}}, {MARKS: 1}):
+                if isinstance(d.get(MARKS), Mapping):
+                    out.append(d[MARKS])
+        return out
+
+    return scan_marks(await marks(), topic)
+
+
+async def plan(
+    settings: Settings, db: AsyncDatabase[dict[str, Any]], topic: str, partition: int | None
+) -> list[RebuildRow]:
+    """Each partition of ``topic`` whose documents hold marks: its ledger and what it rebuilds to."""
+    seen = await collect_marks(db, topic)
+    if partition is not None:
+        seen = {tp: s for tp, s in seen.items() if tp[1] == partition}
+    conn = KafkaConnection.of(settings)
+    kafka = await group_positions(conn, settings.group_id, sorted(seen))
+    rows = []
+    async with PartitionProbe(conn) as probe:
+        for tp, s in sorted(seen.items()):
+            ledger = await db[OFFSETS_COLLECTION].find_one({"_id": offset_id(settings.group_id, *tp)})
+            bounds = await probe.look(tp[0], tp[1], 0)
+            rows.append(plan_row(tp, s, ledger, kafka[tp][0], bounds.log_end))
+    return rows
+
+
+async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: list[RebuildRow]) -> None:
+    """Write each rebuildable row's ledger: position, sequence, the record before it; the hold and any
+    flush cut short dropped (its range is counted from the new position)."""
+    now = time.time()
+    async with PartitionProbe(KafkaConnection.of(settings)) as probe:
+        for r in rows:
+            if r.refused or r.new_next is None or r.new_seq is None:
+                continue
+            last = None
+            if r.new_next > 0:
+                before = await probe.look(r.topic, r.partition, r.new_next - 1)
+                if before.first is not None and before.first[0] == r.new_next - 1:
+                    last = Fingerprint(*before.first)
+            update: dict[str, Any] = {
+                "$set": {
+                    "group": settings.group_id,
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "next": r.new_next,
+                    "seq": r.new_seq,
+                    "flush": f"rebuild-{uuid.uuid4().hex}",
+                    "at": now,
+                    "worker": "preagg positions rebuild",
+                    "rebuilt": {
+                        "at": now,
+                        "from": {"next": r.ledger_next, "seq": r.ledger_seq},
+                        "to": {"next": r.new_next, "seq": r.new_seq},
+                    },
+                },
+                "$unset": {"pending": "", "diverged": "", BEHIND: ""},
+            }
+            if last is not None:
+                update["$set"]["last"] = last.as_doc()
+            else:
+                update["$unset"]["last"] = ""
+            await db[OFFSETS_COLLECTION].update_one(
+                {"_id": offset_id(settings.group_id, r.topic, r.partition)}, update, upsert=True
+            )
