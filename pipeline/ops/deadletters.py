@@ -26,12 +26,13 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiokafka import ConsumerRecord, TopicPartition
+from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
@@ -50,9 +51,13 @@ from pipeline.ops.replay_recovery import (
     sent_since,
 )
 from pipeline.settings import Settings
+from pipeline.store.errors import check_durable
 from pipeline.store.meta import META_COLLECTION
+from pipeline.store.reads import find_in
 
 log = logging.getLogger("preagg.deadletters")
+
+T = TypeVar("T")
 
 #: Seconds without a new record after which a partition whose end is unknown counts as read.
 IDLE_SECONDS = 10.0
@@ -100,13 +105,20 @@ async def load_progress(db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str
 
 
 async def save_pending(
-    db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str, marks: Marks, run: str = ""
+    db: AsyncDatabase[dict[str, Any]],
+    dlq: str,
+    reason: str,
+    marks: Marks,
+    run: str = "",
+    session: AsyncClientSession | None = None,
 ) -> None:
     """Before sending: where the target topics end, for a next run to read back from."""
     update: dict[str, Any] = {"$set": {"pending": marks_to_doc(marks)}}
     if run:
         update["$addToSet"] = {"pending_runs": run}
-    await db[META_COLLECTION].update_one({"_id": progress_id(dlq, reason)}, update, upsert=True)
+    await db[META_COLLECTION].update_one(
+        {"_id": progress_id(dlq, reason)}, update, upsert=True, session=session
+    )
 
 
 def claim_id(reason: str, key: str) -> str:
@@ -114,17 +126,37 @@ def claim_id(reason: str, key: str) -> str:
     return f"{reason}|{key}"
 
 
-async def claim(db: AsyncDatabase[dict[str, Any]], reason: str, keys: Iterable[str], run: str) -> set[str]:
-    """Claim each natural key for this run; the keys claimed now (the others were replayed before)."""
+async def claim(
+    db: AsyncDatabase[dict[str, Any]],
+    reason: str,
+    keys: Iterable[str],
+    run: str,
+    session: AsyncClientSession | None = None,
+) -> set[str]:
+    """Claim each natural key for this run; the keys claimed now (the others were replayed before).
+
+    In a session (the lease's fenced transaction) the existing claims are read first and only the
+    others inserted: a duplicate key would abort the transaction. Outside one, the inserts' duplicate
+    keys say which were claimed before.
+    """
     wanted = list(dict.fromkeys(keys))
     if not wanted:
         return set()
     now = time.time()
-    docs = [{"_id": claim_id(reason, k), "run": run, "at": now} for k in wanted]
+    coll = db[REPLAYED_COLLECTION]
     taken: set[str] = set()
+    if session is not None:
+        ids = {claim_id(reason, k): k for k in wanted}
+        taken = {ids[d["_id"]] async for d in find_in(coll, ids, session=session, projection={"_id": 1})}
+        fresh = [{"_id": claim_id(reason, k), "run": run, "at": now} for k in wanted if k not in taken]
+        if fresh:
+            await coll.insert_many(fresh, ordered=False, session=session)
+        return set(wanted) - taken
+    docs = [{"_id": claim_id(reason, k), "run": run, "at": now} for k in wanted]
     try:
-        await db[REPLAYED_COLLECTION].insert_many(docs, ordered=False)
+        await coll.insert_many(docs, ordered=False)
     except BulkWriteError as exc:
+        check_durable(exc, "a replay's claims")
         for e in exc.details.get("writeErrors", []):
             if e.get("code") != 11000:
                 raise
@@ -133,29 +165,39 @@ async def claim(db: AsyncDatabase[dict[str, Any]], reason: str, keys: Iterable[s
 
 
 async def release_unsent(
-    db: AsyncDatabase[dict[str, Any]], reason: str, runs: Sequence[str], sent_keys: set[str]
+    db: AsyncDatabase[dict[str, Any]],
+    reason: str,
+    runs: Sequence[str],
+    sent_keys: set[str],
+    session: AsyncClientSession | None = None,
 ) -> int:
     """Drop the claims of runs cut short whose events the read-back did not find sent."""
     coll = db[REPLAYED_COLLECTION]
     prefix = f"{reason}|"
     unsent = [
         d["_id"]
-        async for d in coll.find({"run": {"$in": list(runs)}}, {"_id": 1})
+        async for d in coll.find({"run": {"$in": list(runs)}}, {"_id": 1}, session=session)
         if d["_id"].startswith(prefix) and d["_id"][len(prefix) :] not in sent_keys
     ]
     if unsent:
-        await coll.delete_many({"_id": {"$in": unsent}})
+        await coll.delete_many({"_id": {"$in": unsent}}, session=session)
     return len(unsent)
 
 
 async def save_progress(
-    db: AsyncDatabase[dict[str, Any]], dlq: str, reason: str, positions: dict[int, int]
+    db: AsyncDatabase[dict[str, Any]],
+    dlq: str,
+    reason: str,
+    positions: dict[int, int],
+    session: AsyncClientSession | None = None,
 ) -> None:
     """After sending: how far this replay read; nothing is pending any more."""
     update: dict[str, Any] = {"$unset": {"pending": "", "pending_runs": ""}}
     if positions:
         update["$set"] = {f"next.{p}": n for p, n in positions.items()}
-    await db[META_COLLECTION].update_one({"_id": progress_id(dlq, reason)}, update, upsert=True)
+    await db[META_COLLECTION].update_one(
+        {"_id": progress_id(dlq, reason)}, update, upsert=True, session=session
+    )
 
 
 async def read_dead_letters(
@@ -239,13 +281,19 @@ async def _replay(
         if lease is not None:
             await lease.take()
 
+    async def fenced(write: Callable[[AsyncClientSession | None], Awaitable[T]]) -> T:
+        """A write under the lease (refused once another run took it over); a dry run has none."""
+        if lease is None:
+            return await write(None)
+        return await lease.fenced(write)
+
     dlq = settings.deadletter_topic
     progress = await load_progress(db, dlq, reason)
     already = await sent_since(settings, progress.pending) if progress.pending else set()
     sent_keys = {s[len(KEY_PREFIX) :] for s in already if s.startswith(KEY_PREFIX)}
     if progress.runs and not dry_run:
         await renew()
-        await release_unsent(db, reason, progress.runs, sent_keys)
+        await fenced(lambda s: release_unsent(db, reason, progress.runs, sent_keys, s))
     records, positions = await read_dead_letters(settings, progress.next)
     out = Replay(read=len(records), positions=positions)
     picked: dict[str, list[dict[str, Any]]] = {}
@@ -276,10 +324,14 @@ async def _replay(
     if picked:
         run = uuid.uuid4().hex
         await renew()
-        await save_pending(
-            db, dlq, reason, merge_marks(progress.pending, await end_marks(settings, picked)), run
-        )
-        claimed = await claim(db, reason, (natural_key(r) for recs in picked.values() for r in recs), run)
+        marks = merge_marks(progress.pending, await end_marks(settings, picked))
+        keys = [natural_key(r) for recs in picked.values() for r in recs]
+
+        async def pend_and_claim(session: AsyncClientSession | None) -> set[str]:
+            await save_pending(db, dlq, reason, marks, run, session)
+            return await claim(db, reason, keys, run, session)
+
+        claimed = await fenced(pend_and_claim)
         for t in list(picked):
             kept = [r for r in picked[t] if natural_key(r) in claimed]
             out.duplicates += len(picked[t]) - len(kept)  # replayed by an earlier run
@@ -296,5 +348,5 @@ async def _replay(
         if fault is not None:
             fault("replay-sent")
     if positions or progress.pending:
-        await asyncio.shield(save_progress(db, dlq, reason, positions))
+        await asyncio.shield(fenced(lambda s: save_progress(db, dlq, reason, positions, s)))
     return out
