@@ -20,6 +20,7 @@ import asyncio
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,8 @@ class ChaosReport:
     scale_downs: int = 0
     seconds: float = 0.0
     mismatches: list[str] = field(default_factory=list)
+    #: The hits' truth the drill audited against (per site, page and minute).
+    truth: Counter[tuple[str, str, int]] = field(default_factory=Counter)
 
     @property
     def faults(self) -> int:
@@ -136,6 +139,7 @@ def run_chaos(
     rng = random.Random(seed)
     traffic = generate(events, end=time.time(), days=2, seed=seed, late_share=0.1, bad_share=0.01)
     report = ChaosReport(seed, len(traffic.lines), traffic.valid, sum(traffic.bad.values()))
+    report.truth = traffic.per_minute
     began = time.monotonic()
     crew = Crew(settings, report, say)
     producer = threading.Thread(

@@ -24,6 +24,14 @@ from dataclasses import dataclass, field
 from pipeline.ops.ledger import read_ledger
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
+from pipeline.testing.boundaries import (
+    Boundaries,
+    draw_boundaries,
+    lag_then_failover,
+    ledger_drill,
+    mongos_keys,
+    paused_lease_drill,
+)
 from pipeline.testing.chaos import ChaosReport, run_chaos
 from pipeline.testing.kinds_truth import (
     OtherKinds,
@@ -47,6 +55,7 @@ class ScheduleReport:
     seed: int
     rates: FaultRates
     chaos: ChaosReport
+    boundaries: Boundaries | None = None
     #: Store answers the proxy played, by fault.
     injected: Counter[str] = field(default_factory=Counter)
     mismatches: list[str] = field(default_factory=list)
@@ -79,6 +88,7 @@ def run_schedule(
     duration: float = 12.0,
     say: Callable[[str], None] = lambda s: None,
     other_events: int = 2_000,
+    boundaries: bool = True,
 ) -> ScheduleReport:
     """One schedule on ``settings`` (fresh topics, group and database expected; the store's own URL).
 
@@ -89,21 +99,34 @@ def run_schedule(
     """
     upstream = settings.mongo_url or ""
     rates = draw_rates(seed)
+    edges = draw_boundaries(seed) if boundaries else None
     others = generate_other_kinds(seed, other_events)
     if other_events:
         asyncio.run(produce_other_kinds(settings, others))
     proxy = MongoFaultProxy(upstream, rates, seed=seed).start()
+    injected: Counter[str] = Counter()
+    mismatches: list[str] = []
     try:
         say(
             f"rates: rival insert {rates.rival_insert}, lost answer {rates.lost_reply}, "
-            f"bulk cut by a step-down {rates.partial_bulk}, slow {rates.slow}"
+            f"bulk cut by a step-down {rates.partial_bulk}, slow {rates.slow}; boundaries: {edges}"
         )
+        if edges is not None and edges.mongos:
+            proxy.mongos = mongos_keys(settings)
+        if edges is not None and edges.lag is not None:
+            lag_then_failover(proxy, *edges.lag, say)
         through = settings.with_(mongo_url=proxy.url)
         topics = [settings.topic(k) for k in ("hits", *others.lines())]
         chaos = run_chaos(through, seed, events, duration, pack=20, say=say, topics=topics)
+        mismatches += chaos.mismatches
+        if edges is not None and edges.ledger is not None and not mismatches:
+            mismatches += ledger_drill(settings, through, chaos.truth, edges.ledger, seed, say, injected)
+        if edges is not None and edges.lease:
+            mismatches += paused_lease_drill(through, injected)
     finally:
         proxy.stop()
-    report = ScheduleReport(seed, rates, chaos, Counter(proxy.injected), list(chaos.mismatches))
+    injected.update(proxy.injected)
+    report = ScheduleReport(seed, rates, chaos, edges, injected, mismatches)
     report.mismatches += asyncio.run(_audit(settings, others if other_events else None))
     return report
 
