@@ -620,15 +620,20 @@ def build_parser() -> argparse.ArgumentParser:
     su.set_defaults(func=cmd_setup)
 
     pos = sub.add_parser(
-        "positions", help="the ledgers' positions against Kafka's logs; reset them; adopt another group's"
+        "positions",
+        help="the ledgers' positions against Kafka's logs; reset them; adopt another group's; rebuild "
+        "them from the documents' marks; acknowledge offsets lost before counting",
     )
     pos.add_argument("action", choices=["show", "reset", "adopt", "rebuild", "acknowledge"])
-    pos.add_argument("--topic", help="the topic (show/reset: required; adopt: default every stream topic)")
+    pos.add_argument(
+        "--topic",
+        help="the topic (show/reset/rebuild/acknowledge: required; adopt: default every stream topic)",
+    )
     pos.add_argument("--from-group", help="adopt: the consumer group whose ledgers this group takes over")
     pos.add_argument("--partition", type=int, help="one partition (default: all)")
     pos.add_argument("--to", help="reset: earliest, latest or an offset")
     pos.add_argument(
-        "--apply", action="store_true", help="reset/adopt: write the change (default: a dry run)"
+        "--apply", action="store_true", help="reset/adopt/rebuild: write the change (default: a dry run)"
     )
     pos.set_defaults(func=cmd_positions)
 

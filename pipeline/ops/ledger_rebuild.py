@@ -15,7 +15,6 @@ interval. What the marks cannot decide is refused, with the reason.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,12 +22,12 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.commit import TP
-from pipeline.core.incarnation import Fingerprint
 from pipeline.core.marks import MARKS, RANGE_BITS, parse_mark_key, range_end_of, sequence_of
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe, group_positions
+from pipeline.ops.positions import move_ledger, record_before
 from pipeline.settings import Settings
-from pipeline.store.offsets import BEHIND, OFFSETS_COLLECTION, offset_id
+from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
 
 #: Half the span a mark's range bits cover: the end is the one closest to Kafka's committed offset.
 HALF_SPAN = 1 << (RANGE_BITS - 1)
@@ -182,38 +181,15 @@ async def plan(
 async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: list[RebuildRow]) -> None:
     """Write each rebuildable row's ledger: position, sequence, the record before it; the hold and any
     flush cut short dropped (its range is counted from the new position)."""
-    now = time.time()
     async with PartitionProbe(KafkaConnection.of(settings)) as probe:
         for r in rows:
             if r.refused or r.new_next is None or r.new_seq is None:
                 continue
-            last = None
-            if r.new_next > 0:
-                before = await probe.look(r.topic, r.partition, r.new_next - 1)
-                if before.first is not None and before.first[0] == r.new_next - 1:
-                    last = Fingerprint(*before.first)
-            update: dict[str, Any] = {
-                "$set": {
-                    "group": settings.group_id,
-                    "topic": r.topic,
-                    "partition": r.partition,
-                    "next": r.new_next,
-                    "seq": r.new_seq,
-                    "flush": f"rebuild-{uuid.uuid4().hex}",
-                    "at": now,
-                    "worker": "preagg positions rebuild",
-                    "rebuilt": {
-                        "at": now,
-                        "from": {"next": r.ledger_next, "seq": r.ledger_seq},
-                        "to": {"next": r.new_next, "seq": r.new_seq},
-                    },
-                },
-                "$unset": {"pending": "", "diverged": "", BEHIND: ""},
+            last = await record_before(probe, r.topic, r.partition, r.new_next)
+            rebuilt = {
+                "at": time.time(),
+                "from": {"next": r.ledger_next, "seq": r.ledger_seq},
+                "to": {"next": r.new_next, "seq": r.new_seq},
             }
-            if last is not None:
-                update["$set"]["last"] = last.as_doc()
-            else:
-                update["$unset"]["last"] = ""
-            await db[OFFSETS_COLLECTION].update_one(
-                {"_id": offset_id(settings.group_id, r.topic, r.partition)}, update, upsert=True
-            )
+            changes = {"seq": r.new_seq, "rebuilt": rebuilt}
+            await move_ledger(settings, db, (r.topic, r.partition), r.new_next, last, "rebuild", changes)

@@ -11,6 +11,7 @@ workers holding the partition notice and restart from the new position.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from pipeline.core.incarnation import Fingerprint
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe, commit_group_offsets
 from pipeline.settings import Settings
-from pipeline.store.offsets import LOST, OFFSETS_COLLECTION, offset_id
+from pipeline.store.offsets import BEHIND, LOST, OFFSETS_COLLECTION, offset_id
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,19 @@ class PositionRow:
         if self.diverged:
             line += f"  DIVERGED: {self.diverged}"
         return line
+
+
+async def record_before(
+    probe: PartitionProbe, topic: str, partition: int, position: int
+) -> Fingerprint | None:
+    """The fingerprint of the record just before ``position`` (``None``: none there), which a ledger
+    moved to ``position`` keeps as its ``last`` for the incarnation check."""
+    if position <= 0:
+        return None
+    before = await probe.look(topic, partition, position - 1)
+    if before.first is not None and before.first[0] == position - 1:
+        return Fingerprint(*before.first)
+    return None
 
 
 def target(to: str, start: int, end: int) -> int:
@@ -90,9 +104,7 @@ async def show(
             if to is not None:
                 new_next = target(to, bounds.log_start, bounds.log_end)
                 if new_next > bounds.log_start:
-                    before = await probe.look(topic, p, new_next - 1)
-                    if before.first is not None and before.first[0] == new_next - 1:
-                        new_last = Fingerprint(*before.first)
+                    new_last = await record_before(probe, topic, p, new_next)
             rows.append(
                 PositionRow(
                     topic,
@@ -108,34 +120,47 @@ async def show(
     return rows
 
 
+async def move_ledger(
+    settings: Settings,
+    db: AsyncDatabase[dict[str, Any]],
+    tp: tuple[str, int],
+    position: int,
+    last: Fingerprint | None,
+    by: str,
+    changes: dict[str, Any],
+) -> None:
+    """An operator's move of a partition's ledger to ``position`` (``by``: the command, ``changes``:
+    what else it sets). A flush cut short there is given up with the old position, and a hold
+    (diverged, behind) is cleared: the new position is counted with a sequence above every mark
+    the cut-short flush may have left."""
+    now = time.time()
+    update: dict[str, Any] = {
+        "$set": {
+            "group": settings.group_id,
+            "topic": tp[0],
+            "partition": tp[1],
+            "next": position,
+            "flush": f"{by}-{uuid.uuid4().hex}",
+            "at": now,
+            "worker": f"preagg positions {by}",
+            **changes,
+        },
+        "$unset": {"diverged": "", "pending": "", BEHIND: ""},
+    }
+    if last is not None:
+        update["$set"]["last"] = last.as_doc()
+    else:
+        update["$unset"]["last"] = ""
+    await db[OFFSETS_COLLECTION].update_one({"_id": offset_id(settings.group_id, *tp)}, update, upsert=True)
+
+
 async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: list[PositionRow]) -> None:
     """Move each row's ledger to its ``new_next`` and clear its ``diverged`` mark."""
-    now = time.time()
     for r in rows:
         if r.new_next is None:
             continue
-        update: dict[str, Any] = {
-            "$set": {
-                "group": settings.group_id,
-                "topic": r.topic,
-                "partition": r.partition,
-                "next": r.new_next,
-                "flush": f"reset-{uuid.uuid4().hex}",
-                "at": now,
-                "worker": "preagg positions reset",
-                "reset": {"at": now, "from": r.ledger_next, "to": r.new_next},
-            },
-            # A flush cut short there is given up with the old position: the new one is counted
-            # with the next sequence, above every mark the cut-short flush may have left.
-            "$unset": {"diverged": "", "pending": ""},
-        }
-        if r.new_last is not None:
-            update["$set"]["last"] = r.new_last.as_doc()
-        else:
-            update["$unset"]["last"] = ""
-        await db[OFFSETS_COLLECTION].update_one(
-            {"_id": offset_id(settings.group_id, r.topic, r.partition)}, update, upsert=True
-        )
+        reset = {"reset": {"at": time.time(), "from": r.ledger_next, "to": r.new_next}}
+        await move_ledger(settings, db, (r.topic, r.partition), r.new_next, r.new_last, "reset", reset)
 
 
 async def follow_in_kafka(settings: Settings, offsets: Mapping[tuple[str, int], int]) -> str:
@@ -145,6 +170,9 @@ async def follow_in_kafka(settings: Settings, offsets: Mapping[tuple[str, int], 
     commit from outside the group only while the group has no member: with workers running it is
     refused, and the workers point Kafka at the ledgers themselves when they restart on the reset.
     """
+    coordinator = logging.getLogger("aiokafka.consumer.group_coordinator")
+    level = coordinator.level
+    coordinator.setLevel(logging.CRITICAL)  # its own line for a refusal would repeat ours
     try:
         await commit_group_offsets(KafkaConnection.of(settings), settings.group_id, offsets)
     except Exception as exc:  # a live group refuses it; the workers' restart does it then
@@ -152,6 +180,8 @@ async def follow_in_kafka(settings: Settings, offsets: Mapping[tuple[str, int], 
             f"Kafka's committed offsets are unchanged ({type(exc).__name__}: {str(exc)[:160]}; workers of "
             "the group running?); they point them at these positions when they restart"
         )
+    finally:
+        coordinator.setLevel(level)
     return f"Kafka's committed offsets of group {settings.group_id} now equal these positions"
 
 

@@ -40,8 +40,9 @@ from pipeline.testing.traffic import generate
 class Boundaries:
     """The boundary faults of one schedule."""
 
-    #: Seconds into the drill the hits collections' shard starts to lag, and for how long (``None``: no lag).
-    lag: tuple[float, float] | None
+    #: The hits collections' write at which their shard starts to lag, and how many lagged writes
+    #: it answers before the failover (``None``: no lag).
+    lag: tuple[int, int] | None
     #: The store answers as a mongos reached directly.
     mongos: bool
     #: ``"deleted"``, ``"restored"`` (older than the documents) or ``None``.
@@ -55,7 +56,7 @@ def draw_boundaries(seed: int) -> Boundaries:
     rng = random.Random(f"boundaries-{seed}")
     odd = seed % 2 == 1
     return Boundaries(
-        lag=(rng.uniform(1.0, 4.0), rng.uniform(3.0, 6.0)) if odd else None,
+        lag=(rng.randint(1, 12), rng.randint(2, 6)) if odd else None,
         mongos=not odd,
         ledger=("deleted", "restored")[seed // 2 % 2] if odd or rng.random() < 0.5 else None,
         lease=not odd,
@@ -73,16 +74,20 @@ def mongos_keys(settings: Settings) -> dict[str, tuple[str, ...]]:
 
 
 def lag_then_failover(
-    proxy: MongoFaultProxy, start: float, length: float, say: Callable[[str], None]
+    proxy: MongoFaultProxy, start: int, answered: int, say: Callable[[str], None], timeout: float = 120.0
 ) -> threading.Thread:
-    """In a thread: after ``start`` s the hits shard lags for ``length`` s, then fails over."""
+    """The hits shard lags from its ``start``-th write; in a thread, once ``answered`` lagged writes
+    were answered with a write concern error (or ``timeout`` s passed), it fails over."""
+    proxy.lag_after(start, hits_collections)
 
     def run() -> None:
-        time.sleep(start)
-        proxy.lag(hits_collections)
-        say(f"the hits shard lags (writes applied, answered wtimeout) for {length:.1f}s")
-        time.sleep(length)
-        say(f"failover: {proxy.failover()} unreplicated documents rolled back")
+        deadline = time.monotonic() + timeout
+        while proxy.injected["write_concern_error"] < answered and time.monotonic() < deadline:
+            time.sleep(0.1)
+        say(
+            f"the hits shard lagged from its write {start} (writes applied, answered wtimeout: "
+            f"{proxy.injected['write_concern_error']}); failover: {proxy.failover()} documents rolled back"
+        )
 
     thread = threading.Thread(target=run, name="lagging-shard", daemon=True)
     thread.start()

@@ -252,6 +252,17 @@ class MongoFaultProxy:
         self.preimages: dict[tuple[str, str, Any], dict[str, Any] | None] = {}
         #: Answer as a mongos whose sharded collections have these shard keys (``None``: as the store).
         self.mongos: dict[str, tuple[str, ...]] | None = None
+        #: Writes forwarded and not answered yet, by (connection, request id).
+        self.in_flight: set[tuple[int, int]] = set()
+        #: The lagged ones among them (answered with a write concern error).
+        self.lagged_in_flight: set[tuple[int, int]] = set()
+        #: While a failover rolls the lagged writes back, new writes wait (for the new primary).
+        self.failing_over = False
+        #: Writes seen to the collections a lag is armed for, and the write it starts at.
+        self.collection_writes = 0
+        self.lag_armed: tuple[int, Callable[[str], bool]] | None = None
+        #: Those in flight when the lag began: replicated, so pre-images are read after them.
+        self.replicated_before: set[tuple[int, int]] = set()
         #: Cursors opened by majority reads of lagging collections: their later batches are rewritten too.
         self.majority_cursors: dict[int, tuple[str, str]] = {}
 
@@ -276,22 +287,45 @@ class MongoFaultProxy:
             self._thread.join(10)
 
     def lag(self, collections: Callable[[str], bool]) -> None:
-        """From now on the shard of ``collections`` lags: their writes apply unreplicated."""
+        """From now on the shard of ``collections`` lags: their writes apply unreplicated.
+
+        Writes forwarded before now are replicated: the first lagged write's pre-images are read
+        once every one of them has been answered (:meth:`capture` waits), else a write still in
+        flight would land after the pre-image was read and be rolled back with the lagged ones.
+        """
+        self.replicated_before = set(self.in_flight)
         self.lagging = collections
 
-    def failover(self, settle: float = 0.5) -> int:
+    def lag_after(self, writes: int, collections: Callable[[str], bool]) -> None:
+        """The shard of ``collections`` starts to lag at their ``writes``-th write from now (counted
+        in writes, not seconds: a schedule meets the lag whatever the machine's speed)."""
+        self.lag_armed = (self.collection_writes + writes, collections)
+
+    def failover(self, settle: float = 10.0) -> int:
         """The lagging shard's primary fails over: every write since :meth:`lag` is rolled back
         (each document put back as it was before its first lagged write); the number rolled back.
 
-        Writes already forwarded land first (``settle`` seconds), as on the old primary before it
-        stepped down; later writes go to the new primary, which has no lag.
+        Lagged writes already forwarded land first (up to ``settle`` seconds), as on the old
+        primary before it stepped down; writes sent meanwhile wait for the new primary (they
+        would otherwise land before the rollback and be rolled back with the lagged ones, though
+        answered as durable), which has no lag.
         """
-        self.lagging = None
         loop = self._loop
         assert loop is not None
 
         async def roll_back() -> int:
-            await asyncio.sleep(settle)
+            self.failing_over = True
+            try:
+                for _ in range(int(settle / 0.05)):
+                    if not self.lagged_in_flight & self.in_flight:
+                        break
+                    await asyncio.sleep(0.05)
+                return await restore()
+            finally:
+                self.lagging = None
+                self.failing_over = False
+
+        async def restore() -> int:
             assert self._rival is not None
             images, self.preimages = self.preimages, {}
             self.majority_cursors.clear()
@@ -308,6 +342,10 @@ class MongoFaultProxy:
     async def capture(self, db: str, collection: str, ids: list[Any], queries: list[dict[str, Any]]) -> None:
         """Remember the documents a lagged write is about to touch, as the majority has them."""
         assert self._rival is not None
+        for _ in range(200):  # writes forwarded before the lag land first (10 s at most)
+            if not self.replicated_before & self.in_flight:
+                break
+            await asyncio.sleep(0.05)
         coll = self._rival[db][collection]
         for _id in ids:
             if (db, collection, _id) not in self.preimages:
@@ -454,6 +492,8 @@ class _Connection:
         while True:
             header, data = await _read_message(self.sreader)
             _, request_id, response_to, op = HEADER.unpack(header)
+            self.proxy.in_flight.discard((id(self), response_to))
+            self.proxy.lagged_in_flight.discard((id(self), response_to))
             if response_to in self.lose:
                 self.lose.discard(response_to)
                 self.proxy.injected["lost_reply"] += 1
@@ -536,6 +576,13 @@ class _Connection:
             if level == "majority":
                 self.majority[msg.request_id] = (db, collection)
             return
+        armed = self.proxy.lag_armed
+        if armed is not None and command in WRITES and not in_txn and armed[1](collection):
+            self.proxy.collection_writes += 1
+            if self.proxy.collection_writes >= armed[0]:
+                self.proxy.lag_armed = None
+                self.proxy.lag(armed[1])
+                lagging = self.proxy.lagging
         if lagging is None or in_txn or command not in WRITES or not lagging(collection):
             return
         ids: list[Any] = []
@@ -555,6 +602,7 @@ class _Connection:
                     queries.append(q)
         await self.proxy.capture(db, collection, ids, queries)
         self.unreplicated.add(msg.request_id)
+        self.proxy.lagged_in_flight.add((id(self), msg.request_id))
 
     async def _outgoing(self, msg: Msg) -> bytes | None:
         """The altered request to forward, :data:`ANSWERED` when the proxy answered it, ``None``: as sent."""
@@ -562,6 +610,10 @@ class _Connection:
         command = next(iter(body), "")
         rates = self.proxy.rates
         in_txn = body.get("autocommit") is False
+        if command in WRITES:
+            while self.proxy.failing_over:  # no primary while it fails over
+                await asyncio.sleep(0.02)
+            self.proxy.in_flight.add((id(self), msg.request_id))
         await self._lagged(msg, command, in_txn)
         if self.proxy.mongos is not None:
             if command in ("enableSharding", "shardCollection"):
@@ -684,6 +736,7 @@ class _Connection:
         return msg.encode()
 
     def _answer(self, request: Msg, body: dict[str, Any]) -> None:
+        self.proxy.in_flight.discard((id(self), request.request_id))
         reply = Msg(self.proxy.next_reply_id(), request.request_id, 0, body, {})
         self.cwriter.write(reply.encode())
 

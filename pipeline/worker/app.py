@@ -62,6 +62,29 @@ log = logging.getLogger("preagg.worker")
 UNBOUNDED = 1 << 62
 
 
+async def retried(
+    op: Callable[[], Awaitable[object]],
+    what: str,
+    errors: type[Exception] | tuple[type[Exception], ...],
+    attempts: int | None = None,
+) -> bool:
+    """Run ``op`` until it succeeds (``True``), each failure logged and backed off (1 s doubling to
+    30 s); after ``attempts`` failures (``None``: never) give up (``False``)."""
+    delay, failed = 1.0, 0
+    while True:
+        try:
+            await op()
+            return True
+        except errors as exc:
+            failed += 1
+            if attempts is not None and failed >= attempts:
+                log.warning("%s (%s: %s); giving up", what, type(exc).__name__, str(exc)[:200])
+                return False
+            log.warning("%s (%s: %s); retrying in %.0fs", what, type(exc).__name__, str(exc)[:200], delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+
 def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     """The worker's Faust app for the given (resolved) settings, and its flushers (one per stream)."""
     for name, near in unknown_variables(settings):  # a misspelt setting would keep its default unseen
@@ -180,20 +203,13 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     checking: list[asyncio.Future[None]] = []
 
     async def check_assignment(tps: list[tuple[str, int]]) -> None:
-        delay = 1.0
-        for _ in range(6):  # the store or the broker away: tried again, then left to the gap check
-            try:
-                await guard.at_assignment(tps)
-                return
-            except Exception as exc:
-                log.warning(
-                    "cannot compare the assigned partitions' ledgers with Kafka now (%s: %s); again in %.0fs",
-                    type(exc).__name__,
-                    str(exc)[:200],
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+        # The store or the broker away: tried again, then left to the gap check at a record.
+        await retried(
+            lambda: guard.at_assignment(tps),
+            "cannot compare the assigned partitions' ledgers with Kafka now",
+            Exception,
+            attempts=6,
+        )
 
     app.on_partitions_assigned.connect(cast(Any, on_assigned))
     bound_revoke_drain(app, flushers, settings.rebalance_timeout / 2)
@@ -203,20 +219,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     async def prepare() -> None:
         # The store may be down while the worker joins its group (a scale-up during an
         # outage): retried, logged, like every other store call, not a crash loop.
-        delay = 1.0
-        while True:
-            try:
-                await prepare_store(settings, client)
-                break
-            except PyMongoError as exc:
-                log.warning(
-                    "store not ready at start (%s: %s); retrying in %.0fs",
-                    type(exc).__name__,
-                    str(exc)[:200],
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+        await retried(lambda: prepare_store(settings, client), "store not ready at start", PyMongoError)
         STARTED.set()
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -16,7 +16,7 @@ from pipeline.ops.setup import shard_keys
 from pipeline.services.embedded import Endpoints
 from pipeline.settings import Settings
 from pipeline.testing.mongofault import FaultRates, MongoFaultProxy
-from pipeline.testing.traffic import generate
+from pipeline.testing.traffic import Traffic, generate
 from pipeline.worker.process import WorkerProcess
 
 from .helpers import audit_traffic, produce
@@ -36,6 +36,25 @@ def proxy(services: Endpoints) -> Iterator[MongoFaultProxy]:
 def hits_collections(name: str) -> bool:
     """The hits kind's documents (not the ledgers, the name store or the salt): the lagging shard's."""
     return name.startswith("hits_") and name != "hits_secrets"
+
+
+def counted_through(
+    settings: Settings, proxy: MongoFaultProxy, traffic: Traffic, name: str, during: Callable[[], None]
+) -> str:
+    """A worker through the proxy while ``during`` runs, until the group counted everything; the
+    audit of every counter must be clean. The worker's log."""
+    worker = WorkerProcess(settings.with_(mongo_url=proxy.url), name).start()
+    try:
+        during()
+        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
+    finally:
+        code = worker.terminate()
+    log = worker.log_path.read_text()
+    assert code in (0, 75), log[-3000:]
+    problems, events = audit_traffic(settings, traffic)
+    assert problems == [], problems[:10]
+    assert events == len(traffic.lines)
+    return log
 
 
 def wait_for(what: str, done: object, timeout: float = 180) -> None:
@@ -58,8 +77,8 @@ def test_writes_a_failover_rolls_back_are_written_again_not_counted(
     traffic = generate(1_600, end=time.time(), days=1, seed=55, bad_share=0.0)
     topic = settings.topic("hits")
     asyncio.run(produce(settings, traffic.lines[:1_000], pack=1))
-    worker = WorkerProcess(settings.with_(mongo_url=proxy.url), "lagged").start()
-    try:
+
+    def lag_then_failover() -> None:
         asyncio.run(wait_caught_up(settings, [topic], timeout=180))
         proxy.lag(hits_collections)
         asyncio.run(produce(settings, traffic.lines[1_000:], pack=1))
@@ -68,14 +87,8 @@ def test_writes_a_failover_rolls_back_are_written_again_not_counted(
             lambda: proxy.injected["write_concern_error_beside_duplicate"] >= 2,
         )
         assert proxy.failover() > 0
-        asyncio.run(wait_caught_up(settings, [topic], timeout=180))
-    finally:
-        code = worker.terminate()
-    log = worker.log_path.read_text()
-    assert code in (0, 75), log[-3000:]
-    problems, events = audit_traffic(settings, traffic)
-    assert problems == [], problems[:10]
-    assert events == len(traffic.lines)
+
+    log = counted_through(settings, proxy, traffic, "lagged", lag_then_failover)
     assert "no majority acknowledged it" in log
 
 
@@ -91,14 +104,5 @@ def test_a_mongos_behind_a_direct_connection_gets_its_shard_keys(
     settings = settings.with_(partitions=2)
     traffic = generate(400, end=time.time(), days=1, seed=61, bad_share=0.0)
     asyncio.run(produce(settings, traffic.lines, pack=1))
-    worker = WorkerProcess(settings.with_(mongo_url=proxy.url), "routed").start()
-    try:
-        asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120))
-    finally:
-        code = worker.terminate()
-    log = worker.log_path.read_text()
-    assert code in (0, 75), log[-3000:]
-    problems, events = audit_traffic(settings, traffic)
-    assert problems == [], problems[:10]
-    assert events == len(traffic.lines)
+    counted_through(settings, proxy, traffic, "routed", lambda: None)
     assert proxy.injected["shard_key_not_found"] == 0, proxy.injected
