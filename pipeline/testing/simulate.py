@@ -113,6 +113,7 @@ def run_schedule(
         )
         if edges is not None and edges.mongos:
             proxy.mongos = mongos_keys(settings)
+            injected["answered as a mongos"] += 1
         if edges is not None and edges.lag is not None:
             lag_then_failover(proxy, *edges.lag, say)
         through = settings.with_(mongo_url=proxy.url)
