@@ -43,7 +43,9 @@ def held_then_rebuilt(settings: Settings, before: int, expected: int) -> None:
     hold), rebuild, see every count exact (``expected``)."""
     topic = settings.topic("hits")
     web = free_port()
-    worker = WorkerProcess(settings.with_(web_port=web), "after", restart=True).start()
+    # Batches of 3 s: the range read again is one batch, never one of the old flushes' ranges by chance
+    # (one fetch a produce call would make each old flush again, rightly "applied", and hold nothing).
+    worker = WorkerProcess(settings.with_(web_port=web, flush_interval=3.0), "after", restart=True).start()
     try:
         wait_until(
             "the partition held back",
