@@ -196,6 +196,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             f.forget_positions(f.positions.assigned())
         if sink.exactly_once and assigned:
             # Not in the rebalance's callback: Kafka and the store are asked after it.
+            checking[:] = [t for t in checking if not t.done()]  # kept while running: not collected
             checking.append(
                 asyncio.ensure_future(check_assignment([(tp.topic, tp.partition) for tp in assigned]))
             )
