@@ -59,7 +59,7 @@ bench-relations: $(STAMP)  ## impressions throughput and sizes; Bloom relations 
 bench-listens: $(STAMP)  ## HLL accuracy and sizes, Last.fm through a worker, heard FPR, top-tags latency
 	$(PY) -m benchmarks.listens --out bench-results/listens.json
 
-bench-first-answer: $(STAMP) browser  ## a fresh clone's make demo, then make dashboard to its first chart in Chromium (issue 25)
+bench-first-answer: $(STAMP) browser  ## a fresh clone's make demo, then make dashboard to its first chart in Chromium
 	$(PY) -m benchmarks.first_answer --out bench-results/first-answer.json
 
 bench-seeds: $(STAMP)  ## the seed's PostgreSQL + hll design (Debian packages, own cluster, .venv-pg) next to preagg on Last.fm listens
@@ -108,7 +108,7 @@ docs-settings: $(STAMP)  ## rewrite docs/design.md's settings table from the set
 docs-map: $(STAMP)  ## rewrite docs/design.md's module map from the tree and the modules' docstrings
 	$(PY) -m pipeline.docs_map
 
-drill-stop-together: $(STAMP)  ## issue 42's wedge drill: two workers stopped at once (SIGTERM, kill -9) after a rebalance, then a third; recovered, wedged or miscounted per run
+drill-stop-together: $(STAMP)  ## the wedge drill: two workers stopped at once (SIGTERM, kill -9) after a rebalance, then a third; recovered, wedged or miscounted per run
 	$(PY) -m benchmarks.stop_together --runs 6 --out bench-results/stop_together.json
 
 chaos: $(STAMP)  ## kill -9 / injected crashes / scaling during ingest, 5 seeds; then the store down 90 s during a scale-up and one poison event per 1,000; mismatches must be 0

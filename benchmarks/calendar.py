@@ -1,4 +1,4 @@
-"""Local calendars and retention, side by side in one run on the embedded services (issue 16).
+"""Local calendars and retention, side by side in one run on the embedded services.
 
 1. The same 60 days of hits for a site in UTC and a site in Europe/Berlin (across the
    October DST change when the window holds it): drain time through one worker each,

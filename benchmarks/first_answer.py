@@ -1,4 +1,4 @@
-"""``make bench-first-answer``: a newcomer's time to a first answer (issue 25), from a fresh clone.
+"""``make bench-first-answer``: a newcomer's time to a first answer, from a fresh clone.
 
 1. ``git clone`` of this checkout into a temporary directory;
 2. ``make demo`` there, timed to its exit: creating ``.venv`` and installing the

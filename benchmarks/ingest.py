@@ -339,7 +339,7 @@ def main() -> None:
         )
         # Many live documents: 10,000 Zipf pages (50 sites x 200) over 50 minutes. A shape
         # where few documents are live hid that batches sealed at 2,000 documents rewrote
-        # each document every couple of events (issue 28): upserts are reported.
+        # each document every couple of events: upserts are reported.
         zipf, _ = peer_events(SHAPES["zipf10k"], args.single, time.time() - 3 * 3600)
         step(
             results,

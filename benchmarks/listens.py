@@ -124,7 +124,7 @@ def lastfm(base: Settings, queries: int) -> dict[str, Any] | None:
     docs = {key: stored[listen_id(*key)] for key in exact}
     real = {k: v for k, v in exact.items() if not str(k[0]).startswith("synthetic")}
     spec = settings.of(LISTENS).heard()
-    judged = judge(docs, real, f, spec)  # Last.fm's pairs (issue 29: <= 220 B)
+    judged = judge(docs, real, f, spec)  # Last.fm's pairs (<= 220 B)
     synthetic = judge(docs, {k: v for k, v in exact.items() if k not in real}, f, spec)
     tags_per_user: dict[Any, int] = defaultdict(int)
     for user, _ in exact:
@@ -155,7 +155,7 @@ def judge(
     """Stored documents against the truth: estimate error by size, bytes, heard misses and false positives.
 
     ``docs`` as PyMongo reads them (BinData of subtype 0 as ``bytes``). The Last.fm
-    step crashed here once (issue 29: the stored BinData filter went to the word-based
+    step crashed here once (the stored BinData filter went to the word-based
     check); ``tests/unit/test_bench_listens.py`` runs this on documents the aggregator wrote.
     """
     rng = random.Random(seed)

@@ -74,7 +74,7 @@ SHAPES = {
     "hot": Shape(3, 200, 10),
     "zipf10k": Shape(50, 200, 50),
     "zipf100k": Shape(500, 200, 50),
-    # issue 39's shape: 25 sites x 1,000 pages over 70 minutes (about 21,000 live pages).
+    # the long shape: 25 sites x 1,000 pages over 70 minutes (about 21,000 live pages).
     "long": Shape(25, 1000, 70),
     "many-sites": Shape(2000, 10, 60),
     "few-sites": Shape(2, 20_000, 60),
@@ -92,7 +92,7 @@ def generate(
     """``n`` hit events (keyed by site and page unless keyless) and the truth per (site, page, minute).
 
     ``visitors``: each event names one of that many people (Zipf-ranked, ``visitor`` field):
-    the unique-visitor sketches' cost (issue 40), with system ``preagg-novisitors`` for the
+    the unique-visitor sketches' cost, with system ``preagg-novisitors`` for the
     same events with the feature off.
     """
     rng = random.Random(seed)

@@ -1,4 +1,4 @@
-"""``make bench-seeds``: the seed's PostgreSQL + hll design and preagg on the same Last.fm listens (issue 29).
+"""``make bench-seeds``: the seed's PostgreSQL + hll design and preagg on the same Last.fm listens.
 
 PostgreSQL 15 and the ``hll`` extension come from Debian's packages (``apt-get``, as
 root or through sudo, as ``make browser`` installs Chromium); the cluster is this
@@ -294,7 +294,7 @@ def http_top_tags(settings: Settings, users: list[dict[str, Any]], reps: int) ->
     return latency_ms(times, digits=3)
 
 
-#: Distinct songs per (user, tag) and trials, for the estimate's error and bytes (issue 29, item 4).
+#: Distinct songs per (user, tag) and trials, for the estimate's error and bytes.
 SIZES = {100: 20, 1_000: 20, 10_000: 10, 100_000: 5, 1_000_000: 2}
 
 

@@ -1,4 +1,4 @@
-"""Issue 42's wedge drill (``make drill-stop-together``): two workers stopped at once, then a third.
+"""The wedge drill (``make drill-stop-together``): two workers stopped at once, then a third.
 
 Each run, on its own topic, group and database of one pair of embedded services, runs
 :func:`pipeline.testing.stop_together.stop_together` (SIGTERM or kill -9 to both at the same

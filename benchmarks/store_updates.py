@@ -1,7 +1,7 @@
 """What one document update costs the store, by document size and by statement shape.
 
 Why: a live flush writes each touched document once, so the store's rate of document
-updates bounds freshness at many live pages (issue 28). This measures that rate on
+updates bounds freshness at many live pages. This measures that rate on
 warm daily-hit-shaped documents (a few hours, N minute counters, the marks), updated
 the way a live flush updates them (three ``$inc`` and a mark, the mark in the filter):
 

@@ -1,4 +1,4 @@
-"""Top pages whatever the arrival order (issue 41, item 1): ``make bench-top-pages``.
+"""Top pages whatever the arrival order: ``make bench-top-pages``.
 
 Each case runs real workers on the embedded broker and store, with the sealing of top
 lists off (``PREAGG_HITS_TOP_PAGES_SEAL_AFTER=0``) so that the lists *as written* can be

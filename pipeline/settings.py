@@ -300,8 +300,8 @@ class Settings:
     #: While a worker is behind its partitions' ends by more than 1,000 messages (catching
     #: up a backlog: a restart, a new group, a replay), a batch is flushed when it reaches
     #: ``max_pending_keys`` or is this many seconds old, not every ``flush_interval``: each
-    #: document is then written once per batch instead of once per second (issue 28:
-    #: 189,000 upserts for 20,000 documents). ``0``: flush every ``flush_interval`` always.
+    #: document is then written once per batch instead of once per second
+    #: (before: 189,000 upserts for 20,000 documents). ``0``: flush every ``flush_interval`` always.
     #: Longer: fewer writes in a backlog; the backlog's counts appear later.
     backlog_flush_interval: float = 20.0
     #: Events dated more than this many seconds in the future (by the worker's

@@ -1,4 +1,4 @@
-"""Settings stated once: each field's ``#:`` comment is its documentation (issue 38, item 4).
+"""Settings stated once: each field's ``#:`` comment is its documentation.
 
 The settings table of docs/design.md and the list ``preagg worker --help`` prints are made
 from the comments above the fields of :class:`~pipeline.settings.Settings` and of each

@@ -1,7 +1,7 @@
 """What the broker says about a consumer group: its state and each member's partitions.
 
 Read by ``preagg status`` and by a worker that is not let start, so that a group in
-which members hold nothing while partitions wait is named with its members (issue 42).
+which members hold nothing while partitions wait is named with its members.
 DescribeGroups answers the members' assignments as the consumer protocol encodes them;
 one that does not decode (another protocol) counts as unknown, never as empty.
 """

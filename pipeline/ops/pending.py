@@ -1,7 +1,7 @@
 """What is still waiting to be counted: the kind's messages in Kafka past the group's position.
 
 An answer read while events are on their way is right about what was counted and wrong
-about what was sent; it must say so (issue 41). The broker knows where each partition
+about what was sent; it must say so. The broker knows where each partition
 ends; the ledgers (``preagg_offsets``, written with the aggregates) and Kafka's committed
 offsets know where the group is: the difference is what no query can see yet. How long
 it takes: the messages waiting over the rate at which positions moved between two looks

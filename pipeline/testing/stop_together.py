@@ -1,4 +1,4 @@
-"""Two workers stopped at the same instant, then a third (issue 42's wedge): counting resumes, exactly.
+"""Two workers stopped at the same instant, then a third (the wedge): counting resumes, exactly.
 
 Worker A counts a first stream; worker B joins later (a rebalance: A leads, B follows);
 both get SIGTERM (what ``kill %1 %2`` does) or SIGKILL at the same instant; worker C

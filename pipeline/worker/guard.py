@@ -209,7 +209,7 @@ class LedgerGuard:
         A topic deleted and recreated under a running worker was never noticed on the embedded
         broker: its fetches past the new log's end returned nothing, so no position moved
         backwards and nothing triggered the check; the worker held the partitions, said it was
-        ready and counted nothing (issue 42). The recheck finds the log ending before the
+        ready and counted nothing. The recheck finds the log ending before the
         ledger's ``next`` and holds the partition back, as at assignment.
         """
         seen: dict[tuple[str, int], int | None] = {}

@@ -1,8 +1,8 @@
 """A worker in the group with no partition while messages wait: never unseen, never for long.
 
 Two workers stopped at the same instant left the embedded broker's group in a state
-where a new member joined every few seconds and was never given a partition (issue 42:
-reproduced with plain aiokafka consumers, two LeaveGroups at once, about a third of the
+where a new member joined every few seconds and was never given a partition
+(reproduced with plain aiokafka consumers, two LeaveGroups at once, about a third of the
 tries). Whatever the cause, the symptom is visible from inside the worker: it has held no
 partition for :data:`IDLE_AFTER` seconds while some partition of its topics has
 messages waiting and no flush for :data:`STALLED_AFTER` seconds. Then the worker:

@@ -1,4 +1,4 @@
-"""One progress line a minute, instead of one line per flush (issue 42: quiet by default).
+"""One progress line a minute, instead of one line per flush (quiet by default).
 
 A worker flushing every second wrote a line a second into the operator's terminal. It now
 writes, at most once a minute and only when something happened, what it counted since the

@@ -8,7 +8,7 @@ second; the worker app wires both (docs/operations.md, "Rebalances during an out
 On the embedded broker the group's leader never sends LeaveGroup (:func:`track_leadership`):
 Tansu 0.6 removes a member that leaves while its group re-forms but keeps it as the
 group's leader, and every later member then waits for that ghost's assignment for good
-(issue 42's wedge: a follower's leave re-forms the group, then the leader's).
+(the wedge: a follower's leave re-forms the group, then the leader's).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def bound_revoke_drain(app: faust.App, flushers: list[Flusher[Any]], bound: floa
         watchdog = asyncio.ensure_future(give_up(consumer))
         # Commit at once: in a backlog the batch being filled is otherwise written only when it
         # is `backlog_flush_interval` old, and the drain (which waits for every delivered
-        # message's ack) overran its bound and dropped it (issue 37, item 7).
+        # message's ack) overran its bound and dropped it.
         now = asyncio.ensure_future(flush_all(flushers))
         try:
             await waits(consumer, logger)

@@ -1,5 +1,5 @@
 """A worker the group never lets start is not silent: a warning from a thread of its own, and the
-embedded broker's ghost leader cleared (issue 42)."""
+embedded broker's ghost leader cleared."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def watch_start(bound: float, context: Callable[[], str] = lambda: "") -> thread
     """A WARNING every ``bound`` seconds until the worker is ready, from a thread of its own.
 
     Faust runs the worker's tasks only once the group has answered its join: a worker the
-    group never assigns (the embedded broker's wedge after two workers stopped at once,
-    issue 42) printed nothing at all. Its own checks cannot run then; this one can, and
+    group never assigns (the embedded broker's wedge after two workers stopped at once)
+    printed nothing at all. Its own checks cannot run then; this one can, and
     says what the worker and the broker know of the group (``context``).
     """
 

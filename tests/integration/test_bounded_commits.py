@@ -1,4 +1,4 @@
-"""Flushes that always finish: the listens livelock of issue 12, and a stop that always ends.
+"""Flushes that always finish: the listens livelock once met, and a stop that always ends.
 
 The livelock: a listens stream whose (user, tag) documents already exist makes
 every flush a read-modify-write of thousands of stored documents. One unbounded

@@ -141,7 +141,7 @@ def test_produce_and_query_impressions_and_relations(settings: Settings, tmp_pat
 
 
 def test_ordinary_mistakes_are_one_line_and_exit_2(settings: Settings, tmp_path: Path) -> None:
-    """A bad date, a missing file, a directory: one line naming it, no traceback (issue 25, item 3)."""
+    """A bad date, a missing file, a directory: one line naming it, no traceback."""
     env = {**os.environ, **settings.to_env()}
     cases = [
         (
@@ -182,7 +182,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(settings: Settings)
 
 
 def test_an_unreachable_store_or_broker_is_one_line_naming_its_url(settings: Settings) -> None:
-    """Was 20 s and 80-90 lines of traceback (issue 25, item 2); the password stays hidden."""
+    """Was 20 s and 80-90 lines of traceback; the password stays hidden."""
     from pipeline.services.embedded import free_port
 
     closed = free_port()
@@ -201,7 +201,7 @@ def test_an_unreachable_store_or_broker_is_one_line_naming_its_url(settings: Set
             len(lines) == 1 and f"MongoDB at mongodb://app:***@127.0.0.1:{closed}/ did not answer" in lines[0]
         )
         assert "s3cr" not in r.stderr
-        assert r.stderr.strip().splitlines() == lines  # nothing else: one line (issue 42, item 4)
+        assert r.stderr.strip().splitlines() == lines  # nothing else: one line
     no_kafka = settings.with_(kafka_url=f"127.0.0.1:{free_port()}")
     r = subprocess.run(
         [sys.executable, "-m", "pipeline", "status", "--interval", "0"],
@@ -219,7 +219,7 @@ def test_an_unreachable_store_or_broker_is_one_line_naming_its_url(settings: Set
 def test_produce_fails_past_the_rejected_share_and_suggests_the_format(
     settings: Settings, tmp_path: Path
 ) -> None:
-    """Forgetting --format clf refused every line and exited 0 (issue 25, item 4)."""
+    """Forgetting --format clf refused every line and exited 0."""
     log = tmp_path / "access.log"
     log.write_text(LOG)
     env = {**os.environ, **settings.to_env()}
@@ -243,7 +243,7 @@ def test_produce_fails_past_the_rejected_share_and_suggests_the_format(
 
 
 def test_producing_on_the_embedded_broker_is_quiet(settings: Settings, tmp_path: Path) -> None:
-    """Issue 25, item 8: the broker's refusal of an idempotent producer is expected there, not an error."""
+    """The broker's refusal of an idempotent producer is expected there, not an error."""
     events = tmp_path / "one.jsonl"
     events.write_text('{"site": "quiet.test", "page": "/", "ts": "2020-02-01T00:00:30Z"}\n')
     r = subprocess.run(

@@ -256,7 +256,7 @@ def test_dashboard_follows_the_site_time_zone(pipeline: tuple[Settings, str]) ->
 
 
 HISTORY = "history.test"
-#: 13 pages people read, and two that crawlers do (issue 25: "bots and static assets dominate top pages").
+#: 13 pages people read, and two that crawlers do ("bots and static assets dominate top pages").
 PEOPLE_PAGES = [f"/p{i:02d}" for i in range(1, 14)]
 REFERRERS = [f"ref{i:02d}.example" for i in range(12)]
 

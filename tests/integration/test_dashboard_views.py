@@ -1,4 +1,4 @@
-"""The dashboard opens where the data is and reads well at any width (issue 41, item 4).
+"""The dashboard opens where the data is and reads well at any width.
 
 A site whose hits are all from May 2015 (a backfill, as the README's access log):
 

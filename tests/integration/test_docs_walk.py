@@ -1,4 +1,4 @@
-"""Every ``sh`` block of docs/ runs (issue 25): each document in a fresh directory with its services.
+"""Every ``sh`` block of docs/ runs: each document in a fresh directory with its services.
 
 A document's block is reference rather than a story, so each gets what it assumes
 first (:data:`GIVEN`: services, a worker with the settings it discusses, its input

@@ -1,5 +1,5 @@
 """Exactly-once through the fault layer: real workers and the real driver, a proxy that answers as a
-real MongoDB does when other writers and the network get in the way (issue 37).
+real MongoDB does when other writers and the network get in the way.
 
 Every test ends with an audit of every stored counter against the truth.
 """
@@ -101,7 +101,7 @@ def test_rival_inserts_of_new_documents_are_sent_again_not_taken_as_applied(
 def test_a_merged_upsert_whose_partition_was_redone_apart_still_writes_the_other_shares(
     settings: Settings,
 ) -> None:
-    """Issue 37, item 2: the old owner's flush is still writing when the new owner redid one partition.
+    """The old owner's flush is still writing when the new owner redid one partition.
 
     The document then holds partition 0's mark; the merged upsert of partitions 0 and 1 matches
     nothing and its insert fails on ``_id``. Before the fix the whole statement counted as
@@ -225,7 +225,7 @@ def get_json(url: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_a_write_that_fails_for_good_is_escalated_and_goes_through_once_fixed(settings: Settings) -> None:
-    """Issue 37, item 5: a manual edit made a counter a string; $inc then fails with TypeMismatch
+    """A manual edit made a counter a string; $inc then fails with TypeMismatch
     on every attempt. After a bounded number of attempts /health/live fails and `preagg status`
     names the problem; fixed, the same flush goes through by itself, exactly."""
     traffic = generate(600, end=time.time(), days=1, seed=41, bad_share=0.0)
@@ -305,7 +305,7 @@ def test_transactions_meet_write_conflicts_and_unknown_commit_outcomes_exactly(
     injected = proxy.injected
     assert injected["write_conflict"] and injected["commit_unknown_applied"], injected
     assert injected["commit_unknown_not_applied"] > 0, injected
-    # Every write of documents and ledgers waits for a majority (issue 37, item 8); the setup's
+    # Every write of documents and ledgers waits for a majority; the setup's
     # markers in preagg_meta and its probe of transactions are not a flush's.
     flushes = {k: n for k, n in proxy.writes_by_concern.items() if k[1] != "commitTransaction"}
     assert {w for (w, _, coll) in flushes if coll != "preagg_meta"} <= {"majority"}, flushes

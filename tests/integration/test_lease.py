@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 def test_one_of_many_concurrent_takers_holds_the_lease_until_it_releases_or_expires(
     settings: Settings,
 ) -> None:
-    """Issue 37, item 6: two `deadletters replay` runs at once must not both go on."""
+    """Two `deadletters replay` runs at once must not both go on."""
 
     async def run() -> None:
         client = mongo_client(settings.mongo_url or "", timeout=20)

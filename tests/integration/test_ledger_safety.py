@@ -109,7 +109,7 @@ def test_recreated_topic_is_held_back_until_reset_then_counted_exactly(settings:
 
 
 def test_a_worker_outside_a_supervisor_restarts_in_place_after_a_reset(settings: Settings) -> None:
-    """Issue 42: `preagg positions reset --apply` printed "the workers restart" while the README's
+    """`preagg positions reset --apply` printed "the workers restart" while the README's
     `preagg worker &` exited 75 and nothing restarted it. Now the same process restarts in place
     (same PID) and counts what the reset asked for."""
     topic = settings.topic("hits")
@@ -172,7 +172,7 @@ def test_a_new_group_id_neither_counts_the_log_again_nor_starts_without_adopting
 
 
 def test_a_reset_with_the_worker_stopped_then_started_by_hand_counts_the_new_log(settings: Settings) -> None:
-    """Issue 42's "reset that resets nothing": the topic recreated under a running worker, the
+    """The "reset that resets nothing": the topic recreated under a running worker, the
     worker stopped, `preagg positions reset --to earliest --apply`, a worker started by hand:
     it must count the new log, and one more event after it."""
     topic = settings.topic("hits")

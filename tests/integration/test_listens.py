@@ -89,7 +89,7 @@ def test_top_tags_and_heard_against_truth(settings: Settings, schema: str) -> No
         preagg(settings, "query", "top-tags", "--user", "1", "--days", "7", "--today", "2026-11-20", "--json")
     )
     assert [r["tag"] for r in out][:2] == ["rock", "jazz"]
-    # A window with no listens says where the data is (it printed a bare header: issue 25, item 6).
+    # A window with no listens says where the data is (it printed a bare header).
     env = {**os.environ, **settings.to_env()}
     empty = subprocess.run(
         [

@@ -1,4 +1,4 @@
-"""Sites in their own time zones, a zone change, retention on a running pipeline, late events (issue 16)."""
+"""Sites in their own time zones, a zone change, retention on a running pipeline, late events."""
 
 from __future__ import annotations
 
@@ -359,7 +359,7 @@ def test_copies_of_a_dead_letter_are_replayed_once_by_their_source_key(settings:
 def test_workers_prune_by_themselves_and_one_claim_wins_each_interval(settings: Settings) -> None:
     """``PREAGG_HITS_RETENTION_EVERY``: a worker prunes on its own, one run per interval for the group.
 
-    A backfill is spared (issue 25, item 1): the 45-day-old day written moments ago keeps
+    A backfill is spared: the 45-day-old day written moments ago keeps
     its minutes through the periodic runs; once its ``written`` stamp is as old as the
     tier, the next run prunes it, and the answers flag its buckets as pruned.
     """

@@ -1,4 +1,4 @@
-"""A worker's log is its own (issue 42, item 4): no Faust tables or INFO, and JSON lines on request.
+"""A worker's log is its own: no Faust tables or INFO, and JSON lines on request.
 
 Started as the README starts it, counted a few events, stopped: its log holds preagg's
 lines (ready, stopped; a progress line a minute, not a line per flush), none of Faust's or

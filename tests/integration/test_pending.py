@@ -1,4 +1,4 @@
-"""Answers say when events are still waiting to be counted (issue 41, item 2).
+"""Answers say when events are still waiting to be counted.
 
 Events produced with no worker running: every API answer says it is not complete
 (``envelope=true``'s ``pending``, the headers, ``/api/pending``), that no worker counts
@@ -93,7 +93,7 @@ def test_answers_say_what_still_waits_to_be_counted(settings: Settings) -> None:
 
 
 def test_a_store_that_does_not_answer_is_named_as_such(settings: Settings) -> None:
-    """Issue 41: with the store down the dashboard only said "no answer within the request's
+    """With the store down the dashboard only said "no answer within the request's
     deadline (10 s)"; the 503 now names the store and what to check."""
     from pipeline.services.embedded import free_port
 

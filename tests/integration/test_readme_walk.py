@@ -1,4 +1,4 @@
-"""The README walked as a newcomer would (issue 25): every code block, in order, in a fresh directory.
+"""The README walked as a newcomer would: every code block, in order, in a fresh directory.
 
 The README names files of ``../shared/data``; tests use generated data, so the walk
 writes generated files of the same formats at those paths (next to a fresh work

@@ -1,4 +1,4 @@
-"""The embedded broker's restart is not a dead end (issue 42, item 3).
+"""The embedded broker's restart is not a dead end.
 
 As a README reader runs it, in a fresh directory: `preagg services up`, events counted by
 a worker, `preagg services down` (which says what it keeps and what it loses), `up` again

@@ -1,6 +1,6 @@
 """Two workers stopped at the same instant (SIGTERM, then kill -9), then a third: it counts, exactly.
 
-Issue 42's wedge: on the embedded broker, a follower's LeaveGroup then the leader's left
+The wedge: on the embedded broker, a follower's LeaveGroup then the leader's left
 the group waiting for a ghost leader, and the new worker was never given a partition (1
 run in 2). The drill runs against the same embedded broker the README uses.
 """

@@ -1,4 +1,4 @@
-"""Top pages exact whatever the arrival order (issue 41, item 1).
+"""Top pages exact whatever the arrival order.
 
 A Zipf backfill of three days across a month's end, shuffled, keyless (one event per
 message, no key), counted by two workers at once with a small top-pages budget: every

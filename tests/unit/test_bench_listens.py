@@ -1,4 +1,4 @@
-"""`make bench-listens` judging stored documents (issue 29: it crashed on the stored BinData filter)."""
+"""`make bench-listens` judging stored documents (it crashed on the stored BinData filter)."""
 
 from __future__ import annotations
 

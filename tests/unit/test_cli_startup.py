@@ -74,7 +74,7 @@ def test_version_prints_the_installed_version() -> None:
 
 
 def test_bash_completion_offers_the_parsers_commands_and_options() -> None:
-    """Issue 25, item 9: generated from the parser, so it lists what exists."""
+    """Generated from the parser, so it lists what exists."""
     import shlex
     import shutil
     import subprocess
@@ -97,7 +97,7 @@ def test_bash_completion_offers_the_parsers_commands_and_options() -> None:
 
 
 def test_worker_help_names_real_settings_with_their_comments() -> None:
-    """The list is made from the settings' own comments (issue 38, item 4): never out of date."""
+    """The list is made from the settings' own comments: never out of date."""
     from pipeline.cli import WORKER_SETTINGS, build_parser
     from pipeline.settings import Settings
     from pipeline.settings_doc import comments, first_sentence
@@ -112,7 +112,7 @@ def test_worker_help_names_real_settings_with_their_comments() -> None:
 
 
 def test_serve_on_a_busy_port_is_one_line_and_exit_2() -> None:
-    """Issue 42: `preagg serve` on a port in use printed a 25-line traceback."""
+    """`preagg serve` on a port in use printed a 25-line traceback."""
     import os
     import socket
 

@@ -199,7 +199,7 @@ def test_workers_read_from_the_primary_whatever_the_url_says() -> None:
 
 
 def test_flush_writes_and_ledger_moves_are_majority_writes_whatever_the_url_says() -> None:
-    """Issue 37, item 8: with w:1 a failover could roll back a flush's documents but keep its ledger."""
+    """With w:1 a failover could roll back a flush's documents but keep its ledger."""
     c = client("mongodb://127.0.0.1:1/?w=1")
     assert c["db"].write_concern.document == {"w": 1}  # what the URL asks for
     sink = MongoSink(c, "db", "group", "worker")

@@ -1,4 +1,4 @@
-"""deploy/ renders and validates offline (issue 42, item 5).
+"""deploy/ renders and validates offline.
 
 - every core resource validates against Kubernetes' published schema
   (``kubernetes-validate``, which ships them; version :data:`K8S`);

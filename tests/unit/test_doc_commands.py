@@ -1,4 +1,4 @@
-"""Every ``preagg`` command line in README.md and docs/ parses (issue 25, item 5: examples that drift).
+"""Every ``preagg`` command line in README.md and docs/ parses (examples that drift).
 
 Running them needs data and services (tests/integration runs the README's Python and
 docs/rollups.md's commands); this checks, without servers, that each command, option

@@ -1,4 +1,4 @@
-"""docs/design.md's module map is the tree (issue 38): every module listed, with what its docstring says."""
+"""docs/design.md's module map is the tree: every module listed, with what its docstring says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every error preagg raises on purpose has one base and an exit status (issue 38, item 5)."""
+"""Every error preagg raises on purpose has one base and an exit status."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_each_family_exits_as_documented() -> None:
 
 
 def test_help_is_plain_text() -> None:
-    """``preagg --help`` showed reStructuredText and an internal path (issue 38, item 5)."""
+    """``preagg --help`` showed reStructuredText and an internal path."""
     import argparse
 
     from pipeline.cli import build_parser

@@ -129,7 +129,7 @@ def test_the_signal_handler_arms_the_deadline_before_the_event_loop_runs() -> No
 
 
 def test_restarts_in_place_are_bounded_per_window() -> None:
-    """Issue 42, item 2: an exit 75 restarts the worker in place, at most 5 times in 10 minutes."""
+    """An exit 75 restarts the worker in place, at most 5 times in 10 minutes."""
     recent = ""
     for i in range(exits.MAX_RESTARTS):
         allowed, recent = exits.next_restart(recent, 1000.0 + i)

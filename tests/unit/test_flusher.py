@@ -447,7 +447,7 @@ def test_a_message_too_large_alone_is_logged_counted_and_retried() -> None:
 
 
 def test_a_message_too_large_alone_is_escalated_after_a_bound_then_clears() -> None:
-    """Issue 37, item 5: retried for ever with liveness green. Now escalated after 5 attempts."""
+    """Retried for ever with liveness green. Now escalated after 5 attempts."""
     store = ModelStore([], too_large_above=3)
     f, _, _ = make(store, commit=CommitBound(max_docs=10_000, max_bytes=10**9, target_seconds=60))
     noted: list[str | None] = []
@@ -741,7 +741,7 @@ class RefusingStore(ModelStore):
 
 
 def test_a_message_the_store_refuses_for_good_is_dead_lettered_alone_in_transactions() -> None:
-    """Issue 37, item 5: a permanent write error halves the batch down to the one message whose
+    """A permanent write error halves the batch down to the one message whose
     document is refused; its events are dead-lettered ('unwritable'), every other one counted."""
     store = RefusingStore([], refused="/bad")
     f, log, _ = make(store, commit=CommitBound(max_docs=10_000, max_bytes=10**9, target_seconds=60))

@@ -232,7 +232,7 @@ def test_filters_stop_opening_before_the_document_limit() -> None:
 
 
 def test_exact_counts_are_shown_as_integers_estimates_with_one_decimal() -> None:
-    """`preagg query top-tags` printed an exact 4 as `4.0` (issue 41)."""
+    """`preagg query top-tags` printed an exact 4 as `4.0`."""
     from pipeline.kinds.listens.query import shown_top_tags
 
     shown = shown_top_tags([("rock", 4.0), ("jazz", 1234.5678)])

@@ -193,7 +193,7 @@ def test_wide_merged_documents_stay_apart_and_split_parts_have_marks_of_their_ow
 
 
 def test_a_duplicate_key_is_applied_only_where_the_document_holds_the_marks() -> None:
-    """Issue 37, items 1 and 2: E11000 says someone inserted the _id, not that our share is there."""
+    """E11000 says someone inserted the _id, not that our share is there."""
     a = DocUpdate("c", "d", {"m": 1}, {"t": 2}, sources=(P0,))
     b = DocUpdate("c", "d", {"m": 1}, {"t": 3}, sources=(P1,))
     (merged,) = merge_sources([a, b])
@@ -257,7 +257,7 @@ def test_a_flush_cut_short_is_written_again_by_the_next_owner_exactly_once() -> 
 
 
 def test_a_recreated_topic_is_checked_before_a_cut_short_flush_is_redone() -> None:
-    """Issue 37, item 3: the intent's range names offsets of the old log; a recreated topic holds
+    """The intent's range names offsets of the old log; a recreated topic holds
     other records there. The check comes first: the partition is held back, nothing is redone."""
     records = {P0: [(o, hit(60 * o, f"/p{o % 3}")) for o in range(6)]}
     store, log = MarkStore(), []
@@ -292,7 +292,7 @@ def test_a_recreated_topic_is_checked_before_a_cut_short_flush_is_redone() -> No
 
 
 def test_a_redo_decides_lateness_as_the_flush_did_not_by_the_clock_of_its_run() -> None:
-    """Issue 37, item 4: a flush counted events 50 minutes old (lateness 1 h) and was cut short;
+    """A flush counted events 50 minutes old (lateness 1 h) and was cut short;
     its range is redone 2 hours later. Read at the redo's clock they would be late: refused,
     dead-lettered, and counted twice by a later `deadletters replay`."""
     t0 = 2e9
@@ -324,7 +324,7 @@ def test_a_redo_decides_lateness_as_the_flush_did_not_by_the_clock_of_its_run() 
 
 
 def test_a_redo_admits_the_pages_its_flush_admitted_whatever_its_own_caps_say() -> None:
-    """Issue 37, item 4: page caps are per worker. The flush admitted /a (the day's one page) and
+    """Page caps are per worker. The flush admitted /a (the day's one page) and
     refused /b; the worker redoing it knows another page of that day and would refuse /a too,
     losing /a's page counts. The intent records the refusals; the redo refuses exactly those."""
     records = {P0: [(o, hit(60 * o, "/a" if o % 2 == 0 else "/b")) for o in range(4)]}

@@ -1,4 +1,4 @@
-"""One declaration per query (issue 38, item 3): every query has its CLI command and its endpoint,
+"""One declaration per query: every query has its CLI command and its endpoint,
 with the same parameters; the limits a client needs are in the OpenAPI document."""
 
 from __future__ import annotations

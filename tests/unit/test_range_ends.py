@@ -1,4 +1,4 @@
-"""A date as the end of a range names its whole local day, at every granularity (issue 41, item 3)."""
+"""A date as the end of a range names its whole local day, at every granularity."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ class FakeFlusher:
 
 
 def test_a_rebalance_commits_at_once_instead_of_waiting_for_the_batch_to_age() -> None:
-    """Issue 37, item 7: Faust's drain waits for every delivered message's ack. In a backlog the
+    """Faust's drain waits for every delivered message's ack. In a backlog the
     batch is written only when `backlog_flush_interval` old, so the drain overran its bound and
     dropped the batch (read again, rewritten: churn). The drain now flushes at once."""
 

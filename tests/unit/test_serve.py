@@ -220,7 +220,7 @@ def test_one_deadline_per_request_answers_503() -> None:
 def test_an_unforeseen_exception_is_a_500_with_a_request_id_and_one_log_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A server bug is answered 500, never blamed on the client with a 400 (issue 37, item 9)."""
+    """A server bug is answered 500, never blamed on the client with a 400."""
     import asyncio
 
     from aiohttp.test_utils import TestClient, TestServer
@@ -285,7 +285,7 @@ def test_tokens_never_reach_the_log() -> None:
 
 
 def test_serve_refuses_a_short_token_beyond_loopback_and_says_how_to_make_one() -> None:
-    """Issue 42: the README's `PREAGG_SERVE_TOKEN=...` served every interface behind `...`."""
+    """The README's `PREAGG_SERVE_TOKEN=...` served every interface behind `...`."""
     from pipeline.serve.server import check_exposure
     from pipeline.settings import SettingsError
 

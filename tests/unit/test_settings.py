@@ -95,7 +95,7 @@ def test_kinds_are_chosen_by_name_or_module_path_and_round_trip_to_a_child_proce
 def test_a_settings_file_is_read_and_the_environment_overrides_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 25, item 9: ``preagg.toml`` (or ``PREAGG_CONFIG``); a variable always wins."""
+    """``preagg.toml`` (or ``PREAGG_CONFIG``); a variable always wins."""
     from pipeline.kinds.hits.settings import KEY as HITS_KEY
     from pipeline.settings import settings_file_env
 
@@ -137,7 +137,7 @@ def test_the_documented_settings_file_is_read_as_shown() -> None:
 
 
 def test_the_settings_table_is_made_from_the_settings_comments() -> None:
-    """Settings stated once (issue 38, item 4): the docs' table is the fields' comments."""
+    """Settings stated once: the docs' table is the fields' comments."""
     from pipeline.settings_doc import builtin_kinds, rows, table
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()

@@ -1,4 +1,4 @@
-"""Unique-visitor sketches as `$max` and `$bit or` fields: exact while small, 2% from 1,000 up (issue 40)."""
+"""Unique-visitor sketches as `$max` and `$bit or` fields: exact while small, 2% from 1,000 up."""
 
 from __future__ import annotations
 

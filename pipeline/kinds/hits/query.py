@@ -37,7 +37,7 @@ class Series(list[tuple[datetime, int]]):
     """(bucket start as an aware local time with its offset, hits), and which buckets are pruned.
 
     ``pruned``: the buckets (indexes) of days whose minute (hourly) counters are past the
-    site's retention, wholly or in part: their zeros are not zeros (issue 25). Known
+    site's retention, wholly or in part: their zeros are not zeros. Known
     from the documents themselves: a day whose counters add up to less than its total.
     """
 

@@ -5,7 +5,7 @@ A (user, tag) document answers from what it already holds while it can:
 * while its whole sketch is **explicit** (at most 128 distinct songs, their exact
   64-bit hashes: :mod:`pipeline.core.hll`), a song is heard if its hash is in the
   sketch. No filter is stored: on Last.fm 2K every (user, tag) is below 100 songs,
-  and a filter sized for 1,000 songs was 1,099 of a document's 1,296 bytes (issue 29);
+  and a filter sized for 1,000 songs was 1,099 of a document's 1,296 bytes;
 * when the sketch leaves the explicit form, **filter 0** is built from the explicit
   hashes, and new songs go to the last filter. Filter ``i`` holds
   ``first * 2^i`` songs: when the distinct songs (the

@@ -1,7 +1,7 @@
 """A user's top-tags summary: per tag, its distinct songs over the last 1..7 days of its slots (pure).
 
 Top tags read one document per user instead of every (user, tag) document of the
-user (issue 29: 50 documents took 2.3 ms on the embedded store, one takes 0.4 ms).
+user (50 documents took 2.3 ms on the embedded store, one takes 0.4 ms).
 The summary holds, per tag, an *entry*: the tag's latest slot day (its anchor) and
 the estimate of the union of its slots dated within 1, 2, ... 7 days of the anchor.
 
