@@ -161,10 +161,7 @@ class Lease:
         if self.token is not None and held.get("owner") == self.owner:
             # Taken over and given up while this run was away: it took the lease again under a new
             # token, but what it read before is stale. It gives the lease back and stops.
-            await self.coll.update_one(
-                {"_id": self.id, "owner": self.owner, "token": held.get("token")},
-                {"$set": {"owner": None, "until": 0}, "$unset": {"proc": ""}},
-            )
+            await self._give_back(held.get("token"))
             raise LeaseHeld(f"the {self.name} lease was taken over while this run was away; it stops here")
         raise LeaseHeld(
             f"another {self.name} run holds its lease ({held.get('host', '?')}, until the store's clock "
@@ -212,8 +209,12 @@ class Lease:
     async def release(self) -> None:
         """Give the lease up (only if still ours, by our token). The document stays, with its token:
         the next take-over counts on from it, so a token is never handed out twice."""
+        await self._give_back(self.token)
+        self.token = None  # given up: a later take is a new hold
+
+    async def _give_back(self, token: Any) -> None:
+        """Free the lease if this owner holds it by ``token``; the document and its token stay."""
         await self.coll.update_one(
-            {"_id": self.id, "owner": self.owner, "token": self.token},
+            {"_id": self.id, "owner": self.owner, "token": token},
             {"$set": {"owner": None, "until": 0}, "$unset": {"proc": ""}},
         )
-        self.token = None  # given up: a later take is a new hold
