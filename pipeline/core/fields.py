@@ -112,3 +112,22 @@ class Index:
     #: (dotted field, 1 ascending or -1 descending), in index order.
     keys: tuple[tuple[str, int], ...]
     name: str
+
+
+@dataclass(frozen=True)
+class View:
+    """One read-only MongoDB view an analyst queries instead of the stored documents.
+
+    Declared as data from the same field names as the documents it reads, so that it
+    follows ``PREAGG_SCHEMA``; ``preagg setup`` creates it (or replaces an older one).
+    """
+
+    name: str
+    #: The collection it reads.
+    source: str
+    #: Its aggregation pipeline (stages as MongoDB takes them).
+    pipeline: tuple[dict[str, Any], ...]
+    #: One line for ``preagg schema`` and the docs: what a row is.
+    about: str
+    #: Field → what it means, in the order a row shows them.
+    fields: tuple[tuple[str, str], ...] = ()

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol
 
 from pipeline.core.aggregator import Aggregator
-from pipeline.core.fields import FieldMode, Index, ShardKey, documents, hashed_id
+from pipeline.core.fields import FieldMode, Index, ShardKey, View, documents, hashed_id
 from pipeline.core.ids import id_bytes
 from pipeline.core.shippers import SHIPPERS
 from pipeline.files import Record, read_jsonl
@@ -117,6 +117,10 @@ class Kind(Generic[S]):
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         """Secondary indexes of the kind's collections (``_id`` needs none)."""
+        return []
+
+    def views(self, mode: FieldMode) -> list[View]:
+        """The read-only views analysts query instead of the stored documents (docs/analysts.md)."""
         return []
 
     def collections(self) -> list[str]:

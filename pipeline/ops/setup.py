@@ -3,7 +3,8 @@
 Kafka: the kinds' input topics and the dead-letter topic (partitions, replication
 factor and ``min.insync.replicas`` from the settings). MongoDB: the field-name mode
 of the database, every collection the kinds, the ledger and the name store write
-(never created implicitly inside a transaction), their indexes, and on a sharded
+(never created implicitly inside a transaction), their indexes, the views analysts
+read (docs/analysts.md), and on a sharded
 cluster each collection's shard key. Running it again changes nothing.
 
 Workers and producers check at start and refuse to run with one line naming what is
@@ -17,7 +18,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from pipeline.core.errors import InputError
-from pipeline.core.fields import FieldMode, Index, ShardKey, check_mode, hashed_id
+from pipeline.core.fields import FieldMode, Index, ShardKey, View, check_mode, hashed_id
 from pipeline.kafka.admin import TopicSpec, ensure_topics, missing_topics
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kinds import load_kinds, stream_topics
@@ -28,6 +29,7 @@ from pipeline.store.meta import (
     claim_schema_mode,
     ensure_collections,
     ensure_indexes,
+    ensure_views,
     is_sharded_cluster,
     shard_collections,
 )
@@ -49,6 +51,11 @@ def collections(settings: Settings) -> list[str]:
 def indexes(settings: Settings, mode: FieldMode) -> list[Index]:
     """Every secondary index of those collections."""
     return [*(ix for kind in load_kinds(settings.kinds) for ix in kind.indexes(mode)), *names_indexes(mode)]
+
+
+def views(settings: Settings, mode: FieldMode) -> list[View]:
+    """Every view analysts query (docs/analysts.md)."""
+    return [v for kind in load_kinds(settings.kinds) for v in kind.views(mode)]
 
 
 def shard_keys(settings: Settings, mode: FieldMode) -> list[ShardKey]:
@@ -91,6 +98,7 @@ async def setup_mongo(settings: Settings, client: AsyncMongoClient[dict[str, Any
         for ix in wanted
         if (ix.collection, ix.name) not in before
     ]
+    lines += await ensure_views(db, views(settings, mode))
     if await is_sharded_cluster(client):
         sharded = await shard_collections(client, settings.db, shard_keys(settings, mode))
         lines += [f"mongodb: sharded {ns}" for ns in sharded]

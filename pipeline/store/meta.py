@@ -13,7 +13,7 @@ from pymongo import AsyncMongoClient, ReturnDocument
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import CollectionInvalid, DuplicateKeyError, OperationFailure
 
-from pipeline.core.fields import FieldMode, Index, ShardKey
+from pipeline.core.fields import FieldMode, Index, ShardKey, View
 from pipeline.store.offsets import OFFSETS_COLLECTION
 
 META_COLLECTION = "preagg_meta"
@@ -52,6 +52,32 @@ async def ensure_indexes(db: AsyncDatabase[dict[str, Any]], indexes: Iterable[In
     """Create the declared indexes (a no-op for those that exist with the same keys)."""
     for ix in indexes:
         await db[ix.collection].create_index(list(ix.keys), name=ix.name)
+
+
+async def ensure_views(db: AsyncDatabase[dict[str, Any]], views: Iterable[View]) -> list[str]:
+    """Create the declared views, replacing one whose source or pipeline changed; lines saying what.
+
+    A view holds no data, so replacing it loses nothing (``collMod`` would too, but not
+    every server we run on takes it); a name taken by a collection is refused, never dropped.
+    """
+    existing = {c["name"]: c async for c in await db.list_collections()}
+    lines = []
+    for v in views:
+        found = existing.get(v.name)
+        pipeline = list(v.pipeline)
+        if found is not None:
+            if found.get("type") != "view":
+                raise CollectionInvalid(f"{v.name} is a collection, not a view: rename it or drop it")
+            options = found.get("options", {})
+            if options.get("viewOn") == v.source and options.get("pipeline") == pipeline:
+                continue
+            await db.drop_collection(v.name)
+        try:
+            await db.create_collection(v.name, viewOn=v.source, pipeline=pipeline)
+        except CollectionInvalid:  # created meanwhile by another setup
+            continue
+        lines.append(f"mongodb: {'replaced' if found is not None else 'created'} view {v.name}")
+    return lines
 
 
 async def ensure_collections(db: AsyncDatabase[dict[str, Any]], names: Iterable[str]) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from pipeline.core.cli_params import Commands, QueryCommand
-from pipeline.core.fields import FieldMode, Index, ShardKey, hashed_id
+from pipeline.core.fields import FieldMode, Index, ShardKey, View, hashed_id
 from pipeline.core.routes import Route
 from pipeline.core.text import printable
 from pipeline.files import Record
@@ -83,6 +83,11 @@ class Hits(Kind[HitsSettings]):
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
+
+    def views(self, mode: FieldMode) -> list[View]:
+        from pipeline.kinds.hits.views import views
+
+        return views(mode)
 
     def key(self, event: Any) -> bytes:
         return hit_key(event[0], event[1])

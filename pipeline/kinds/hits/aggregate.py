@@ -205,6 +205,14 @@ class HitCounts:
         months = {(site, ordinal - date.fromordinal(ordinal).day + 1) for site, ordinal in days}
         return days, months
 
+    def visited(self) -> dict[tuple[str, int], set[str]]:
+        """Per (site, local day ordinal) the pages this window has visitors of (their counts to refresh)."""
+        out: dict[tuple[str, int], set[str]] = {}
+        for site, page, slot in self.visits:
+            ordinal = self.calendars.calendar(site).day_of(slot * SLOT)[0]
+            out.setdefault((site, ordinal), set()).add(page)
+        return out
+
     def prop_pairs(self) -> dict[str, set[tuple[str, str]]]:
         """Per site, the (name, value) pairs this window counts: what the name store must resolve."""
         out: dict[str, set[tuple[str, str]]] = {}
@@ -318,6 +326,7 @@ def plan_hits(
         if not cal.utc:  # a local day: when it starts (UTC) and in which zone
             meta[f"{f.metadata}.{f.start}"] = minute_dt(start).replace(tzinfo=None)
             meta[f"{f.metadata}.{f.zone}"] = cal.zone_of_day(ordinal)
+            meta[f"{f.metadata}.{f.length}"] = -(-(cal.end(ordinal) - start) // 60)
         return meta
 
     def daily_doc(site: str, page: str, cal: Calendar, ordinal: int, start: int) -> DocUpdate:

@@ -62,6 +62,9 @@ class DocFields:
     total: str
     #: The period's unique visitors (a sketch: :mod:`pipeline.core.uniques`).
     visitors: str
+    #: Its estimate as a plain number, and whether it is exact (:mod:`.visitor_counts`).
+    visitor_count: str
+    visitors_exact: str
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class DailyFields(DocFields):
     hourly_visitors: str
     start: str
     zone: str
+    #: Hours in a zoned local day (23 or 25 on a DST change): what a reader zero-fills up to.
+    length: str
     hourly: str
     minute: str
     props: str

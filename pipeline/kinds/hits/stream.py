@@ -1,5 +1,6 @@
 """What a worker runs for hits: the aggregator, the name store, sites' zones, the retention
-schedule, the sealing of settled top pages, the folding of settled visitor registers."""
+schedule, the sealing of settled top pages, the folding of settled visitor registers, the
+visitor numbers stored beside their sketches."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pipeline.kinds.hits.sites.schedule import RetentionSchedule, retention_metr
 from pipeline.kinds.hits.sites.seal import TopSealer, seal_metrics
 from pipeline.kinds.hits.sites.settle import Settler
 from pipeline.kinds.hits.sites.tiers import Tiers
+from pipeline.kinds.hits.visitor_counts import VisitorCounter, count_metrics
 from pipeline.kinds.kind import Stream, StreamContext
 from pipeline.settings import SettingsError
 from pipeline.store.names import NameCache, NameStore
@@ -87,9 +89,11 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
     folder = VisitorFolder(ctx.db, fields, settle=s.visitors_fold_after)
     if s.visitors and s.visitors_fold_after > 0:
         settlers.append(folder)
+    counter = VisitorCounter(ctx.db, fields)
+    running: list[Settler] = [*settlers, counter] if s.visitors else settlers
 
     async def background() -> None:
-        loops = [settler.forever() for settler in settlers]
+        loops = [settler.forever() for settler in running]
         if s.retention_every > 0:
             loops.append(schedule.forever())
         await asyncio.gather(*loops)
@@ -98,6 +102,8 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         days, months = agg.periods()
         for settler in settlers:
             settler.touched(days, months)
+        if s.visitors and agg.visits:
+            counter.wrote(agg.visited())
 
     async def before_plan(agg: HitCounts) -> None:
         await sites.refresh()  # the zones and tiers this flush plans with
@@ -117,7 +123,8 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
             *caps_metrics(caps),
             *seal_metrics(sealer),
             *fold_metrics(folder),
+            *count_metrics(counter),
         ],
         background=background,
-        after_commit=after_commit if settlers else None,
+        after_commit=after_commit if running else None,
     )

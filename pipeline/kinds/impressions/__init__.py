@@ -6,7 +6,7 @@ Settings ``PREAGG_IMPRESSIONS_*``; event schema and field names in ``schemas/imp
 from __future__ import annotations
 
 from pipeline.core.cli_params import QueryCommand
-from pipeline.core.fields import FieldMode, Index
+from pipeline.core.fields import FieldMode, Index, View
 from pipeline.core.routes import Route
 from pipeline.kinds.impressions import cli, layout
 from pipeline.kinds.impressions.decode import ImpressionDecoder
@@ -39,6 +39,11 @@ class Impressions(Kind[ImpressionsSettings]):
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
+
+    def views(self, mode: FieldMode) -> list[View]:
+        from pipeline.kinds.impressions.views import views
+
+        return views(mode)
 
     def query_commands(self) -> tuple[QueryCommand, ...]:
         return cli.query_commands()

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pipeline.core.cli_params import QueryCommand
-from pipeline.core.fields import FieldMode, Index
+from pipeline.core.fields import FieldMode, Index, View
 from pipeline.core.routes import Route
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.kinds.listens import cli, layout
@@ -48,6 +48,11 @@ class Listens(Kind[ListensSettings]):
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
+
+    def views(self, mode: FieldMode) -> list[View]:
+        from pipeline.kinds.listens.views import views
+
+        return views(mode)
 
     async def prepare(self, db: AsyncDatabase[dict[str, Any]], mode: FieldMode) -> list[str]:
         from pipeline.kinds.listens import summaries

@@ -70,11 +70,15 @@ def merge_slot(
 ) -> dict[str, Any] | None:
     """The new content of one weekday slot, or ``None`` to leave it as it is."""
     if stored is None or stored.get(f["date"], "") < day:
-        return {f["date"]: day, f["sketch"]: Binary(sketch.encode())}
+        return _slot(day, sketch, f)
     if stored[f["date"]] == day:
-        merged = decode(bytes(stored[f["sketch"]])).union(sketch)
-        return {f["date"]: day, f["sketch"]: Binary(merged.encode())}
+        return _slot(day, decode(bytes(stored[f["sketch"]])).union(sketch), f)
     return None  # the slot holds a later week: this event only counts in the whole sketch
+
+
+def _slot(day: str, sketch: Sketch, f: dict[str, str]) -> dict[str, Any]:
+    """A slot as stored: its day, its sketch, and the sketch's estimate as a number any client reads."""
+    return {f["date"]: day, f["sketch"]: Binary(sketch.encode()), f["songs"]: round(sketch.estimate())}
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from pipeline.core.cli_params import QueryCommand
-from pipeline.core.fields import FieldMode, Index
+from pipeline.core.fields import FieldMode, Index, View
 from pipeline.core.routes import Route
 from pipeline.kinds.kind import Kind, Stream, StreamContext
 from pipeline.kinds.relations import cli, layout
@@ -42,6 +42,11 @@ class Relations(Kind[RelationsSettings]):
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         return layout.indexes(mode)
+
+    def views(self, mode: FieldMode) -> list[View]:
+        from pipeline.kinds.relations.views import views
+
+        return views(mode)
 
     def query_commands(self) -> tuple[QueryCommand, ...]:
         return cli.query_commands()

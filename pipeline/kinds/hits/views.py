@@ -1,0 +1,178 @@
+"""The hits views analysts query: one row per page or site and local day or month, in plain words.
+
+The stored documents are built for writing (short names, counters keyed by position and
+missing when zero, escaped page names, sketches); these views are built for reading
+(docs/analysts.md): readable names, every hour of a day and every day of a month with its
+zeros, page names as sent, unique visitors as the number the workers store beside each
+sketch (:mod:`pipeline.kinds.hits.visitor_counts`). They are declared from the field
+names of :mod:`pipeline.kinds.hits.layout`, so that they follow ``PREAGG_SCHEMA``, and
+read nothing else: no name-store tokens, marks, registers or bookkeeping reach a row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.core.fields import FieldMode, View
+from pipeline.kinds.hits.layout import DailyFields, DocFields, MonthlyFields, TopFields, hits_fields
+from pipeline.kinds.hits.sites.caps import OTHER_PAGE
+from pipeline.store.view_exprs import (
+    day_text,
+    days_in_month,
+    month_text,
+    number,
+    path,
+    unescaped,
+    zero_filled,
+)
+
+#: A UTC day's hours (a zoned day stores its own length).
+HOURS = 24
+
+_VISITORS = (
+    ("visitors", "unique visitors of the period (null until a worker first counts them, within a minute)"),
+    ("visitors_exact", "true when visitors is exact, false when it is a HyperLogLog estimate (0.81%)"),
+)
+
+
+def _visitors(f: DocFields) -> dict[str, Any]:
+    return {"visitors": path(f.visitor_count), "visitors_exact": {"$ifNull": [path(f.visitors_exact), None]}}
+
+
+def _day(f: DailyFields, page: bool, capped: str | None = None) -> dict[str, Any]:
+    meta = (f.metadata,)
+    length = {"$ifNull": [path(*meta, f.length), HOURS]}
+    row: dict[str, Any] = {"_id": 0, "site": path(*meta, f.site)}
+    if page:
+        row["page"] = path(*meta, f.page)
+    row |= {
+        "date": day_text(path(*meta, f.date)),
+        "zone": {"$ifNull": [path(*meta, f.zone), "UTC"]},
+        "hits": number(path(f.total)),
+        "hours": zero_filled(path(f.hourly), 0, length),
+        **_visitors(f),
+    }
+    if capped is not None:
+        row["capped"] = number(path(capped))
+    return row
+
+
+def _month(f: MonthlyFields, page: bool) -> dict[str, Any]:
+    meta = (f.metadata,)
+    row: dict[str, Any] = {"_id": 0, "site": path(*meta, f.site)}
+    if page:
+        row["page"] = path(*meta, f.page)
+    return row | {
+        "month": month_text(path(*meta, f.date)),
+        "hits": number(path(f.total)),
+        "days": zero_filled(path(f.daily), 1, days_in_month(path(*meta, f.date))),
+        **_visitors(f),
+    }
+
+
+def _top(f: TopFields, period: str, text: Any) -> tuple[dict[str, Any], ...]:
+    """Listed pages busiest first (ties by name), ``(other)`` apart, and whether the list is exact."""
+    entries = {"$objectToArray": {"$ifNull": [path(f.pages), {}]}}
+    listed = {"$filter": {"input": entries, "as": "e", "cond": {"$ne": ["$$e.k", OTHER_PAGE]}}}
+    other = number({"$getField": {"field": OTHER_PAGE, "input": path(f.pages)}})
+    total = {"$sum": {"$map": {"input": entries, "as": "e", "in": "$$e.v"}}}
+    return (
+        {
+            "$project": {
+                "_id": 0,
+                "site": path(f.metadata, f.site),
+                period: text,
+                "pages": {
+                    "$map": {
+                        "input": {"$sortArray": {"input": listed, "sortBy": {"v": -1, "k": 1}}},
+                        "as": "e",
+                        "in": {"page": unescaped("$$e.k"), "hits": "$$e.v"},
+                    }
+                },
+                "other_hits": other,
+                "exact": {"$or": [{"$eq": [other, 0]}, {"$eq": [path(f.sealed), total]}]},
+            }
+        },
+    )
+
+
+_DAY_FIELDS = (
+    ("site", "the site"),
+    ("date", "the site's local day, YYYY-MM-DD"),
+    ("zone", "the IANA time zone of that day (UTC unless the site has one)"),
+    ("hits", "page views of the day (every hit, crawlers' too)"),
+    (
+        "hours",
+        "hits per hour of the local day from midnight: 24 numbers (23 or 25 on a DST change), zeros included",
+    ),
+    *_VISITORS,
+)
+_MONTH_FIELDS = (
+    ("site", "the site"),
+    ("month", "the site's local month, YYYY-MM"),
+    ("hits", "page views of the month"),
+    ("days", "hits per day of the month, from the 1st: one number per day, zeros included"),
+    *_VISITORS,
+)
+_PAGE = (("page", "the page, as sent (its path)"),)
+_TOP = (
+    ("site", "the site"),
+    ("pages", "[{page, hits}]: the listed pages, busiest first (ties by name)"),
+    ("other_hits", "hits of the pages not listed (the list keeps what fits its byte budget)"),
+    (
+        "exact",
+        "true when every count and the order are exact; false while a busy period's list awaits "
+        "its seal (within a minute)",
+    ),
+)
+
+
+def views(mode: FieldMode) -> list[View]:
+    """The hits views of a deployment in field-name ``mode``."""
+    f = hits_fields(mode)
+    r = f.rollups
+    top_d, top_m = r.top_daily, r.top_monthly
+    return [
+        View(
+            "hits_page_days",
+            f.daily.collection,
+            ({"$project": _day(f.daily, page=True)},),
+            "one row per site, page and local day",
+            (_DAY_FIELDS[0], *_PAGE, *_DAY_FIELDS[1:]),
+        ),
+        View(
+            "hits_site_days",
+            r.daily.collection,
+            ({"$project": _day(r.daily, page=False, capped=r.daily.capped)},),
+            "one row per site and local day: every page's hits together",
+            (*_DAY_FIELDS, ("capped", "hits of pages past the day's page cap (counted here, no page row)")),
+        ),
+        View(
+            "hits_page_months",
+            f.monthly.collection,
+            ({"$project": _month(f.monthly, page=True)},),
+            "one row per site, page and local month",
+            (_MONTH_FIELDS[0], *_PAGE, *_MONTH_FIELDS[1:]),
+        ),
+        View(
+            "hits_site_months",
+            r.monthly.collection,
+            ({"$project": _month(r.monthly, page=False)},),
+            "one row per site and local month",
+            _MONTH_FIELDS,
+        ),
+        View(
+            "top_pages_days",
+            top_d.collection,
+            _top(top_d, "date", day_text(path(top_d.metadata, top_d.date))),
+            "one row per site and local day: its busiest pages",
+            (_TOP[0], ("date", "the site's local day, YYYY-MM-DD"), *_TOP[1:]),
+        ),
+        View(
+            "top_pages_months",
+            top_m.collection,
+            _top(top_m, "month", month_text(path(top_m.metadata, top_m.date))),
+            "one row per site and local month: its busiest pages",
+            (_TOP[0], ("month", "the site's local month, YYYY-MM"), *_TOP[1:]),
+        ),
+    ]

@@ -1,0 +1,85 @@
+"""Aggregation expressions the readable views share: zero-filled series, unescaped keys, dates as text.
+
+Each function returns a MongoDB expression (plain dicts) built from stored field paths,
+so that one view declaration serves both field-name modes. They use operators of
+MongoDB 5.0 and later (``$getField``, ``$dateDiff``, ``$dateAdd``, ``$sortArray`` is 5.2):
+every server we support (6.0 to 8.0) and the embedded store run them. Time zones are
+never an expression argument here (the embedded store takes only constants there):
+what depends on a zone is stored in the document by the workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Expr = Any
+
+
+def path(*parts: str) -> str:
+    """``$a.b``: the value at a dotted stored path."""
+    return "$" + ".".join(parts)
+
+
+def zero_filled(counters: str, first: int, count: Expr) -> Expr:
+    """An array of ``count`` numbers: ``counters.<first>``, ``counters.<first+1>``…, 0 where absent.
+
+    ``counters`` is a stored sub-document keyed by the decimal position (hours, days).
+    """
+    return {
+        "$map": {
+            "input": {"$range": [first, {"$add": [first, count]}]},
+            "as": "i",
+            "in": {"$ifNull": [{"$getField": {"field": {"$toString": "$$i"}, "input": counters}}, 0]},
+        }
+    }
+
+
+def day_text(date_path: str) -> Expr:
+    """``YYYY-MM-DD`` of a stored local date (its midnight, as the workers store it)."""
+    return {"$dateToString": {"date": date_path, "format": "%Y-%m-%d"}}
+
+
+def month_text(date_path: str) -> Expr:
+    """``YYYY-MM`` of a stored month (its first day's midnight)."""
+    return {"$dateToString": {"date": date_path, "format": "%Y-%m"}}
+
+
+def days_in_month(date_path: str) -> Expr:
+    """How many days the month starting at ``date_path`` has."""
+    return {
+        "$dateDiff": {
+            "startDate": date_path,
+            "endDate": {"$dateAdd": {"startDate": date_path, "unit": "month", "amount": 1}},
+            "unit": "day",
+        }
+    }
+
+
+def unescaped(key: Expr) -> Expr:
+    """A readable-mode field name back to its text: the inverse of ``escape_key`` (``%`` last).
+
+    ``%`` alone is the empty name.
+    """
+    out = key
+    for code, char in (("%2E", "."), ("%24", "$"), ("%00", "\0"), ("%25", "%")):
+        # a literal: "$" alone would be read as a field path
+        out = {"$replaceAll": {"input": out, "find": code, "replacement": {"$literal": char}}}
+    return {"$cond": [{"$eq": [key, "%"]}, "", out]}
+
+
+def number(value: Expr) -> Expr:
+    """``value``, or 0 where the document has none."""
+    return {"$ifNull": [value, 0]}
+
+
+def compact_day_text(day: Expr) -> Expr:
+    """``YYYY-MM-DD`` of a stored ``YYYYMMDD`` string."""
+    return {
+        "$concat": [
+            {"$substrCP": [day, 0, 4]},
+            "-",
+            {"$substrCP": [day, 4, 2]},
+            "-",
+            {"$substrCP": [day, 6, 2]},
+        ]
+    }
