@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install constraints docs-settings docs-map browser dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-visitors bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
+.PHONY: install constraints docs-settings docs-map browser mongosh dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-visitors bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ constraints: $(STAMP)  ## rewrite deploy/constraints.txt (the production image's
 demo: $(STAMP)  ## generated traffic through the whole pipeline on the embedded services
 	$(PY) -m pipeline demo
 
-test: $(STAMP) browser  ## unit + integration tests (starts and stops its own Kafka and MongoDB, drives Chromium)
+test: $(STAMP) browser mongosh  ## unit + integration tests (starts and stops its own Kafka and MongoDB, drives Chromium)
 	$(PY) -m pytest -q -n 4 --dist worksteal --durations=12
 
 browser:  ## Debian's Chromium for the dashboard's browser test (apt-get, as root or through sudo)
@@ -31,6 +31,16 @@ browser:  ## Debian's Chromium for the dashboard's browser test (apt-get, as roo
 	  $$SUDO apt-get install -y -qq chromium >/dev/null 2>&1 || \
 	  { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }; }
 	@chromium --version 2>/dev/null
+
+MONGOSH_VERSION := 2.12.0
+MONGOSH := $(VENV)/mongosh/node_modules/.bin/mongosh
+
+mongosh: $(MONGOSH)  ## the MongoDB shell from the npm registry into .venv/mongosh (`preagg mongosh` finds it; the cookbook's tests run it)
+
+$(MONGOSH):
+	@command -v npm >/dev/null 2>&1 || { echo "make mongosh needs Node.js and npm (Debian: apt-get install npm)"; exit 1; }
+	npm install --prefix $(VENV)/mongosh --no-audit --no-fund --loglevel=error mongosh@$(MONGOSH_VERSION)
+	@$(MONGOSH) --version
 
 serve: $(STAMP)  ## preagg serve on the services of `preagg services up` (or PREAGG_MONGO_URL)
 	$(PY) -m pipeline serve

@@ -206,6 +206,16 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mongosh(args: argparse.Namespace) -> int:
+    from pipeline.ops.shell import mongosh_argv
+
+    s = command_settings()
+    argv = mongosh_argv(s.mongo_url or "", s.db, list(args.args))
+    sys.stdout.flush()
+    os.execv(argv[0], argv)
+    return 0  # never reached: the shell replaces this process
+
+
 # -- status -------------------------------------------------------------------
 
 
@@ -597,6 +607,15 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=cmd_schema)
 
+    ms = sub.add_parser(
+        "mongosh",
+        help="the MongoDB shell on the deployment's database (its views: docs/analysts.md)",
+        description="Runs mongosh connected to the database the workers write; arguments after it "
+        "(--eval, --quiet, --json, a script) go to mongosh.",
+    )
+    ms.add_argument("args", nargs=argparse.REMAINDER, help="mongosh's own arguments")
+    ms.set_defaults(func=cmd_mongosh)
+
     st = sub.add_parser("status", help="lag, throughput and dead letters of the whole worker group")
     st.add_argument(
         "--interval",
@@ -707,8 +726,14 @@ def main(argv: list[str] | None = None) -> None:
     # worker and `preagg serve` configure their logging themselves (pipeline/core/logs.py).
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
-        args = build_parser().parse_args(argv)
-        code = args.func(args)
+        given = sys.argv[1:] if argv is None else argv
+        if given[:1] == ["mongosh"] and given[1:2] not in (["-h"], ["--help"]):
+            # every later argument is mongosh's own, in order (argparse would take its options)
+            args = argparse.Namespace(args=given[1:])
+            code = cmd_mongosh(args)
+        else:
+            args = build_parser().parse_args(given)
+            code = args.func(args)
         if code == 0 and getattr(args, "pending_kind", None):
             note_pending(args.pending_kind)
     except PreaggError as exc:  # raised on purpose: one line, the class's exit status (core/errors.py)

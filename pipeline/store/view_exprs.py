@@ -2,8 +2,8 @@
 
 Each function returns a MongoDB expression (plain dicts) built from stored field paths,
 so that one view declaration serves both field-name modes. They use operators of
-MongoDB 5.0 and later (``$getField``, ``$dateDiff``, ``$dateAdd``, ``$sortArray`` is 5.2):
-every server we support (6.0 to 8.0) and the embedded store run them. Time zones are
+MongoDB 5.2 and earlier (``$dateDiff``, ``$dateAdd``, ``$sortArray``; ``$getField`` with a
+constant name only): every server we support (6.0 to 8.0) and the embedded store run them. Time zones are
 never an expression argument here (the embedded store takes only constants there):
 what depends on a zone is stored in the document by the workers.
 """
@@ -20,6 +20,22 @@ def path(*parts: str) -> str:
     return "$" + ".".join(parts)
 
 
+def field_of(doc: Expr, name: Expr) -> Expr:
+    """The value of ``doc``'s field named by the expression ``name``, or ``null``.
+
+    ``$getField`` takes an expression for its name only from MongoDB 7.2 on (SERVER-74371;
+    6.0 and 7.0 want a constant), so this walks the fields instead: a document of tens of
+    fields (hours, days, tokens) costs tens of comparisons.
+    """
+    return {
+        "$reduce": {
+            "input": {"$objectToArray": {"$ifNull": [doc, {}]}},
+            "initialValue": None,
+            "in": {"$cond": [{"$eq": ["$$this.k", name]}, "$$this.v", "$$value"]},
+        }
+    }
+
+
 def zero_filled(counters: str, first: int, count: Expr) -> Expr:
     """An array of ``count`` numbers: ``counters.<first>``, ``counters.<first+1>``…, 0 where absent.
 
@@ -29,7 +45,7 @@ def zero_filled(counters: str, first: int, count: Expr) -> Expr:
         "$map": {
             "input": {"$range": [first, {"$add": [first, count]}]},
             "as": "i",
-            "in": {"$ifNull": [{"$getField": {"field": {"$toString": "$$i"}, "input": counters}}, 0]},
+            "in": {"$ifNull": [field_of(counters, {"$toString": "$$i"}), 0]},
         }
     }
 

@@ -14,11 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.core.fields import FieldMode, View
+from pipeline.kinds.hits.bots import AGENT, BOT
 from pipeline.kinds.hits.layout import DailyFields, DocFields, MonthlyFields, TopFields, hits_fields
 from pipeline.kinds.hits.sites.caps import OTHER_PAGE
+from pipeline.store.names.layout import escape_key
+from pipeline.store.names.store import names_fields
 from pipeline.store.view_exprs import (
     day_text,
     days_in_month,
+    field_of,
     month_text,
     number,
     path,
@@ -37,6 +41,59 @@ _VISITORS = (
 
 def _visitors(f: DocFields) -> dict[str, Any]:
     return {"visitors": path(f.visitor_count), "visitors_exact": {"$ifNull": [path(f.visitors_exact), None]}}
+
+
+def _escaped_site(site: Any) -> Any:
+    """``escape_part`` of a site, as the name store's namespaces spell it."""
+    once = {"$replaceAll": {"input": site, "find": "%", "replacement": "%25"}}
+    return {"$replaceAll": {"input": once, "find": "/", "replacement": "%2F"}}
+
+
+def _token(docs: str, name: str, nf: dict[str, str]) -> Any:
+    """The name store token (as a field name) of ``name`` among a namespace's documents ``docs``."""
+    at = {"$indexOfArray": [f"$$this.{nf['list']}", name]}
+    return {
+        "$reduce": {
+            "input": docs,
+            "initialValue": None,
+            "in": {
+                "$cond": [
+                    {"$gte": [at, 0]},
+                    {"$toString": {"$add": [f"$$this.{nf['least_value']}", at]}},
+                    "$$value",
+                ]
+            },
+        }
+    }
+
+
+def _bots(f: DailyFields, mode: FieldMode) -> tuple[list[dict[str, Any]], Any]:
+    """Stages and expression of a day's crawler hits: the ``agent`` property's ``Bot`` counter.
+
+    Readable mode stores it by name; compact mode under name-store tokens, which the stages
+    look up in the site's namespaces (two reads of one small document per row).
+    """
+    props = path(f.props)
+    if mode == "readable":
+        return [], number(path(f.props, escape_key(AGENT), escape_key(BOT)))
+    nf = names_fields(mode)
+    site = _escaped_site(path(f.metadata, f.site))
+    stages = [
+        {
+            "$lookup": {
+                "from": nf["collection"],
+                "let": {"ns": {"$concat": [prefix, site, suffix]}},
+                "pipeline": [
+                    {"$match": {"$expr": {"$eq": [path(nf["namespace"]), "$$ns"]}}},
+                    {"$project": {"_id": 0, nf["least_value"]: 1, nf["list"]: 1}},
+                ],
+                "as": alias,
+            }
+        }
+        for prefix, suffix, alias in (("n/", "", "_names"), ("v/", f"/{AGENT}", "_values"))
+    ]
+    agent = field_of(props, _token("$_names", AGENT, nf))
+    return stages, number(field_of(agent, _token("$_values", BOT, nf)))
 
 
 def _day(f: DailyFields, page: bool, capped: str | None = None) -> dict[str, Any]:
@@ -131,6 +188,7 @@ def views(mode: FieldMode) -> list[View]:
     """The hits views of a deployment in field-name ``mode``."""
     f = hits_fields(mode)
     r = f.rollups
+    bot_stages, bots = _bots(r.daily, mode)
     top_d, top_m = r.top_daily, r.top_monthly
     return [
         View(
@@ -143,9 +201,16 @@ def views(mode: FieldMode) -> list[View]:
         View(
             "hits_site_days",
             r.daily.collection,
-            ({"$project": _day(r.daily, page=False, capped=r.daily.capped)},),
+            (
+                *bot_stages,
+                {"$project": _day(r.daily, page=False, capped=r.daily.capped) | {"bot_hits": bots}},
+            ),
             "one row per site and local day: every page's hits together",
-            (*_DAY_FIELDS, ("capped", "hits of pages past the day's page cap (counted here, no page row)")),
+            (
+                *_DAY_FIELDS,
+                ("capped", "hits of pages past the day's page cap (counted here, no page row)"),
+                ("bot_hits", "hits of crawlers (the agent property's Bot value; 0 without --props)"),
+            ),
         ),
         View(
             "hits_page_months",
