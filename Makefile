@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install constraints docs-settings docs-map browser mongosh dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-visitors bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
+.PHONY: install constraints docs-settings docs-schemas docs-map browser mongosh dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-visitors bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -114,6 +114,9 @@ simulate: $(STAMP)  ## seeded fault schedules (rival inserts, lost answers, kill
 
 docs-settings: $(STAMP)  ## rewrite docs/design.md's settings table from the settings' comments
 	$(PY) -m pipeline.settings_doc
+
+docs-schemas: $(STAMP)  ## rewrite schemas/*/documents/ and schemas/views/ (JSON Schemas) from the declarations
+	$(PY) -m pipeline.schema_files
 
 docs-map: $(STAMP)  ## rewrite docs/design.md's module map from the tree and the modules' docstrings
 	$(PY) -m pipeline.docs_map

@@ -48,6 +48,10 @@ if TYPE_CHECKING:
 def cmd_services(args: argparse.Namespace) -> int:
     from pipeline.services.embedded import EmbeddedServices, read_state, stop_pids
 
+    if args.action == "url":  # PREAGG_*_URL, else this directory's embedded services
+        resolved = command_settings()
+        print(resolved.mongo_url if args.which == "mongodb" else resolved.kafka_url)
+        return 0
     s = Settings.from_env()
     state = read_state(s.home)
     if args.action == "up":
@@ -538,7 +542,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     sp = sub.add_parser("services", help="start/inspect/stop the embedded Kafka and MongoDB")
-    sp.add_argument("action", choices=["up", "status", "down"])
+    sp.add_argument("action", choices=["up", "status", "down", "url"])
+    sp.add_argument(
+        "which",
+        nargs="?",
+        choices=["mongodb", "kafka"],
+        default="mongodb",
+        help="url: which URL to print, the one every preagg command here uses (default mongodb)",
+    )
     sp.set_defaults(func=cmd_services)
 
     cp = sub.add_parser("completion", help='shell completion: eval "$(preagg completion bash)"')
@@ -719,6 +730,14 @@ def note_pending(kind: str) -> None:
         print(found.note(), file=sys.stderr)
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line as ``main`` runs it: ``preagg mongosh ...`` passes every later argument
+    to the shell, in order (argparse would take its options as its own)."""
+    if argv[:1] == ["mongosh"] and argv[1:2] not in (["-h"], ["--help"]):
+        return argparse.Namespace(func=cmd_mongosh, args=argv[1:])
+    return build_parser().parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``preagg``: ordinary mistakes are one line and exit 2, never a traceback."""
     # A one-shot command says in one line of its own what failed (``unreachable`` below); the
@@ -726,14 +745,8 @@ def main(argv: list[str] | None = None) -> None:
     # worker and `preagg serve` configure their logging themselves (pipeline/core/logs.py).
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
-        given = sys.argv[1:] if argv is None else argv
-        if given[:1] == ["mongosh"] and given[1:2] not in (["-h"], ["--help"]):
-            # every later argument is mongosh's own, in order (argparse would take its options)
-            args = argparse.Namespace(args=given[1:])
-            code = cmd_mongosh(args)
-        else:
-            args = build_parser().parse_args(given)
-            code = args.func(args)
+        args = parse(sys.argv[1:] if argv is None else argv)
+        code = args.func(args)
         if code == 0 and getattr(args, "pending_kind", None):
             note_pending(args.pending_kind)
     except PreaggError as exc:  # raised on purpose: one line, the class's exit status (core/errors.py)

@@ -129,5 +129,5 @@ class View:
     pipeline: tuple[dict[str, Any], ...]
     #: One line for ``preagg schema`` and the docs: what a row is.
     about: str
-    #: Field → what it means, in the order a row shows them.
-    fields: tuple[tuple[str, str], ...] = ()
+    #: (field, its BSON type as a ``$jsonSchema`` fragment, what it means), in row order.
+    fields: tuple[tuple[str, dict[str, Any], str], ...] = ()

@@ -34,6 +34,10 @@ class BadParam(InputError):
         self.message = message
 
 
+class NotFound(BadParam):
+    """A parameter naming something the store does not have (an HTTP 404, exit 2 on the command line)."""
+
+
 @dataclass(frozen=True)
 class Param:
     """One query parameter: its type, whether it is needed, its default (as text) and bounds."""

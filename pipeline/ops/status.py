@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.kafka.group import describe_group
+from pipeline.kafka.group import GroupView, describe_group
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kinds import kind_named, stream_topics
 from pipeline.ops.lag import group_lag
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.ops.pending import STALLED_AFTER
 from pipeline.settings import Settings
+from pipeline.store.members import recorded_assignments
 
 
 async def group_status(
@@ -88,6 +90,8 @@ async def group_status(
             }
         )
     group = await describe_group(KafkaConnection.of(settings), settings.group_id)
+    if group is not None:
+        group = with_recorded(group, await recorded_assignments(db, settings.group_id))
     if idle:
         last = totals.last_flush_at
         since = f"no flush for {now - last:.0f} s" if last else "never counted"
@@ -137,6 +141,22 @@ async def group_status(
             ],
         },
     }
+
+
+def with_recorded(group: GroupView, recorded: dict[str, list[str]]) -> GroupView:
+    """The group with each member's partitions as its worker recorded them, where it did.
+
+    A broker that names no agreed protocol (the embedded one) answers assignments empty:
+    those are unknown, not "no partitions"."""
+    members = []
+    for m in group.members:
+        held: tuple[str, ...] | None = m.partitions
+        if m.member_id in recorded:
+            held = tuple(recorded[m.member_id])
+        elif not group.protocol and not held:
+            held = None
+        members.append(replace(m, partitions=held))
+    return replace(group, members=tuple(members))
 
 
 def status_text(st: dict[str, Any], now: float | None = None) -> str:

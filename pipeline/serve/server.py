@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from pymongo.errors import PyMongoError
 
-from pipeline.core.params import BadParam, Param, parse_params
+from pipeline.core.params import BadParam, NotFound, Param, parse_params
 from pipeline.core.routes import Route
 from pipeline.kinds import load_kinds
 from pipeline.serve.openapi import openapi_document
@@ -258,6 +258,8 @@ def _middlewares(settings: Settings, slots: asyncio.Semaphore, db: Db | None = N
     async def errors(request: web.Request, handler: Endpoint) -> web.StreamResponse:
         try:
             return await handler(request)
+        except NotFound as exc:
+            return _error(404, str(exc), exc.name)
         except BadParam as exc:
             return _error(400, str(exc), exc.name)
         except web.HTTPException as exc:  # no such endpoint or method: JSON too, pointing at the list

@@ -14,6 +14,15 @@ from typing import Any
 
 Expr = Any
 
+#: Column types of the views' rows (``$jsonSchema`` fragments: pipeline.core.doc_schema).
+INT: dict[str, Any] = {"bsonType": ["int", "long"], "minimum": 0}
+TEXT: dict[str, Any] = {"bsonType": "string"}
+DAY: dict[str, Any] = {"bsonType": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
+MONTH: dict[str, Any] = {"bsonType": "string", "pattern": "^[0-9]{4}-[0-9]{2}$"}
+BOOL: dict[str, Any] = {"bsonType": "bool"}
+#: A user's, item's or tag's id as its events sent it.
+ID: dict[str, Any] = {"bsonType": ["int", "long", "string"]}
+
 
 def path(*parts: str) -> str:
     """``$a.b``: the value at a dotted stored path."""

@@ -34,6 +34,7 @@ from pipeline.kafka.probe import PartitionProbe
 from pipeline.kinds import StreamContext, load_kinds, stream_topics, unknown_variables
 from pipeline.settings import Settings, redact_url
 from pipeline.store.client import mongo_client, primary, reach
+from pipeline.store.members import record_assignment
 from pipeline.store.meta import claim_schema_mode, supports_transactions
 from pipeline.store.owners import groups_by_topic, refusal
 from pipeline.store.sink import EXACTLY_ONCE, MongoSink
@@ -50,7 +51,13 @@ from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.metrics import refused_commits_metric
 from pipeline.worker.policy import FlushHooks, FlushPolicy, no_fault
 from pipeline.worker.progress import Tally, report_progress
-from pipeline.worker.rebalance import bound_revoke_drain, leave_group, membership, track_leadership
+from pipeline.worker.rebalance import (
+    bound_revoke_drain,
+    last_join,
+    leave_group,
+    membership,
+    track_leadership,
+)
 from pipeline.worker.refused import RefusedCommits
 from pipeline.worker.shutdown import BoundedWorker
 from pipeline.worker.start_watch import STARTED, group_context, watch_start
@@ -184,12 +191,16 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
         _subscribe(app, settings.of(kind).topic, settings.partitions, flusher)
 
     extra_metrics = [stream.metrics for _, stream in streams if stream.metrics is not None]
-    add_web_pages(app, settings, flushers, extra_metrics, started)
+    joined = asyncio.Event()
+    add_web_pages(app, settings, flushers, extra_metrics, started, joined.is_set)
 
     async def on_assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
         # One line a rebalance (Faust's assignment tables are out of the log): what it holds now.
         held = sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned)
         log.info("assigned %d partition(s): %s", len(held), ", ".join(held) or "none")
+        joined.set()  # in the group with an assignment (maybe empty): /health/ready may say yes
+        recording[:] = [t for t in recording if not t.done()]
+        recording.append(asyncio.ensure_future(record(held)))
         settled.clear()  # partitions found at their end (backlog.behind): ask the new ones
         # Positions may have moved while another worker held a partition: reload lazily.
         for f in flushers:
@@ -202,6 +213,15 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
             )
 
     checking: list[asyncio.Future[None]] = []
+    recording: list[asyncio.Future[None]] = []
+
+    async def record(held: list[str]) -> None:
+        """What this member holds, for `preagg status` (brokers may not say): best effort."""
+        member = last_join(app)[0]
+        try:
+            await record_assignment(db, settings.group_id, member, settings.worker_id, held)
+        except PyMongoError as exc:
+            log.info("could not record this worker's partitions for preagg status (%s)", exc)
 
     async def check_assignment(tps: list[tuple[str, int]]) -> None:
         # The store or the broker away: tried again, then left to the gap check at a record.

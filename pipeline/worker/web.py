@@ -20,6 +20,7 @@ def add_web_pages(
     flushers: list[Flusher[Any]],
     extra_metrics: list[Callable[[], Iterable[Metric]]],
     started: float,
+    joined: Callable[[], bool] = lambda: True,
 ) -> None:
     """Prometheus ``/metrics`` and ``/health`` on the worker's web server."""
 
@@ -49,11 +50,15 @@ def add_web_pages(
         idle = getattr(app, "idle_watch", None)
         if idle is not None and idle.problem is not None:  # in the group, no partition, messages waiting
             verdict["ok"], verdict["idle"] = False, idle.problem
+        if not joined():  # a fresh worker counts nothing until its group gives it an assignment
+            verdict["ok"] = False
+            verdict["joining"] = "not in the consumer group yet: waiting for an assignment"
         return view.json(verdict, status=200 if verdict["ok"] else 503)
 
     @app.page("/health/ready")
     async def readiness(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        """Readiness: counting keeps up (503 while a flush is stale or a partition is held back)."""
+        """Readiness: in the group and counting keeps up (503 until the first assignment, while a
+        flush is stale or a partition is held back)."""
         return await ready(self)
 
     @app.page("/health")

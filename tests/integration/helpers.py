@@ -114,6 +114,17 @@ def cli(settings: Settings, *args: str) -> str:
     return done.stdout
 
 
+def wait_counted(settings: Settings, timeout: float = 180.0) -> None:
+    """Wait until the workers have stored every day's and month's visitors as its sketch's estimate."""
+    from pipeline.kinds.hits.visitor_counts import uncounted
+
+    f = hits_fields(settings.schema)
+    deadline = time.monotonic() + timeout
+    while left := with_db(settings, lambda db: uncounted(db, f)):
+        assert time.monotonic() < deadline, f"visitors never counted: {left[:5]}"
+        time.sleep(0.5)
+
+
 def wait_sealed(settings: Settings, timeout: float = 180.0) -> None:
     """Wait until the workers have made every top-pages list exact (a few seconds after their last write)."""
     from pipeline.kinds.hits.sites.seal import unsealed
@@ -123,3 +134,31 @@ def wait_sealed(settings: Settings, timeout: float = 180.0) -> None:
     while left := with_db(settings, lambda db: unsealed(db, f)):
         assert time.monotonic() < deadline, f"top pages never sealed: {left[:5]}"
         time.sleep(0.5)
+
+
+def schema_violations(settings: Settings) -> dict[str, list[Any]]:
+    """Per collection or view of the deployment, the documents (rows) its JSON Schema refuses
+    (``$jsonSchema`` in the store itself; the schemas of the deployment's field-name mode)."""
+    from pipeline.core.doc_schema import document_schema, view_schema
+    from pipeline.core.fields import STORE_SCHEMAS, check_mode, documents
+    from pipeline.kinds import load_kinds
+
+    mode = check_mode(settings.schema)
+    kinds = load_kinds(settings.kinds)
+    wanted: dict[str, dict[str, Any]] = {}
+    for folder in [k.folder for k in kinds] + [STORE_SCHEMAS]:
+        for doc, spec in documents(folder).items():
+            wanted[spec["collection"]] = document_schema(folder, doc, mode)
+    for view in (v for k in kinds for v in k.views(mode)):
+        wanted[view.name] = view_schema(view)
+
+    async def check(db: Any) -> dict[str, list[Any]]:
+        out = {}
+        for name, schema in wanted.items():
+            bad = [d async for d in db[name].find({"$nor": [{"$jsonSchema": schema}]}).limit(3)]
+            if bad:
+                out[name] = bad
+        return out
+
+    found: dict[str, list[Any]] = with_db(settings, check)
+    return found

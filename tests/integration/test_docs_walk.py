@@ -65,6 +65,7 @@ GIVEN: dict[str, list[str]] = {
 #: Lines run elsewhere.
 ELSEWHERE = {
     "rollups.md": "tests/integration/test_rollups.py runs its block on its data",
+    "analysts.md": "tests/integration/test_analysts.py runs its lines and mongosh blocks, checked",
     "make dashboard": "test_readme_walk.test_make_dashboard_serves_its_url",
 }
 #: How a line with alternatives or placeholders runs.

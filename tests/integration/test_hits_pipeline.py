@@ -21,7 +21,7 @@ from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
 from pipeline.testing.traffic import generate
 
-from .helpers import dead_letters, produce, run_worker_to_end, with_db
+from .helpers import dead_letters, produce, run_worker_to_end, schema_violations, with_db
 
 pytestmark = pytest.mark.integration
 
@@ -104,6 +104,7 @@ def test_exact_counts_by_minute_hour_day_month_and_dead_letters(settings: Settin
 
     counted_dead = with_db(settings, check)
     assert counted_dead == dict(expected_dead)
+    assert not schema_violations(settings)  # what the workers wrote is what schemas/ declares
     letters = dead_letters(settings)
     assert Counter(d["reason"] for d in letters) == expected_dead
     assert all(d["topic"] == settings.topic("hits") and "detail" in d for d in letters)

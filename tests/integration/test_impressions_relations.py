@@ -22,7 +22,7 @@ from pipeline.kinds.relations.layout import relation_sides
 from pipeline.kinds.relations.query import related_items, related_users
 from pipeline.settings import Settings
 
-from .helpers import run_worker_to_end, with_db
+from .helpers import run_worker_to_end, schema_violations, with_db
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +75,7 @@ def test_impression_counts_exact_with_multiplicity_and_queries(settings: Setting
         return await db["imp_pairs"].count_documents({})
 
     assert with_db(settings, check) == len(truth)
+    assert not schema_violations(settings)  # what the workers wrote is what schemas/ declares
 
 
 def test_relations_no_false_negatives_bounded_false_positives_and_cli(settings: Settings) -> None:

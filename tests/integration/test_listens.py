@@ -24,7 +24,7 @@ from pipeline.kinds.listens.summaries import MARKER
 from pipeline.settings import Settings
 from pipeline.store.meta import META_COLLECTION
 
-from .helpers import run_cli, run_worker_to_end, with_db
+from .helpers import run_cli, run_worker_to_end, schema_violations, with_db
 from .test_cli import preagg
 
 pytestmark = pytest.mark.integration
@@ -115,6 +115,7 @@ def test_top_tags_and_heard_against_truth(settings: Settings, schema: str) -> No
     assert preagg(
         settings, "query", "heard", "--user", "1", "--tag", "ambient", "--song", "1000"
     ).strip() in ("no", "yes")
+    assert not schema_violations(settings)  # what the workers wrote is what schemas/ declares
 
 
 def test_setup_builds_the_summaries_of_documents_written_before_them(settings: Settings) -> None:

@@ -107,11 +107,18 @@ def checks(known: dict[str, object], work: Path) -> dict[str, Callable[[str], No
         truth = known["root_visitors"]
         assert abs(int(n) - truth) <= 0.05 * truth, (out, truth)  # type: ignore[operator]
 
+    def views(out: str) -> None:
+        days = dict(re.findall(r"date: '(\d{4}-\d\d-\d\d)',\s+hits: (\d+)", out))
+        assert {d: int(n) for d, n in days.items()} == known["hits_by_day"], out
+        assert len(re.findall(r"visitors: [1-9]", out)) == len(days), out  # every day counted
+
     def top_pages(out: str) -> None:
         rows = re.findall(r"^\s*(/\S*)\s+(\d+)$", out, re.M)
         assert [(p, int(n)) for p, n in rows] == known["top_pages"], out  # /favicon.ico first, no rebuild
 
     return {
+        'preagg mongosh --quiet --eval \'db.hits_site_days.find({site: "semicomplete.com"}, '
+        "{_id: 0, date: 1, hits: 1, visitors: 1}).toArray()'": views,
         "preagg query hits --site semicomplete.com --from 2015-05-17 --to 2015-05-20 --by hour": hours,
         "preagg query visitors --site semicomplete.com --from 2015-05-17 --to 2015-05-20": visitors,
         "preagg query visitors --site semicomplete.com --page / --from 2015-05-17 --to 2015-05-20 "

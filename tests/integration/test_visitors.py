@@ -85,7 +85,7 @@ def test_visitors_of_an_access_log_are_its_distinct_address_and_browser_pairs(
         assert abs(r["visitors"] - want) <= 0.05 * want, (r, want)
     # The range's total: with the daily salt, the sum of its days' visitors (about).
     total = _query(s, "--from", first, "--to", last, "--by", "total")
-    assert len(total) == 1
+    assert len(total) == 1 and total[0]["sum_of_days"] is True  # labelled: not distinct people
     summed = sum(len(truth[d][""]) for d in days)
     assert abs(total[0]["visitors"] - summed) <= 0.05 * summed, (total, summed)
 
@@ -108,7 +108,13 @@ def test_a_page_with_few_visitors_is_exact_over_any_range(settings: Settings, tm
     days = sorted(truth)
     everyone = set().union(*(truth[d][""] for d in days))
     total = _query(s, "--from", days[0].isoformat(), "--to", days[-1].isoformat(), "--by", "total")
-    want = {"t": f"{days[0].isoformat()}T00:00:00", "visitors": len(everyone), "exact": True, "hits": 400}
+    want = {
+        "t": f"{days[0].isoformat()}T00:00:00",
+        "visitors": len(everyone),
+        "exact": True,
+        "hits": 400,
+        "sum_of_days": False,  # the fixed salt: each person once over the range
+    }
     assert total == [want]
     yesterday = (datetime.now(UTC).date() - timedelta(days=1)).isoformat()
     hours = _query(s, "--from", yesterday, "--to", yesterday, "--by", "hour")

@@ -28,7 +28,7 @@ from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import free_port
 from pipeline.services.urls import resolve
 from pipeline.settings import Settings
-from tests.integration.helpers import wait_sealed
+from tests.integration.helpers import wait_counted, wait_sealed
 
 BIN = Path(sys.executable).parent
 #: Lines that print nothing by design.
@@ -41,6 +41,11 @@ KINDS = ("hits", "impressions", "relations", "listens")
 def code_blocks(text: str) -> list[tuple[str, str]]:
     """(language, body) of each fenced ``sh`` or ``python`` block, in order."""
     return re.findall(r"```(sh|python)\n(.*?)```", text, re.S)
+
+
+def js_blocks(text: str) -> list[str]:
+    """Each fenced ``js`` block (what a reader types into mongosh), in order."""
+    return re.findall(r"```js\n(.*?)```", text, re.S)
 
 
 def strip_comment(line: str) -> str:
@@ -158,6 +163,7 @@ class Walk:
         asyncio.run(wait_caught_up(settings, [settings.topic(kind)], timeout=240))
         if kind == "hits":
             wait_sealed(settings)
+            wait_counted(settings)
 
     def run(self, line: str) -> str:
         done = subprocess.run(

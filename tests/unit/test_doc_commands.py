@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import build_parser
+from pipeline.cli import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -46,7 +46,7 @@ def test_the_documents_show_commands() -> None:
 def test_each_documented_command_parses(doc: str, line: str) -> None:
     args = shlex.split(line.replace("[", "").replace("]", ""))[1:]
     try:
-        build_parser().parse_args(args)
+        parse(args)
     except SystemExit as exc:  # --help and --version exit 0 once they have printed
         if exc.code != 0:
             pytest.fail(f"{doc}: `{line}` does not parse (exit {exc.code})")

@@ -20,6 +20,7 @@ from pipeline.kinds.hits.query_bots import humans, top_human_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
 from pipeline.kinds.hits.query_visitors import page_visitors, visitor_rows
 from pipeline.kinds.hits.render import series_rows
+from pipeline.kinds.hits.settings import KEY
 from pipeline.settings import Settings
 
 
@@ -44,6 +45,7 @@ def _with_visitors(schema: dict[str, Any]) -> dict[str, Any]:
 def routes(settings: Settings) -> list[Route]:
     """The hits endpoints, reading documents in the deployment's schema."""
     fields = hits_fields(settings.schema)
+    daily = settings.of(KEY).visitor_salt == "daily"
 
     async def series(db: Any, a: Mapping[str, Any]) -> Any:
         rows = await hits_series(db, a["site"], a["page"], a["from"], a["to"], a["by"], fields)
@@ -52,7 +54,7 @@ def routes(settings: Settings) -> list[Route]:
         return series_rows(rows)
 
     async def days(db: Any, a: Mapping[str, Any]) -> tuple[date, date]:
-        return await site_day_range(db, a["site"], a["from"], a["to"])
+        return await site_day_range(db, a["site"], a["from"], a["to"], fields)
 
     async def pages(db: Any, a: Mapping[str, Any]) -> Any:
         first, last = await days(db, a)
@@ -76,7 +78,14 @@ def routes(settings: Settings) -> list[Route]:
         first, last = await days(db, a)
         rows = await visitor_rows(db, a["site"], a["page"], first, last, a["by"], fields)
         return [
-            {"t": r.t.isoformat(), "visitors": r.visitors, "exact": r.exact, "hits": r.hits} for r in rows
+            {
+                "t": r.t.isoformat(),
+                "visitors": r.visitors,
+                "exact": r.exact,
+                "hits": r.hits,
+                "sum_of_days": r.sum_of_days(daily),
+            }
+            for r in rows
         ]
 
     async def sites(db: Any, a: Mapping[str, Any]) -> Any:
@@ -119,6 +128,14 @@ def routes(settings: Settings) -> list[Route]:
                     },
                 ),
                 ("hits", count),
+                (
+                    "sum_of_days",
+                    {
+                        "type": "boolean",
+                        "description": "true: a bucket of several days with the daily salt, whose figure "
+                        "is the sum of its days' visitors (a person counts once a day)",
+                    },
+                ),
             ),
             "hits",
         ),

@@ -50,7 +50,7 @@ def cmd_query_hits(a: Mapping[str, Any], args: argparse.Namespace) -> int:
         print(as_csv(series), end="")
     else:
         print(as_table(series))
-        print(f"total {sum(n for _, n in series)}  " + sparkline([n for _, n in series]))
+        print(f"total {sum(n for _, n in series)}  " + sparkline([n for _, n in series], unit=f"{by}s"))
         if note := pruned_note(series, by):
             print(note)
     if args.plot:
@@ -60,9 +60,10 @@ def cmd_query_hits(a: Mapping[str, Any], args: argparse.Namespace) -> int:
 
 
 async def _days(db: Db, a: Mapping[str, Any]) -> tuple[date, date]:
+    from pipeline.kinds.hits.layout import hits_fields
     from pipeline.kinds.hits.query import site_day_range
 
-    return await site_day_range(db, a["site"], a["from"], a["to"])
+    return await site_day_range(db, a["site"], a["from"], a["to"], hits_fields(command_settings().schema))
 
 
 def cmd_query_props(a: Mapping[str, Any], args: argparse.Namespace) -> int:
@@ -122,21 +123,36 @@ def cmd_query_visitors(a: Mapping[str, Any], args: argparse.Namespace) -> int:
         return await visitor_rows(db, a["site"], a["page"], first, last, a["by"], hits_fields(s.schema))
 
     rows = on_db(s, run)
-    header = ("t", "visitors", "exact", "hits")
-    table = [(r.t.isoformat(), r.visitors, r.exact, r.hits) for r in rows]
+    daily = daily_salt(s)
+    header = ("t", "visitors", "exact", "hits", "sum_of_days")
+    table = [(r.t.isoformat(), r.visitors, r.exact, r.hits, r.sum_of_days(daily)) for r in rows]
     if args.json:
         print(json.dumps([dict(zip(header, row, strict=True)) for row in table]))
     elif args.csv:
         print(csv_text(table, header), end="")
     else:
         print(f"{'t':>19}  {'visitors':>9}  {'hits':>9}  exact")
-        for t, n, exact, hits in table:
-            print(f"{t:>19}  {n:>9}  {hits:>9}  {'yes' if exact else 'no (estimate)'}")
+        for t, n, exact, hits, summed in table:
+            how = "yes" if exact else "no (estimate)"
+            print(f"{t:>19}  {n:>9}  {hits:>9}  {how}{', sum of daily visitors' if summed else ''}")
         if not all(r.exact for r in rows):
             print(
                 "not exact: a HyperLogLog estimate, 0.81% standard error (docs/visitors.md)", file=sys.stderr
             )
+        if any(summed for *_, summed in table):
+            print(
+                "sum of daily visitors: with the daily salt a person is counted once a day; "
+                "PREAGG_HITS_VISITOR_SALT=fixed counts people once over a range (docs/visitors.md)",
+                file=sys.stderr,
+            )
     return 0
+
+
+def daily_salt(s: Any) -> bool:
+    """Whether the deployment's visitor hashes change every day (``PREAGG_HITS_VISITOR_SALT``)."""
+    from pipeline.kinds.hits.settings import KEY
+
+    return bool(s.of(KEY).visitor_salt == "daily")
 
 
 def print_page_visitors(

@@ -9,6 +9,7 @@ the number of pages.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import AsyncIterable, AsyncIterator
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.calendar import EPOCH_ORDINAL, Calendar, dt_minute, zone_info
+from pipeline.core.params import NotFound
 from pipeline.core.series import Granularity, add_into, next_bucket
 from pipeline.core.times import midnight
 from pipeline.kinds.hits.layout import (
@@ -159,12 +161,16 @@ async def hits_series(
     coll, flt, proj = series_query(site, page, d0, d1, by, fields)
     acc: dict[int, int] = {}
     pruned: list[tuple[int, int]] = []  # UTC minute ranges [start, end) of days past retention
+    found = False
     async for doc in db[coll].find(flt, proj):
+        found = True
         items = _items(doc, by, fields)
         add_into(acc, items)
         if by in ("minute", "hour") and sum(n for _, n in items) < int(doc.get(fields.daily.total, 0)):
             day_start = _doc_start(doc, fields)
             pruned.append((day_start, cal.end(cal.day_of(day_start)[0])))
+    if not found:
+        await require_site(db, site, fields)  # zeros for a known site, an error for a misspelt one
     keys = _buckets(by, lo, hi, d0, d1, cal)
     if by in ("minute", "hour"):
         out = [(cal.at(b), acc.get(b, 0)) for b in keys]
@@ -334,6 +340,32 @@ async def top_pages(
     return out
 
 
+async def require_site(
+    db: AsyncDatabase[dict[str, Any]], site: str, fields: HitsFields | None = None
+) -> None:
+    """Refuse a site that has neither hits nor settings, naming the known sites closest to it.
+
+    A known site without data in a range answers zeros; a misspelt one answering zeros
+    would look like a quiet day. One indexed read when the site has hits.
+    """
+    fields = fields or hits_fields()
+    for f in (fields.rollups.monthly, fields.monthly):  # pages too: rollups may await a rebuild
+        if await db[f.collection].find_one({f"{f.metadata}.{f.site}": site}, {"_id": 1}) is not None:
+            return
+    configs = await load(db)
+    if site in configs:
+        return
+    known = sorted(set(await known_sites(db, fields)) | set(configs))
+    close = difflib.get_close_matches(site, known, n=3, cutoff=0.6)
+    if close:
+        hint = f"the known sites closest to it: {', '.join(close)}"
+    elif known:
+        hint = f"known sites: {', '.join(known[:5])}{' ...' if len(known) > 5 else ''}"
+    else:
+        hint = "no site has hits yet"
+    raise NotFound("site", f"unknown site {site!r}: {hint} (`preagg sites` lists them)")
+
+
 async def known_sites(db: AsyncDatabase[dict[str, Any]], fields: HitsFields | None = None) -> list[str]:
     """Every site with hits, sorted: ``distinct`` on the monthly rollups' index's first field."""
     f = (fields or hits_fields()).rollups.monthly
@@ -396,12 +428,18 @@ async def busiest_page(
 
 
 async def site_day_range(
-    db: AsyncDatabase[dict[str, Any]], site: str, first: date, last: date | None
+    db: AsyncDatabase[dict[str, Any]],
+    site: str,
+    first: date,
+    last: date | None,
+    fields: HitsFields | None = None,
 ) -> tuple[date, date]:
     """A ``from``/``to`` range of days in the site's calendar: ``today`` (``today-7d``) is the
-    site's today; ``last`` missing is ``first`` (the CLI and the API read ranges the same way)."""
+    site's today; ``last`` missing is ``first`` (the CLI and the API read ranges the same way).
+    An unknown site is refused (:func:`require_site`)."""
     from pipeline.core.params import local_day
 
+    await require_site(db, site, fields)
     today = (await site_config(db, site)).calendar.today()
     start = local_day(first, today)
     return start, local_day(last, today) if last else start

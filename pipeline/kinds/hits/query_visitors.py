@@ -46,6 +46,13 @@ class VisitorRow:
     visitors: int
     exact: bool
     hits: int = 0
+    #: Local days the bucket covers: with the daily salt, a bucket of several days counts a
+    #: person once a day (its figure is the sum of its days' visitors).
+    days: int = 1
+
+    def sum_of_days(self, daily_salt: bool) -> bool:
+        """Whether the figure is the sum of daily visitors rather than distinct people."""
+        return daily_salt and self.days > 1
 
 
 #: One stored sketch: the document's collection and ``_id``, the holder's path, the holder.
@@ -171,7 +178,14 @@ async def visitor_rows(
                 (midnight(first), [h for _, g, _ in per_month for h in g], sum(n for _, _, n in per_month))
             ]
     found = await estimates(db, [g for _, g, _ in rows], fields.mode)
-    return [VisitorRow(t, e.value, e.exact, n) for (t, _, n), e in zip(rows, found, strict=True)]
+    spans = {lo.replace(day=1): (hi - lo).days + 1 for lo, hi, _ in months}
+
+    def span(t: datetime) -> int:
+        if by in ("hour", "day"):
+            return 1
+        return (last - first).days + 1 if by == "total" else spans[t.date()]
+
+    return [VisitorRow(t, e.value, e.exact, n, span(t)) for (t, _, n), e in zip(rows, found, strict=True)]
 
 
 async def page_visitors(

@@ -72,15 +72,22 @@ def _short(t: datetime) -> str:
     return f"{t:%Y-%m-%d %H:%M%z}"
 
 
-def sparkline(values: Sequence[int], width: int = 72) -> str:
-    """A one-line terminal chart; long series are summed into ``width`` columns."""
+#: Periods per column a long sparkline sums: round numbers of minutes, hours and days.
+ROUND_BINS = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 24, 30, 60, 120, 180, 240, 360, 720, 1440)
+
+
+def sparkline(values: Sequence[int], width: int = 100, unit: str = "periods") -> str:
+    """A one-line terminal chart, one column per period; a series longer than ``width`` sums
+    the same whole number of periods into each column, and says how many (uneven columns
+    would draw a flat series as a ragged one)."""
     if not values:
         return ""
-    if len(values) > width:
-        step = len(values) / width
-        values = [sum(values[int(i * step) : int((i + 1) * step)]) for i in range(width)]
-    top = max(values) or 1
-    return "".join(BARS[min(len(BARS) - 1, round(v / top * (len(BARS) - 1)))] for v in values)
+    need = -(-len(values) // width)
+    k = next((n for n in ROUND_BINS if n >= need), need)
+    cols = [sum(values[i : i + k]) for i in range(0, len(values), k)] if k > 1 else list(values)
+    top = max(cols) or 1
+    line = "".join(BARS[min(len(BARS) - 1, round(v / top * (len(BARS) - 1)))] for v in cols)
+    return f"{line}  (each column: {k} {unit})" if k > 1 else line
 
 
 def plot_png(series: Sequence[tuple[datetime, int]], path: Path, title: str, zone: str = "UTC") -> Path:

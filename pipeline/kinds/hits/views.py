@@ -20,6 +20,11 @@ from pipeline.kinds.hits.sites.caps import OTHER_PAGE
 from pipeline.store.names.layout import escape_key
 from pipeline.store.names.store import names_fields
 from pipeline.store.view_exprs import (
+    BOOL,
+    DAY,
+    INT,
+    MONTH,
+    TEXT,
     day_text,
     days_in_month,
     field_of,
@@ -34,13 +39,27 @@ from pipeline.store.view_exprs import (
 HOURS = 24
 
 _VISITORS = (
-    ("visitors", "unique visitors of the period (null until a worker first counts them, within a minute)"),
-    ("visitors_exact", "true when visitors is exact, false when it is a HyperLogLog estimate (0.81%)"),
+    (
+        "visitors",
+        {"bsonType": ["int", "long", "null"], "minimum": 0},
+        "unique visitors of the period (null until a worker first counts them, within a minute)",
+    ),
+    (
+        "visitors_exact",
+        {"bsonType": ["bool", "null"]},
+        "true when visitors is exact, false when it is a HyperLogLog estimate (0.81%)",
+    ),
 )
 
 
 def _visitors(f: DocFields) -> dict[str, Any]:
-    return {"visitors": path(f.visitor_count), "visitors_exact": {"$ifNull": [path(f.visitors_exact), None]}}
+    """The stored count; 0 (exact) for a period without a sketch (only crawlers, or visitors off);
+    ``null`` for a sketch not counted yet."""
+    no_sketch = {"$eq": [{"$type": path(f.visitors)}, "missing"]}
+    return {
+        "visitors": {"$ifNull": [path(f.visitor_count), {"$cond": [no_sketch, 0, None]}]},
+        "visitors_exact": {"$ifNull": [path(f.visitors_exact), {"$cond": [no_sketch, True, None]}]},
+    }
 
 
 def _escaped_site(site: Any) -> Any:
@@ -154,30 +173,45 @@ def _top(f: TopFields, period: str, text: Any) -> tuple[dict[str, Any], ...]:
 
 
 _DAY_FIELDS = (
-    ("site", "the site"),
-    ("date", "the site's local day, YYYY-MM-DD"),
-    ("zone", "the IANA time zone of that day (UTC unless the site has one)"),
-    ("hits", "page views of the day (every hit, crawlers' too)"),
+    ("site", TEXT, "the site"),
+    ("date", DAY, "the site's local day, YYYY-MM-DD"),
+    ("zone", TEXT, "the IANA time zone of that day (UTC unless the site has one)"),
+    ("hits", INT, "page views of the day (every hit, crawlers' too)"),
     (
         "hours",
+        {"bsonType": "array", "minItems": 1, "maxItems": 48, "items": INT},
         "hits per hour of the local day from midnight: 24 numbers (23 or 25 on a DST change), zeros included",
     ),
     *_VISITORS,
 )
 _MONTH_FIELDS = (
-    ("site", "the site"),
-    ("month", "the site's local month, YYYY-MM"),
-    ("hits", "page views of the month"),
-    ("days", "hits per day of the month, from the 1st: one number per day, zeros included"),
+    ("site", TEXT, "the site"),
+    ("month", MONTH, "the site's local month, YYYY-MM"),
+    ("hits", INT, "page views of the month"),
+    (
+        "days",
+        {"bsonType": "array", "minItems": 28, "maxItems": 31, "items": INT},
+        "hits per day of the month, from the 1st: one number per day, zeros included",
+    ),
     *_VISITORS,
 )
-_PAGE = (("page", "the page, as sent (its path)"),)
+_PAGE = (("page", TEXT, "the page, as sent (its path)"),)
+_LISTED = {
+    "bsonType": "array",
+    "items": {
+        "bsonType": "object",
+        "required": ["page", "hits"],
+        "properties": {"page": TEXT, "hits": INT},
+        "additionalProperties": False,
+    },
+}
 _TOP = (
-    ("site", "the site"),
-    ("pages", "[{page, hits}]: the listed pages, busiest first (ties by name)"),
-    ("other_hits", "hits of the pages not listed (the list keeps what fits its byte budget)"),
+    ("site", TEXT, "the site"),
+    ("pages", _LISTED, "[{page, hits}]: the listed pages, busiest first (ties by name)"),
+    ("other_hits", INT, "hits of the pages not listed (the list keeps what fits its byte budget)"),
     (
         "exact",
+        BOOL,
         "true when every count and the order are exact; false while a busy period's list awaits "
         "its seal (within a minute)",
     ),
@@ -208,8 +242,8 @@ def views(mode: FieldMode) -> list[View]:
             "one row per site and local day: every page's hits together",
             (
                 *_DAY_FIELDS,
-                ("capped", "hits of pages past the day's page cap (counted here, no page row)"),
-                ("bot_hits", "hits of crawlers (the agent property's Bot value; 0 without --props)"),
+                ("capped", INT, "hits of pages past the day's page cap (counted here, no page row)"),
+                ("bot_hits", INT, "hits of crawlers (the agent property's Bot value; 0 without --props)"),
             ),
         ),
         View(
@@ -231,13 +265,13 @@ def views(mode: FieldMode) -> list[View]:
             top_d.collection,
             _top(top_d, "date", day_text(path(top_d.metadata, top_d.date))),
             "one row per site and local day: its busiest pages",
-            (_TOP[0], ("date", "the site's local day, YYYY-MM-DD"), *_TOP[1:]),
+            (_TOP[0], ("date", DAY, "the site's local day, YYYY-MM-DD"), *_TOP[1:]),
         ),
         View(
             "top_pages_months",
             top_m.collection,
             _top(top_m, "month", month_text(path(top_m.metadata, top_m.date))),
             "one row per site and local month: its busiest pages",
-            (_TOP[0], ("month", "the site's local month, YYYY-MM"), *_TOP[1:]),
+            (_TOP[0], ("month", MONTH, "the site's local month, YYYY-MM"), *_TOP[1:]),
         ),
     ]

@@ -156,6 +156,21 @@ class VisitorCounter(Settler):
         return sum(len(ops) for ops in writes.values())
 
 
+async def uncounted(db: AsyncDatabase[dict[str, Any]], fields: HitsFields) -> list[str]:
+    """``_id`` of every day or month document whose stored visitor number is not its sketch's
+    estimate yet (tests, and whoever checks after a backfill); reads every sketch: not for big stores."""
+    out: list[str] = []
+    r = fields.rollups
+    for f in (fields.daily, fields.monthly, r.daily, r.monthly):
+        proj = {f.visitors: 1, f.visitor_count: 1, f.visitors_exact: 1}
+        docs = [d async for d in db[f.collection].find({f.visitors: {"$exists": True}}, proj)]
+        groups: list[list[Held]] = [[(f.collection, d["_id"], f.visitors, d.get(f.visitors))] for d in docs]
+        for d, e in zip(docs, await estimates(db, groups, fields.mode), strict=True):
+            if stale(d, f, e.value, e.exact):
+                out.append(str(d["_id"]))
+    return sorted(out)
+
+
 def count_metrics(counter: VisitorCounter) -> Iterator[Metric]:
     """``preagg_visitor_counts_total{outcome}``."""
     yield counter.metric(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pipeline.core.fields import FieldMode, View
 from pipeline.kinds.impressions.layout import impression_fields
-from pipeline.store.view_exprs import compact_day_text, number, path
+from pipeline.store.view_exprs import DAY, ID, INT, compact_day_text, number, path
 
 
 def views(mode: FieldMode) -> list[View]:
@@ -31,9 +31,9 @@ def views(mode: FieldMode) -> list[View]:
             ),
             "one row per user and item: how many times the user was shown the item",
             (
-                ("user", "the user"),
-                ("item", "the item"),
-                ("impressions", "impressions of the item to the user"),
+                ("user", ID, "the user"),
+                ("item", ID, "the item"),
+                ("impressions", INT, "impressions of the item to the user"),
             ),
         ),
         View(
@@ -57,9 +57,9 @@ def views(mode: FieldMode) -> list[View]:
             ),
             "one row per UTC day and item: its impressions, every source partition's together",
             (
-                ("date", "the UTC day, YYYY-MM-DD"),
-                ("item", "the item"),
-                ("impressions", "impressions that day"),
+                ("date", DAY, "the UTC day, YYYY-MM-DD"),
+                ("item", ID, "the item"),
+                ("impressions", INT, "impressions that day"),
             ),
         ),
     ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pipeline.core.fields import FieldMode, View
 from pipeline.kinds.listens.layout import listen_fields
-from pipeline.store.view_exprs import compact_day_text, path
+from pipeline.store.view_exprs import DAY, ID, compact_day_text, path
 
 
 def views(mode: FieldMode) -> list[View]:
@@ -40,11 +40,12 @@ def views(mode: FieldMode) -> list[View]:
             ),
             "one row per user, tag and UTC day of the last seven (one per weekday: a newer week replaces it)",
             (
-                ("user", "the user"),
-                ("tag", "the tag"),
-                ("date", "the UTC day, YYYY-MM-DD"),
+                ("user", ID, "the user"),
+                ("tag", ID, "the tag"),
+                ("date", DAY, "the UTC day, YYYY-MM-DD"),
                 (
                     "songs",
+                    {"bsonType": ["int", "long", "null"], "minimum": 0},
                     "distinct songs the user listened to with that tag that day (exact below 128, "
                     "else a HyperLogLog estimate); null for days written before the number was stored",
                 ),

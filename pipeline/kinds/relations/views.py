@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pipeline.core.fields import FieldMode, View, field_names
 from pipeline.kinds.relations.layout import FOLDER
-from pipeline.store.view_exprs import number, path
+from pipeline.store.view_exprs import ID, INT, number, path
 
 
 def views(mode: FieldMode) -> list[View]:
@@ -22,7 +22,7 @@ def views(mode: FieldMode) -> list[View]:
             users["collection"],
             ({"$project": {"_id": 0, "user": "$_id", "relations": number(path(users["count"]))}},),
             "one row per user: relation events added (a pair sent twice counts twice)",
-            (("user", "the user"), ("relations", "relation events of the user")),
+            (("user", ID, "the user"), ("relations", INT, "relation events of the user")),
         ),
         View(
             "relations_items",
@@ -32,6 +32,6 @@ def views(mode: FieldMode) -> list[View]:
                 {"$project": {"_id": 0, "item": "$_id", "relations": "$n"}},
             ),
             "one row per item: relation events added, every source partition's together",
-            (("item", "the item"), ("relations", "relation events of the item")),
+            (("item", ID, "the item"), ("relations", INT, "relation events of the item")),
         ),
     ]
