@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install constraints docs-settings docs-schemas docs-map browser mongosh dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-peers bench-top-pages bench-visitors bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
+.PHONY: install constraints docs-settings docs-schemas docs-map browser mongosh dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-views bench-calendar bench-hostile bench-peers bench-top-pages bench-visitors bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +55,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check pipeline benchmarks tests
 	$(VENV)/bin/mypy
 
-bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-calendar bench-hostile bench-rollups bench-top-pages bench-visitors chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
+bench: bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-views bench-calendar bench-hostile bench-rollups bench-top-pages bench-visitors chaos  ## measures and writes bench-results/*.json (figures quoted in docs/benchmarks.md)
 
 bench-hits: $(STAMP)  ## naive vs packed vs single, freshness, access-log replay
 	$(PY) -m benchmarks.hits --out bench-results/hits.json
@@ -86,6 +86,9 @@ bench-steady: $(STAMP)  ## 3-minute live streams of every kind with warm documen
 
 bench-calendar: $(STAMP)  ## 60 days of hits in UTC and Europe/Berlin: drain, bytes per daily document, chart reads; retention before/after
 	$(PY) -m benchmarks.calendar --out bench-results/calendar.json
+
+bench-views: $(STAMP)  ## the analysts' views against reading the documents and against the query layer, on a grid of shapes
+	$(PY) -m benchmarks.views --out bench-results/views.json
 
 bench-api: $(STAMP) browser  ## query API p50/p99 per endpoint on 200 pages x 30 days; dashboard time to first chart
 	$(PY) -m benchmarks.api --out bench-results/api.json

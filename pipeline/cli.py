@@ -195,19 +195,61 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     env = Settings.from_env()
     mode = check_mode(args.mode or env.schema)
-    rows = schema_table([k.folder for k in load_kinds(env.kinds)] + [STORE_SCHEMAS], mode)
+    kinds = load_kinds(env.kinds)
+    rows = schema_table([k.folder for k in kinds] + [STORE_SCHEMAS], mode)
+    views = [v for k in kinds for v in k.views(mode)]
+    if args.json_schema:
+        return _print_json_schema(args.json_schema, mode, kinds, views)
     if args.json:
-        print(json.dumps({"mode": mode, "fields": rows}, indent=2))
+        listed = [
+            {
+                "view": v.name,
+                "reads": v.source,
+                "about": v.about,
+                "fields": [{"name": n, "meaning": a} for n, _, a in v.fields],
+            }
+            for v in views
+        ]
+        print(json.dumps({"mode": mode, "fields": rows, "views": listed}, indent=2))
         return 0
-    print(f"stored field names ({mode}); queries and CLI output always use the readable names")
+    print(
+        f"stored field names in {mode} mode ({'--mode' if args.mode else 'PREAGG_SCHEMA'}) -> readable "
+        "name: queries, CLI output and the views always use the readable names"
+    )
     last = None
     for r in rows:
         if r["collection"] != last:
             print(f"\n{r['collection']}")
             last = r["collection"]
-        print(f"  {r['stored']:<6} {r['readable']:<12} {r['meaning']}")
+        print(f"  {r['stored']:<6} -> {r['readable']:<16} {r['meaning']}")
     print("\npreagg_offsets and preagg_meta keep readable names in both modes (one small document each).")
+    print(
+        "_a, in every document a flush writes: idempotency marks (per source partition, the last flush "
+        "applied; docs/exactly-once.md), bookkeeping that never counts"
+    )
+    print("\nviews (read-only, for analysts: docs/analysts.md)")
+    for v in views:
+        print(f"\n{v.name}  ({v.about}; reads {v.source})")
+        for name, _, about in v.fields:
+            print(f"  {name:<16} {about}")
     return 0
+
+
+def _print_json_schema(name: str, mode: str, kinds: list[Any], views: list[Any]) -> int:
+    """One document kind's (by collection) or view's JSON Schema in the deployment's mode."""
+    from pipeline.core.doc_schema import document_schema, view_schema
+    from pipeline.core.fields import STORE_SCHEMAS, check_mode, documents
+
+    for folder in [k.folder for k in kinds] + [STORE_SCHEMAS]:
+        for doc, spec in documents(folder).items():
+            if spec["collection"] == name:
+                print(json.dumps(document_schema(folder, doc, check_mode(mode)), indent=2))
+                return 0
+    for v in views:
+        if v.name == name:
+            print(json.dumps(view_schema(v), indent=2))
+            return 0
+    raise UsageError(f"--json-schema {name}: no such collection or view (`preagg schema` lists them)")
 
 
 def cmd_mongosh(args: argparse.Namespace) -> int:
@@ -616,6 +658,11 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("schema", help="the stored field names of every collection, and what they mean")
     sc.add_argument("--mode", choices=["compact", "readable"], help="default: PREAGG_SCHEMA (compact)")
     sc.add_argument("--json", action="store_true")
+    sc.add_argument(
+        "--json-schema",
+        metavar="NAME",
+        help="print the JSON Schema (MongoDB's $jsonSchema dialect) of one collection or view",
+    )
     sc.set_defaults(func=cmd_schema)
 
     ms = sub.add_parser(

@@ -75,11 +75,14 @@ def schema_table(folders: list[Path], mode: FieldMode) -> list[dict[str, str]]:
         for doc, spec in documents(folder).items():
             stored = field_names(folder, doc, mode)
             for readable, about in spec["fields"].items():
+                where = about.get("in")  # inside another field: its full stored path
+                parent, _, each = (where or "").partition(".")
+                prefix = f"{stored[parent]}.{'<key>.' if each else ''}" if where else ""
                 rows.append(
                     {
                         "collection": spec["collection"],
                         "readable": readable,
-                        "stored": stored[readable],
+                        "stored": prefix + stored[readable],
                         "meaning": about["about"],
                     }
                 )

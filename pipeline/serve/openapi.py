@@ -60,6 +60,7 @@ def _responses(route_returns: Mapping[str, Any], guarded: bool, envelope: bool =
             "content": {"application/json": {"schema": rows}},
         },
         "400": {"description": "a bad parameter (named in the answer)", **err},
+        "404": {"description": "a parameter naming what the store does not have (an unknown site)", **err},
         "500": {"description": "a server bug (the answer and the log carry its request id)", **err},
         "503": {"description": "the store did not answer within the deadline", **err},
     }

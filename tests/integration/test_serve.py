@@ -294,6 +294,18 @@ def test_bad_parameters_get_400_naming_them(
     assert body["parameter"] == parameter and body["error"].startswith(parameter)
 
 
+@pytest.mark.parametrize("path", ["/api/hits", "/api/pages", "/api/props", "/api/visitors"])
+def test_an_unknown_site_is_a_404_naming_the_closest_known(served: tuple[Settings, str], path: str) -> None:
+    _, url = served
+    status, sites = get(q(url, "/api/sites"))
+    known = sites[0]["site"]
+    misspelt = known[:-1] + ("x" if known[-1] != "x" else "y")
+    span = {"from": "now-1h"} if path == "/api/hits" else {"from": "today-2d", "to": "today"}
+    status, body = get(q(url, path, site=misspelt, **span))
+    assert status == 404 and body["parameter"] == "site", body
+    assert misspelt in body["error"] and known in body["error"], body
+
+
 def test_token_cors_and_public_paths(served: tuple[Settings, str]) -> None:
     _, url = served
     assert get(q(url, "/api/sites"), token=None)[0] == 401
