@@ -114,26 +114,27 @@ def cli(settings: Settings, *args: str) -> str:
     return done.stdout
 
 
+def _wait_done(settings: Settings, left: Any, what: str, timeout: float) -> None:
+    """Poll ``left(db, fields)`` (the ``_id`` still waiting) until it is empty."""
+    f = hits_fields(settings.schema)
+    deadline = time.monotonic() + timeout
+    while waiting := with_db(settings, lambda db: left(db, f)):
+        assert time.monotonic() < deadline, f"{what}: {waiting[:5]}"
+        time.sleep(0.5)
+
+
 def wait_counted(settings: Settings, timeout: float = 180.0) -> None:
     """Wait until the workers have stored every day's and month's visitors as its sketch's estimate."""
     from pipeline.kinds.hits.visitor_counts import uncounted
 
-    f = hits_fields(settings.schema)
-    deadline = time.monotonic() + timeout
-    while left := with_db(settings, lambda db: uncounted(db, f)):
-        assert time.monotonic() < deadline, f"visitors never counted: {left[:5]}"
-        time.sleep(0.5)
+    _wait_done(settings, uncounted, "visitors never counted", timeout)
 
 
 def wait_sealed(settings: Settings, timeout: float = 180.0) -> None:
     """Wait until the workers have made every top-pages list exact (a few seconds after their last write)."""
     from pipeline.kinds.hits.sites.seal import unsealed
 
-    f = hits_fields(settings.schema)
-    deadline = time.monotonic() + timeout
-    while left := with_db(settings, lambda db: unsealed(db, f)):
-        assert time.monotonic() < deadline, f"top pages never sealed: {left[:5]}"
-        time.sleep(0.5)
+    _wait_done(settings, unsealed, "top pages never sealed", timeout)
 
 
 def schema_violations(settings: Settings) -> dict[str, list[Any]]:

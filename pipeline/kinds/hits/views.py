@@ -35,8 +35,9 @@ from pipeline.store.view_exprs import (
     zero_filled,
 )
 
-#: A UTC day's hours (a zoned day stores its own length).
+#: A UTC day's hours (a zoned day stores its own length), and the most a local day has.
 HOURS = 24
+MAX_HOURS = 48
 
 _VISITORS = (
     (
@@ -68,7 +69,7 @@ def _escaped_site(site: Any) -> Any:
     return {"$replaceAll": {"input": once, "find": "/", "replacement": "%2F"}}
 
 
-def _token(docs: str, name: str, nf: dict[str, str]) -> Any:
+def _token(docs: Any, name: str, nf: dict[str, str]) -> Any:
     """The name store token (as a field name) of ``name`` among a namespace's documents ``docs``."""
     at = {"$indexOfArray": [f"$$this.{nf['list']}", name]}
     return {
@@ -90,29 +91,36 @@ def _bots(f: DailyFields, mode: FieldMode) -> tuple[list[dict[str, Any]], Any]:
     """Stages and expression of a day's crawler hits: the ``agent`` property's ``Bot`` counter.
 
     Readable mode stores it by name; compact mode under name-store tokens, which the stages
-    look up in the site's namespaces (two reads of one small document per row).
+    look up in the site's two namespaces (one read of a few small documents per row).
     """
     props = path(f.props)
     if mode == "readable":
         return [], number(path(f.props, escape_key(AGENT), escape_key(BOT)))
     nf = names_fields(mode)
     site = _escaped_site(path(f.metadata, f.site))
+    spaces = {"n": {"$concat": ["n/", site]}, "v": {"$concat": ["v/", site, f"/{AGENT}"]}}
+    ns = path(nf["namespace"])
     stages = [
         {
-            "$lookup": {
+            "$lookup": {  # both namespaces in one read
                 "from": nf["collection"],
-                "let": {"ns": {"$concat": [prefix, site, suffix]}},
+                "let": spaces,
                 "pipeline": [
-                    {"$match": {"$expr": {"$eq": [path(nf["namespace"]), "$$ns"]}}},
-                    {"$project": {"_id": 0, nf["least_value"]: 1, nf["list"]: 1}},
+                    {"$match": {"$expr": {"$in": [ns, ["$$n", "$$v"]]}}},
+                    {"$project": {"_id": 0, nf["namespace"]: 1, nf["least_value"]: 1, nf["list"]: 1}},
                 ],
-                "as": alias,
+                "as": "_names",
             }
         }
-        for prefix, suffix, alias in (("n/", "", "_names"), ("v/", f"/{AGENT}", "_values"))
     ]
-    agent = field_of(props, _token("$_names", AGENT, nf))
-    return stages, number(field_of(agent, _token("$_values", BOT, nf)))
+
+    def of(space: str) -> Any:
+        return {
+            "$filter": {"input": "$_names", "cond": {"$eq": [f"$$this.{nf['namespace']}", spaces[space]]}}
+        }
+
+    agent = field_of(props, _token(of("n"), AGENT, nf))
+    return stages, number(field_of(agent, _token(of("v"), BOT, nf)))
 
 
 def _day(f: DailyFields, page: bool, capped: str | None = None) -> dict[str, Any]:
@@ -125,7 +133,7 @@ def _day(f: DailyFields, page: bool, capped: str | None = None) -> dict[str, Any
         "date": day_text(path(*meta, f.date)),
         "zone": {"$ifNull": [path(*meta, f.zone), "UTC"]},
         "hits": number(path(f.total)),
-        "hours": zero_filled(path(f.hourly), 0, length),
+        "hours": zero_filled(path(f.hourly), 0, length, MAX_HOURS),
         **_visitors(f),
     }
     if capped is not None:
@@ -141,7 +149,7 @@ def _month(f: MonthlyFields, page: bool) -> dict[str, Any]:
     return row | {
         "month": month_text(path(*meta, f.date)),
         "hits": number(path(f.total)),
-        "days": zero_filled(path(f.daily), 1, days_in_month(path(*meta, f.date))),
+        "days": zero_filled(path(f.daily), 1, days_in_month(path(*meta, f.date)), 31),
         **_visitors(f),
     }
 
