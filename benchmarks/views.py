@@ -27,7 +27,7 @@ from pipeline.store.names.layout import unescape_key
 
 SITE = "views.example"
 #: (pages, days, hits a day): a small site over a month, a large one over two.
-SHAPES = ((200, 30, 4_000), (2_000, 60, 3_000))
+SHAPES = ((200, 30, 4_000), (1_000, 45, 2_000))
 
 
 def events(

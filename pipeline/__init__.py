@@ -15,7 +15,6 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.core.params import NotFound
     from pipeline.kafka.producer import EventProducer
     from pipeline.kinds.hits.files import hit_key
     from pipeline.kinds.hits.query import hits_series
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
 _WHERE = {
     "EmbeddedServices": "pipeline.services.embedded",
     "EventProducer": "pipeline.kafka.producer",
-    "NotFound": "pipeline.core.params",
     "Settings": "pipeline.settings",
     "hit_key": "pipeline.kinds.hits.files",
     "hits_series": "pipeline.kinds.hits.query",
@@ -41,7 +39,6 @@ _WHERE = {
 __all__ = [
     "EmbeddedServices",
     "EventProducer",
-    "NotFound",
     "Settings",
     "hit_key",
     "hits_series",

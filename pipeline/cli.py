@@ -760,8 +760,9 @@ def unreachable(exc: BaseException, s: Settings) -> str | None:
     return None
 
 
-def note_pending(kind: str) -> None:
-    """After a query's answer: one line on stderr when events of its kind still wait to be counted."""
+def look_pending(kind: str) -> tuple[Any, str | None]:
+    """Before a query: what of its kind's topic waits to be counted, or why that cannot be told
+    (said after the answer, which stands; a store that does not answer is the query's to say)."""
     from pipeline.ops.pending import look_once
     from pipeline.services.urls import command_settings
     from pipeline.store.command import on_db
@@ -769,12 +770,9 @@ def note_pending(kind: str) -> None:
     s = command_settings()
     topic = s.topic(kind)
     try:
-        found = on_db(s, lambda db: look_once(s, db, topic))
-    except Exception as exc:  # the answer stands; say that its completeness is unknown
-        print(f"preagg: cannot tell whether events of {topic} wait to be counted ({exc})", file=sys.stderr)
-        return
-    if found is not None and found.note():
-        print(found.note(), file=sys.stderr)
+        return on_db(s, lambda db: look_once(s, db, topic)), None
+    except Exception as exc:
+        return None, f"preagg: cannot tell whether events of {topic} wait to be counted ({exc})"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -793,9 +791,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
+        kind = getattr(args, "pending_kind", None)
+        found, unknown = look_pending(kind) if kind else (None, None)
+        # how many wait: an unknown site among them is "not counted yet", not "no such site"
+        args.waiting = found.messages if found is not None else -1
         code = args.func(args)
-        if code == 0 and getattr(args, "pending_kind", None):
-            note_pending(args.pending_kind)
+        said = unknown or (found.note() if found is not None else None)
+        if code == 0 and said:
+            print(said, file=sys.stderr)
     except PreaggError as exc:  # raised on purpose: one line, the class's exit status (core/errors.py)
         print(f"preagg: {exc}", file=sys.stderr)
         code = exc.exit_code

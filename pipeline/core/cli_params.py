@@ -17,6 +17,7 @@ from typing import Any
 from pipeline.core.params import BadParam, Param
 from pipeline.core.parse import UsageError
 from pipeline.core.queries import Query
+from pipeline.core.routes import WAITING
 
 #: What a command does with its parsed values and the output options (``--json``...): an exit status.
 Run = Callable[[Mapping[str, Any], argparse.Namespace], int]
@@ -126,7 +127,11 @@ def add_command(commands: Commands, qc: QueryCommand) -> argparse.ArgumentParser
                 fmt.add_argument(
                     option(name), action="store_true", help=f"print {name.upper()} instead of a table"
                 )
-    parser.set_defaults(func=lambda args: run(values(query, args), args), query=query)
+    # WAITING: what the command line saw waiting to be counted before the query (-1: unknown)
+    parser.set_defaults(
+        func=lambda args: run({**values(query, args), WAITING: getattr(args, "waiting", -1)}, args),
+        query=query,
+    )
     return parser
 
 

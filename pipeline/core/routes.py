@@ -19,6 +19,11 @@ from pipeline.core.params import Param
 #: answer (lists and dicts of plain values).
 Handler = Callable[[Any, Mapping[str, Any]], Awaitable[Any]]
 
+#: The argument the server adds for a tagged route: how many events of its kind wait to be
+#: counted, -1 while it does not know yet (a name no query parameter can take), so that a
+#: handler can tell "not counted yet" from "not there".
+WAITING = "$waiting"
+
 
 @dataclass(frozen=True)
 class Route:

@@ -43,7 +43,9 @@ PENDING_SCHEMA: Mapping[str, Any] = {
 }
 
 
-def _responses(route_returns: Mapping[str, Any], guarded: bool, envelope: bool = False) -> dict[str, Any]:
+def _responses(
+    route_returns: Mapping[str, Any], guarded: bool, envelope: bool = False, names_site: bool = False
+) -> dict[str, Any]:
     err = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     rows: dict[str, Any] = dict(route_returns)
     if envelope:
@@ -60,12 +62,17 @@ def _responses(route_returns: Mapping[str, Any], guarded: bool, envelope: bool =
             "content": {"application/json": {"schema": rows}},
         },
         "400": {"description": "a bad parameter (named in the answer)", **err},
-        "404": {"description": "a parameter naming what the store does not have (an unknown site)", **err},
         "500": {"description": "a server bug (the answer and the log carry its request id)", **err},
         "503": {"description": "the store did not answer within the deadline", **err},
     }
     if guarded:
         out["401"] = {"description": "missing or wrong bearer token", **err}
+    if names_site:
+        out["404"] = {
+            "description": "an unknown site (neither hits nor settings, none waiting to be counted); the "
+            "answer names the known sites closest to it",
+            **err,
+        }
     return out
 
 
@@ -84,7 +91,12 @@ def _operation(route: Route, guarded: bool) -> dict[str, Any]:
             }
             for p in route.params
         ],
-        "responses": _responses(route.returns, guarded, any(p.name == "envelope" for p in route.params)),
+        "responses": _responses(
+            route.returns,
+            guarded,
+            any(p.name == "envelope" for p in route.params),
+            route.tag == "hits" and any(p.name == "site" for p in route.params),
+        ),
     }
     if route.limits:
         op["x-preagg-limits"] = dict(route.limits)

@@ -32,7 +32,7 @@ from aiohttp import web
 from pymongo.errors import PyMongoError
 
 from pipeline.core.params import BadParam, NotFound, Param, parse_params
-from pipeline.core.routes import Route
+from pipeline.core.routes import WAITING, Route
 from pipeline.kinds import load_kinds
 from pipeline.serve.openapi import openapi_document
 from pipeline.settings import Settings, SettingsError
@@ -317,8 +317,10 @@ def _endpoint(route: Route, db: Db, waiting: Callable[[str], Pending | None]) ->
             args = parse_params(route.params, request.query, datetime.now(UTC))
         if route.check is not None:
             route.check(args)
-        rows = await route.handler(db, args)
         pending = waiting(route.tag) if route.tag else None
+        # not looked at yet (-1): as undecided as events waiting, so never "unknown site"
+        args[WAITING] = pending.messages if pending is not None else -1
+        rows = await route.handler(db, args)
         if args.get("envelope"):
             response = _json({"rows": rows, "pending": pending.as_json() if pending else None})
         else:

@@ -35,8 +35,10 @@ def counters(doc: Mapping[str, Any], skip: tuple[str, ...], prefix: str = "") ->
 
 
 def sketches(f: object) -> tuple[str, ...]:
-    """The unique-visitor sketch fields of a document's names (``$max`` registers, not counters)."""
-    return tuple(name for name in (getattr(f, "visitors", None), getattr(f, "hourly_visitors", None)) if name)
+    """The unique-visitor fields of a document's names: sketches (``$max`` registers) and the
+    numbers estimated from them (``visitor_count``), none of them counters."""
+    names = ("visitors", "hourly_visitors", "visitor_count", "visitors_exact")
+    return tuple(name for name in (getattr(f, n, None) for n in names) if name)
 
 
 async def audit_hits(

@@ -26,10 +26,12 @@ BROWSERS = ("Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0", "Mozilla/5.0 (Macin
 def _access_log(
     path: Path, lines: int, addresses: int, seed: int, hours: float = 48
 ) -> dict[date, dict[str, set[str]]]:
-    """A generated access log over the last ``hours``; per UTC day and page (and ``""``: the
-    site), the distinct address + browser pairs of its human hits (crawlers are no visitors)."""
+    """A generated access log over the ``hours`` up to today's UTC midnight; per UTC day and page
+    (and ``""``: the site), the distinct address + browser pairs of its human hits (crawlers are no
+    visitors). Whole days whatever the time the test runs: a window ending now gave the first day
+    a sliver of the hits late in the evening (exact where it should be an estimate)."""
     rng = random.Random(seed)
-    end = time.time()
+    end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
     truth: dict[date, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     out = []
     for i in range(lines):

@@ -10,12 +10,19 @@ from collections.abc import Mapping
 from datetime import date
 from typing import Any
 
-from pipeline.core.routes import Route, rows_of
+from pipeline.core.routes import WAITING, Route, rows_of
 from pipeline.core.text import json_rows
 from pipeline.kinds.hits import grafana
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.queries import QUERIES
-from pipeline.kinds.hits.query import hits_series, listed_sites, site_day_range, site_months, top_pages
+from pipeline.kinds.hits.query import (
+    hits_series,
+    listed_sites,
+    require_site,
+    site_day_range,
+    site_months,
+    top_pages,
+)
 from pipeline.kinds.hits.query_bots import humans, top_human_pages
 from pipeline.kinds.hits.query_props import prop_counts, prop_rows
 from pipeline.kinds.hits.query_visitors import page_visitors, visitor_rows
@@ -48,13 +55,15 @@ def routes(settings: Settings) -> list[Route]:
     daily = settings.of(KEY).visitor_salt == "daily"
 
     async def series(db: Any, a: Mapping[str, Any]) -> Any:
+        await require_site(db, a["site"], fields, a.get(WAITING, 0))
         rows = await hits_series(db, a["site"], a["page"], a["from"], a["to"], a["by"], fields)
         if a["bots"] == "exclude":
             rows = await humans(db, a["site"], a["page"], rows, a["by"], fields)
         return series_rows(rows)
 
     async def days(db: Any, a: Mapping[str, Any]) -> tuple[date, date]:
-        return await site_day_range(db, a["site"], a["from"], a["to"], fields)
+        await require_site(db, a["site"], fields, a.get(WAITING, 0))
+        return await site_day_range(db, a["site"], a["from"], a["to"])
 
     async def pages(db: Any, a: Mapping[str, Any]) -> Any:
         first, last = await days(db, a)

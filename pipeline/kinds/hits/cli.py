@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.core.cli_params import QueryCommand
 from pipeline.core.parse import UsageError
+from pipeline.core.routes import WAITING
 from pipeline.core.text import csv_text, print_rows, printable
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.queries import QUERIES
@@ -35,6 +36,7 @@ def cmd_query_hits(a: Mapping[str, Any], args: argparse.Namespace) -> int:
 
     async def run(db: Db) -> list[tuple[datetime, int]]:
         nonlocal zone
+        await known_site(db, site, int(a.get(WAITING, 0)))
         cal = (await site_config(db, site)).calendar
         zone = cal.zone
         if instant(a["to"], cal) < instant(a["from"], cal):
@@ -60,10 +62,19 @@ def cmd_query_hits(a: Mapping[str, Any], args: argparse.Namespace) -> int:
 
 
 async def _days(db: Db, a: Mapping[str, Any]) -> tuple[date, date]:
-    from pipeline.kinds.hits.layout import hits_fields
     from pipeline.kinds.hits.query import site_day_range
 
-    return await site_day_range(db, a["site"], a["from"], a["to"], hits_fields(command_settings().schema))
+    await known_site(db, a["site"], int(a.get(WAITING, 0)))
+    return await site_day_range(db, a["site"], a["from"], a["to"])
+
+
+async def known_site(db: Db, site: str, waiting: int = 0) -> None:
+    """Refuse an unknown site (exit 2, the closest known named), unless hits wait to be counted
+    (``waiting``, looked at by the command line before the query): it may be among them, and
+    the answer then says what waits."""
+    from pipeline.kinds.hits.query import require_site
+
+    await require_site(db, site, hits_fields(command_settings().schema), waiting)
 
 
 def cmd_query_props(a: Mapping[str, Any], args: argparse.Namespace) -> int:

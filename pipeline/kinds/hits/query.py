@@ -161,16 +161,12 @@ async def hits_series(
     coll, flt, proj = series_query(site, page, d0, d1, by, fields)
     acc: dict[int, int] = {}
     pruned: list[tuple[int, int]] = []  # UTC minute ranges [start, end) of days past retention
-    found = False
     async for doc in db[coll].find(flt, proj):
-        found = True
         items = _items(doc, by, fields)
         add_into(acc, items)
         if by in ("minute", "hour") and sum(n for _, n in items) < int(doc.get(fields.daily.total, 0)):
             day_start = _doc_start(doc, fields)
             pruned.append((day_start, cal.end(cal.day_of(day_start)[0])))
-    if not found:
-        await require_site(db, site, fields)  # zeros for a known site, an error for a misspelt one
     keys = _buckets(by, lo, hi, d0, d1, cal)
     if by in ("minute", "hour"):
         out = [(cal.at(b), acc.get(b, 0)) for b in keys]
@@ -341,12 +337,15 @@ async def top_pages(
 
 
 async def require_site(
-    db: AsyncDatabase[dict[str, Any]], site: str, fields: HitsFields | None = None
+    db: AsyncDatabase[dict[str, Any]], site: str, fields: HitsFields | None = None, waiting: int = 0
 ) -> None:
     """Refuse a site that has neither hits nor settings, naming the known sites closest to it.
 
     A known site without data in a range answers zeros; a misspelt one answering zeros
-    would look like a quiet day. One indexed read when the site has hits.
+    would look like a quiet day. One indexed read when the site has hits. ``waiting``:
+    events of the topic not counted yet (negative: not known); while there may be some, an
+    unknown site may be among them, and the answer (zeros, saying what waits) stands.
+    The command line and the HTTP API ask; :func:`hits_series` and the library do not.
     """
     fields = fields or hits_fields()
     for f in (fields.rollups.monthly, fields.monthly):  # pages too: rollups may await a rebuild
@@ -354,6 +353,8 @@ async def require_site(
             return
     configs = await load(db)
     if site in configs:
+        return
+    if waiting:
         return
     known = sorted(set(await known_sites(db, fields)) | set(configs))
     close = difflib.get_close_matches(site, known, n=3, cutoff=0.6)
@@ -428,18 +429,12 @@ async def busiest_page(
 
 
 async def site_day_range(
-    db: AsyncDatabase[dict[str, Any]],
-    site: str,
-    first: date,
-    last: date | None,
-    fields: HitsFields | None = None,
+    db: AsyncDatabase[dict[str, Any]], site: str, first: date, last: date | None
 ) -> tuple[date, date]:
     """A ``from``/``to`` range of days in the site's calendar: ``today`` (``today-7d``) is the
-    site's today; ``last`` missing is ``first`` (the CLI and the API read ranges the same way).
-    An unknown site is refused (:func:`require_site`)."""
+    site's today; ``last`` missing is ``first`` (the CLI and the API read ranges the same way)."""
     from pipeline.core.params import local_day
 
-    await require_site(db, site, fields)
     today = (await site_config(db, site)).calendar.today()
     start = local_day(first, today)
     return start, local_day(last, today) if last else start
