@@ -85,3 +85,18 @@ def test_the_shell_connects_to_the_deployments_database() -> None:
         database_url("mongodb://u:p@h:1,h2:2/admin?replicaSet=rs", "x")
         == "mongodb://u:p@h:1,h2:2/x?replicaSet=rs"
     )
+
+
+@pytest.mark.parametrize("mode", FIELD_MODES)
+def test_the_keys_a_view_adds_first_never_shadow_a_stored_field(mode: str) -> None:
+    from pipeline.core.fields import SCHEMAS, documents, field_names
+
+    stored = {
+        field_names(SCHEMAS / "hits", doc, mode)[name]
+        for doc, spec in documents(SCHEMAS / "hits").items()
+        for name, field in spec["fields"].items()
+        if "in" not in field
+    }
+    for view in load_kinds(["hits"])[0].views(mode):  # type: ignore[arg-type]
+        added = view.pipeline[0].get("$addFields", {})
+        assert added and not set(added) & stored, (view.name, set(added) & stored)

@@ -35,9 +35,11 @@ from pipeline.store.view_exprs import (
     zero_filled,
 )
 
-#: A UTC day's hours (a zoned day stores its own length), and the most a local day has.
+#: A UTC day's hours (a zoned day stores its own length), and the hours the zeros template holds:
+#: a DST day's 25. The rare longer day (a site moving zones) keeps its later hours, appended after
+#: the template in the order they were first written; a longer template costs every row.
 HOURS = 24
-MAX_HOURS = 48
+MAX_HOURS = 25
 
 _VISITORS = (
     (
@@ -123,6 +125,23 @@ def _bots(f: DailyFields, mode: FieldMode) -> tuple[list[dict[str, Any]], Any]:
     return stages, number(field_of(agent, _token(of("v"), BOT, nf)))
 
 
+#: The fields analysts filter on: computed first, cheaply, so that MongoDB applies their filter
+#: before the rest of a row is built (it moves a $match past the stages that leave its fields alone).
+KEYS = ("site", "page", "date", "month")
+
+
+def _staged(row: dict[str, Any], middle: tuple[dict[str, Any], ...] = ()) -> tuple[dict[str, Any], ...]:
+    """``row`` as stages: its keys added to the stored document, then (after ``middle``) the row.
+
+    A filter on ``site`` cannot move ahead of ``site: "$m.s"`` (a nested rename: MongoDB's
+    ``complex_match_swap.js``), but it moves ahead of everything after it: zero-filled hours,
+    visitors and lookups are built only for the rows it keeps.
+    """
+    keys = {k: v for k, v in row.items() if k in KEYS}
+    last = {k: (1 if k in keys else v) for k, v in row.items() if k != "_id"}
+    return ({"$addFields": keys}, *middle, {"$project": {"_id": 0, **last}})
+
+
 def _day(f: DailyFields, page: bool, capped: str | None = None) -> dict[str, Any]:
     meta = (f.metadata,)
     length = {"$ifNull": [path(*meta, f.length), HOURS]}
@@ -160,23 +179,21 @@ def _top(f: TopFields, period: str, text: Any) -> tuple[dict[str, Any], ...]:
     listed = {"$filter": {"input": entries, "as": "e", "cond": {"$ne": ["$$e.k", OTHER_PAGE]}}}
     other = number({"$getField": {"field": OTHER_PAGE, "input": path(f.pages)}})
     total = {"$sum": {"$map": {"input": entries, "as": "e", "in": "$$e.v"}}}
-    return (
+    return _staged(
         {
-            "$project": {
-                "_id": 0,
-                "site": path(f.metadata, f.site),
-                period: text,
-                "pages": {
-                    "$map": {
-                        "input": {"$sortArray": {"input": listed, "sortBy": {"v": -1, "k": 1}}},
-                        "as": "e",
-                        "in": {"page": unescaped("$$e.k"), "hits": "$$e.v"},
-                    }
-                },
-                "other_hits": other,
-                "exact": {"$or": [{"$eq": [other, 0]}, {"$eq": [path(f.sealed), total]}]},
-            }
-        },
+            "_id": 0,
+            "site": path(f.metadata, f.site),
+            period: text,
+            "pages": {
+                "$map": {
+                    "input": {"$sortArray": {"input": listed, "sortBy": {"v": -1, "k": 1}}},
+                    "as": "e",
+                    "in": {"page": unescaped("$$e.k"), "hits": "$$e.v"},
+                }
+            },
+            "other_hits": other,
+            "exact": {"$or": [{"$eq": [other, 0]}, {"$eq": [path(f.sealed), total]}]},
+        }
     )
 
 
@@ -236,17 +253,14 @@ def views(mode: FieldMode) -> list[View]:
         View(
             "hits_page_days",
             f.daily.collection,
-            ({"$project": _day(f.daily, page=True)},),
+            _staged(_day(f.daily, page=True)),
             "one row per site, page and local day",
             (_DAY_FIELDS[0], *_PAGE, *_DAY_FIELDS[1:]),
         ),
         View(
             "hits_site_days",
             r.daily.collection,
-            (
-                *bot_stages,
-                {"$project": _day(r.daily, page=False, capped=r.daily.capped) | {"bot_hits": bots}},
-            ),
+            _staged(_day(r.daily, page=False, capped=r.daily.capped) | {"bot_hits": bots}, tuple(bot_stages)),
             "one row per site and local day: every page's hits together",
             (
                 *_DAY_FIELDS,
@@ -257,14 +271,14 @@ def views(mode: FieldMode) -> list[View]:
         View(
             "hits_page_months",
             f.monthly.collection,
-            ({"$project": _month(f.monthly, page=True)},),
+            _staged(_month(f.monthly, page=True)),
             "one row per site, page and local month",
             (_MONTH_FIELDS[0], *_PAGE, *_MONTH_FIELDS[1:]),
         ),
         View(
             "hits_site_months",
             r.monthly.collection,
-            ({"$project": _month(r.monthly, page=False)},),
+            _staged(_month(r.monthly, page=False)),
             "one row per site and local month",
             _MONTH_FIELDS,
         ),
