@@ -57,9 +57,11 @@ _VISITORS = (
 
 def _visitors(f: DocFields) -> dict[str, Any]:
     """The stored count; 0 (exact) for a period without a sketch (only crawlers, or visitors off);
-    ``null`` for a sketch not counted yet."""
-    no_sketch = {"$eq": [{"$type": path(f.visitors)}, "missing"]}
+    ``null`` for a sketch not counted yet. Whether there is a sketch is told in the first stage
+    (:data:`NO_SKETCH`), so that the sketch itself is never carried further."""
+    no_sketch = f"${NO_SKETCH}"
     return {
+        NO_SKETCH: {"$eq": [{"$type": path(f.visitors)}, "missing"]},
         "visitors": {"$ifNull": [path(f.visitor_count), {"$cond": [no_sketch, 0, None]}]},
         "visitors_exact": {"$ifNull": [path(f.visitors_exact), {"$cond": [no_sketch, True, None]}]},
     }
@@ -128,18 +130,40 @@ def _bots(f: DailyFields, mode: FieldMode) -> tuple[list[dict[str, Any]], Any]:
 #: The fields analysts filter on: computed first, cheaply, so that MongoDB applies their filter
 #: before the rest of a row is built (it moves a $match past the stages that leave its fields alone).
 KEYS = ("site", "page", "date", "month")
+#: The first stage's note that a document has no visitor sketch.
+NO_SKETCH = "_no_sketch"
+
+
+def _stored_paths(expr: Any) -> set[str]:
+    """The stored top-level fields an expression reads (``$a.b`` → ``a``; variables and the
+    first stage's own fields, ``_``-named, left out)."""
+    if isinstance(expr, dict):
+        return set().union(*(_stored_paths(v) for v in expr.values())) if expr else set()
+    if isinstance(expr, (list, tuple)):
+        return set().union(*(_stored_paths(v) for v in expr)) if expr else set()
+    if isinstance(expr, str) and expr.startswith("$") and not expr.startswith("$$"):
+        top = expr[1:].split(".")[0]
+        return {top} if top and not top.startswith("_") else set()
+    return set()
 
 
 def _staged(row: dict[str, Any], middle: tuple[dict[str, Any], ...] = ()) -> tuple[dict[str, Any], ...]:
-    """``row`` as stages: its keys added to the stored document, then (after ``middle``) the row.
+    """``row`` as two projections: first its keys (and ``_``-named helpers) with only the stored
+    fields the rest reads, then (after ``middle``) the row itself.
 
     A filter on ``site`` cannot move ahead of ``site: "$m.s"`` (a nested rename: MongoDB's
     ``complex_match_swap.js``), but it moves ahead of everything after it: zero-filled hours,
-    visitors and lookups are built only for the rows it keeps.
+    visitors and lookups are built only for the rows it keeps; and the first stage drops what
+    no row shows (minute counters, sketches, marks), which a store that filters last (the
+    embedded one) would otherwise carry through every stage.
     """
-    keys = {k: v for k, v in row.items() if k in KEYS}
-    last = {k: (1 if k in keys else v) for k, v in row.items() if k != "_id"}
-    return ({"$addFields": keys}, *middle, {"$project": {"_id": 0, **last}})
+    early = {k: v for k, v in row.items() if k in KEYS or (k.startswith("_") and k != "_id")}
+    late = {k: v for k, v in row.items() if k not in early and k != "_id"}
+    # a lookup's own pipeline reads the other collection: only its `let` reads this one
+    needed = _stored_paths([late, [m["$lookup"].get("let", {}) if "$lookup" in m else m for m in middle]])
+    first = {"_id": 0, **early, **{name: 1 for name in sorted(needed - set(early))}}
+    last = {k: 1 if k in KEYS else v for k, v in row.items() if k in KEYS or k in late}
+    return ({"$project": first}, *middle, {"$project": {"_id": 0, **last}})
 
 
 def _day(f: DailyFields, page: bool, capped: str | None = None) -> dict[str, Any]:
