@@ -486,7 +486,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from pipeline.core.logs import configure
     from pipeline.kinds import stream_topics
-    from pipeline.ops.pending import PendingWatch
+    from pipeline.ops.group_metrics import GroupWatch
     from pipeline.serve.server import serve
 
     s = command_settings()
@@ -501,7 +501,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"dashboard {url}\nAPI       {url}api/hits?site=...  (OpenAPI: {url}openapi.json)", flush=True)
         print(f"grafana   {url}grafana (JSON API data source) and {url}grafana/hits (Infinity)", flush=True)
 
-    asyncio.run(serve(s, ready, lambda db: PendingWatch(s, db, stream_topics(s))))
+    asyncio.run(serve(s, ready, lambda db: GroupWatch(s, db, stream_topics(s))))
     return 0
 
 

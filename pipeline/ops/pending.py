@@ -209,6 +209,10 @@ class PendingWatch:
         """The latest look at ``topic`` (``None``: none yet)."""
         return self.latest.get(topic)
 
+    def looks(self) -> dict[str, Sample]:
+        """The latest look at each topic (where its partitions end and where the group is)."""
+        return {t: s for t, s in self._before.items() if t in self.latest}
+
     async def forever(self) -> None:
         """Look every ``every`` seconds until cancelled; a failed look keeps the previous answer."""
         consumer: AIOKafkaConsumer | None = None

@@ -85,6 +85,10 @@ class Watch(Protocol):
 
     def of(self, topic: str) -> Pending | None: ...
 
+    def exposition(self) -> bytes:
+        """The group's position in Prometheus' text format (``/metrics``)."""
+        ...
+
     async def forever(self) -> None: ...
 
 
@@ -99,6 +103,12 @@ def all_routes(settings: Settings) -> list[Route]:
 
 def _guarded(path: str) -> bool:
     return path.startswith(("/api/", "/grafana"))
+
+
+#: Paths answered whatever the ``Host``: the kubelet's probes carry the pod's IP and
+#: Prometheus scrapes the pod's address, names no allow-list can know in advance. They
+#: carry no analyst's data, so DNS rebinding (what the allow-list stops) gains nothing.
+ANY_HOST = frozenset({"/health", "/health/ready", "/health/live", "/metrics"})
 
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -198,7 +208,11 @@ def _middlewares(settings: Settings, slots: asyncio.Semaphore, db: Db | None = N
 
     @web.middleware
     async def headers(request: web.Request, handler: Endpoint) -> web.StreamResponse:
-        if hosts is not None and host_name(request.headers.get("Host", "")) not in hosts:
+        if (
+            hosts is not None
+            and request.path not in ANY_HOST
+            and host_name(request.headers.get("Host", "")) not in hosts
+        ):
             response: web.StreamResponse = _error(
                 421, "this Host is not served (PREAGG_SERVE_HOSTS lists the names a proxy forwards)", "Host"
             )
@@ -408,7 +422,14 @@ def build_app(
     app.add_routes([web.route(r.method, r.path, _endpoint(r, db, waiting)) for r in routes])
     app.add_routes([web.get("/api/pending", pending)])
     app.add_routes([web.get("/openapi.json", openapi), web.get("/health", health)])
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        """The group's position read from outside its consumers (empty without a watch)."""
+        body = watch.exposition() if watch is not None else b""
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
     app.add_routes([web.get("/health/ready", health), web.get("/health/live", live)])
+    app.add_routes([web.get("/metrics", metrics)])
     app.add_routes([web.get(path, _static(name)) for path, name in STATIC.items()])
     return app
 

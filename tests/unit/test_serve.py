@@ -294,3 +294,41 @@ def test_serve_refuses_a_short_token_beyond_loopback_and_says_how_to_make_one() 
     check_exposure(Settings(serve_bind="0.0.0.0", serve_token="x" * 16))
     check_exposure(Settings(serve_bind="127.0.0.1", serve_token="..."))  # this machine only
     check_exposure(Settings(serve_bind="0.0.0.0", serve_token=""))  # no token: a warning, as before
+
+
+def test_probes_and_metrics_answer_any_host_the_api_only_the_listed_ones() -> None:
+    """The kubelet probes with ``Host: <pod IP>:<port>`` and Prometheus scrapes the same: a
+    421 there would keep serve unready and restart it for ever."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from pipeline.serve.server import build_app
+
+    async def answer(db: Any, a: Any) -> Any:
+        return {"ok": True}
+
+    class Db:
+        async def command(self, name: str) -> dict[str, int]:
+            return {"ok": 1}
+
+    config = Settings(serve_hosts=("preagg-serve", "preagg-serve.analytics.svc"))
+    route = Route("/api/here", "answers", (), answer)
+
+    async def scenario() -> dict[tuple[str, str], int]:
+        client = TestClient(TestServer(build_app(config, Db(), [route])))  # type: ignore[arg-type]
+        await client.start_server()
+        try:
+            out = {}
+            for host in ("10.244.1.7:8900", "preagg-serve.analytics.svc:8900"):
+                for path in ("/health", "/health/ready", "/health/live", "/metrics", "/api/here", "/"):
+                    out[(host, path)] = (await client.get(path, headers={"Host": host})).status
+            return out
+        finally:
+            await client.close()
+
+    got = asyncio.run(scenario())
+    for path in ("/health", "/health/ready", "/health/live", "/metrics"):
+        assert got[("10.244.1.7:8900", path)] == 200, path
+    assert got[("10.244.1.7:8900", "/api/here")] == got[("10.244.1.7:8900", "/")] == 421
+    assert got[("preagg-serve.analytics.svc:8900", "/api/here")] == 200
