@@ -121,7 +121,7 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
     (
         "gauge",
         "preagg_commit_stuck",
-        "1 while a flush fails for good (escalated: /health/live 503 until the document is fixed)",
+        "1 while a flush fails for good (escalated: /health/ready 503 until the document is fixed)",
         lambda f: float(f.stuck is not None),
     ),
     (
@@ -154,8 +154,12 @@ class WorkerCollector(Collector):
         lag: LagSource,
         started: float | None = None,
         extra: Sequence[Callable[[], Iterable[Metric]]] = (),
+        max_flush_age: float = 30.0,
+        backlog_interval: float = 0.0,
     ) -> None:
         self.flushers = flushers
+        #: The readiness bounds, so ``preagg_flush_stale`` says what ``/health/ready`` says.
+        self.max_flush_age, self.backlog_interval = max_flush_age, backlog_interval
         #: Metrics the kinds add (hits: the name store's).
         self.extra = extra
         self.lag = lag
@@ -198,6 +202,12 @@ class WorkerCollector(Collector):
             "Seconds since the last successful flush (since start if none yet)",
             labels=labels,
         )
+        stale = GaugeMetricFamily(
+            "preagg_flush_stale",
+            "1 while counted events wait longer than the flush bound (readiness fails): "
+            "a quiet stream or a worker without partitions is never stale",
+            labels=labels,
+        )
         commit_series = [
             (
                 CounterMetricFamily(name, doc, labels=labels)
@@ -228,6 +238,8 @@ class WorkerCollector(Collector):
             paused.add_metric(name, 1 if s.paused_since is not None else 0)
             paused_s.add_metric(name, s.backpressure_seconds)
             since.add_metric(name, now - (s.last_flush_at or self.started))
+            late = is_stale(f, self.max_flush_age, self.started, now, self.backlog_interval)
+            stale.add_metric(name, 1 if late else 0)
         lag = GaugeMetricFamily(
             "preagg_consumer_lag",
             "Messages behind the end of each assigned partition",
@@ -241,7 +253,7 @@ class WorkerCollector(Collector):
             "Resident memory of the worker (its batches are bounded by PREAGG_MAX_PENDING_KEYS)",
         )
         rss.add_metric([], rss_bytes())
-        yield from (paused_s, since, lag, rss)
+        yield from (paused_s, since, stale, lag, rss)
         yield from (family for family, _ in commit_series)
         for more in self.extra:
             yield from more()
@@ -253,6 +265,23 @@ def exposition(collector: WorkerCollector) -> bytes:
     registry.register(collector)
     out: bytes = generate_latest(registry)
     return out
+
+
+def is_stale(
+    f: Flusher[Any], max_flush_age: float, started: float, now: float, backlog_interval: float = 0.0
+) -> bool:
+    """Counted events wait past the bound, or the flush running now has run past it.
+
+    Nothing pending is never stale, however old the last flush: a quiet night or a worker
+    holding no partition has nothing to flush. A flush running longer than the bound is
+    stale too: the name store or the store holding one flush for a minute must not read
+    "ok" until it ends. A stream catching up a backlog defers its flushes on purpose.
+    """
+    s = f.stats
+    age = now - (s.last_flush_at or started)
+    running = now - s.flush_started_at if s.flush_started_at is not None else 0.0
+    allowed = max_flush_age + (backlog_interval if f.deferring else 0.0)
+    return (f.pending_keys() > 0 and age > allowed) or running > max_flush_age
 
 
 def health(
@@ -275,10 +304,7 @@ def health(
         s = f.stats
         age = now - (s.last_flush_at or started)
         running = now - s.flush_started_at if s.flush_started_at is not None else 0.0
-        # A flush running longer than the bound is stale too: the name store or the store
-        # holding one flush for a minute must not read "ok" until it ends.
-        allowed = max_flush_age + (backlog_interval if f.deferring else 0.0)
-        stale = (f.pending_keys() > 0 and age > allowed) or running > max_flush_age
+        stale = is_stale(f, max_flush_age, started, now, backlog_interval)
         ok = ok and not stale and not f.diverged
         streams[f.stream] = {
             "pending": f.pending_keys(),

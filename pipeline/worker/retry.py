@@ -11,7 +11,7 @@ of failure are more than transient:
   :data:`CONTENDED_SECONDS`, so that a conflict costs one statement;
 * a **permanent** write error (:func:`pipeline.store.errors.permanent`) met
   :data:`PERMANENT_ATTEMPTS` times in a row is escalated: an ERROR saying what to do,
-  ``/health/live`` failing and a PROBLEM in ``preagg status`` until it goes through.
+  ``/health/ready`` failing and a PROBLEM in ``preagg status`` until it goes through.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ log = logging.getLogger("preagg.flush")
 WRITE_CONFLICT = 112
 
 #: Attempts of a write that fails with a permanent error (pipeline.store.errors.permanent)
-#: before it is escalated: logged as an ERROR with what to do, ``/health/live`` failing and a
+#: before it is escalated: logged as an ERROR with what to do, ``/health/ready`` failing and a
 #: PROBLEM in ``preagg status``. It is still retried (at the longest backoff), so that an
 #: operator's fix of the document lets the flush through without a restart.
 PERMANENT_ATTEMPTS = 5
@@ -70,7 +70,7 @@ class Retrier:
         #: Records (or clears, ``None``) a permanent write error on the partitions' ledgers, for status.
         self.on_stuck = on_stuck
         #: A permanent write error met :data:`PERMANENT_ATTEMPTS` times in a row, escalated
-        #: (``/health/live`` fails, ``preagg status`` shows a PROBLEM); ``None``: none.
+        #: (``/health/ready`` fails, ``preagg status`` shows a PROBLEM); ``None``: none.
         self.stuck: str | None = None
         self._permanent_in_a_row = 0
         #: Set by the commit's give-up rule when the failed commit is one message that cannot be split.
@@ -162,7 +162,7 @@ class Retrier:
         self.stats.permanent_errors += 1
         where = ", ".join(f"{t}[{p}]" for t, p in tps)
         log.error(
-            "%s: a flush of %s fails for good: %s. Retrying stops helping: /health/live fails and "
+            "%s: a flush of %s fails for good: %s. Retrying stops helping: /health/ready fails and "
             "`preagg status` shows it until the document is fixed (or removed); the flush then goes "
             "through by itself (docs/operations.md, 'A flush the store refuses').",
             self.stream,

@@ -1,4 +1,9 @@
-"""The worker's web pages: Prometheus `/metrics`, `/health/ready` (and `/health`), `/health/live`."""
+"""The worker's web pages: Prometheus `/metrics`, `/health/ready` (and `/health`), `/health/live`.
+
+Readiness fails for everything an operator may need to see (not in the group yet, a
+stale flush, a partition held back, a write that fails for good); liveness only when the
+process cannot recover by itself, which a restart would fix: its event loop not answering.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +40,14 @@ def add_web_pages(
                     out[key] = max(0, hw - (f.consumed.get(key) or f.positions.get(key) or 0))
         return out
 
-    collector = WorkerCollector(flushers, consumer_lag, started, extra_metrics)
+    collector = WorkerCollector(
+        flushers,
+        consumer_lag,
+        started,
+        extra_metrics,
+        max_flush_age=settings.health_max_flush_age,
+        backlog_interval=settings.backlog_flush_interval,
+    )
 
     @app.page("/metrics")
     async def metrics(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
@@ -47,6 +59,9 @@ def add_web_pages(
         )
         verdict["worker"] = settings.worker_id
         verdict["assigned"] = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
+        stuck = {f.stream: f.stuck for f in flushers if f.stuck is not None}
+        if stuck:  # a write that fails for good: retrying cannot help, an operator must act
+            verdict["ok"], verdict["stuck"] = False, stuck
         idle = getattr(app, "idle_watch", None)
         if idle is not None and idle.problem is not None:  # in the group, no partition, messages waiting
             verdict["ok"], verdict["idle"] = False, idle.problem
@@ -68,13 +83,13 @@ def add_web_pages(
 
     @app.page("/health/live")
     async def liveness(self: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        """Liveness: the process's event loop answers. 200 through a store outage on purpose:
-        restarting a worker does not bring a store back, and a restart during the outage's
-        rebalance is what fences healthy workers (docs/operations.md). 503 when a flush fails
-        for good (a permanent write error, escalated): nothing but an operator helps then."""
+        """Liveness: the process's event loop answers. 200 through a store outage and through a
+        write that fails for good, on purpose: a restart brings no store back and fixes no
+        document, while each restart is a rebalance for the whole group and hands the same
+        document to the next owner. Those are readiness failures, metered and alerted on."""
         stuck = {f.stream: f.stuck for f in flushers if f.stuck is not None}
-        if stuck:  # a write that fails for good: retrying cannot help, an operator must act
-            return self.json({"live": False, "worker": settings.worker_id, "stuck": stuck}, status=503)
-        return self.json(
-            {"live": True, "worker": settings.worker_id, "uptime": round(time.time() - started, 1)}
-        )
+        body: dict[str, Any] = {"live": True, "worker": settings.worker_id}
+        body["uptime"] = round(time.time() - started, 1)
+        if stuck:  # reported, not failed: only an operator helps (readiness and the alert say so)
+            body["stuck"] = stuck
+        return self.json(body)

@@ -226,8 +226,9 @@ def get_json(url: str) -> tuple[int, dict[str, Any]]:
 
 def test_a_write_that_fails_for_good_is_escalated_and_goes_through_once_fixed(settings: Settings) -> None:
     """A manual edit made a counter a string; $inc then fails with TypeMismatch
-    on every attempt. After a bounded number of attempts /health/live fails and `preagg status`
-    names the problem; fixed, the same flush goes through by itself, exactly."""
+    on every attempt. After a bounded number of attempts /health/ready fails (liveness does not:
+    a restart fixes no document) and `preagg status` names the problem; fixed, the same flush
+    goes through by itself, exactly."""
     traffic = generate(600, end=time.time(), days=1, seed=41, bad_share=0.0)
     asyncio.run(produce(settings, traffic.lines, pack=10))
     run_worker_to_end(settings)
@@ -244,11 +245,13 @@ def test_a_write_that_fails_for_good_is_escalated_and_goes_through_once_fixed(se
     w = WorkerProcess(settings.with_(web_port=web), "stuck").start()
     try:
         deadline = time.monotonic() + 180
-        status, live = get_json(f"http://127.0.0.1:{web}/health/live")
-        while status != 503 and time.monotonic() < deadline:
+        status, ready = get_json(f"http://127.0.0.1:{web}/health/ready")
+        while "stuck" not in ready and time.monotonic() < deadline:
             time.sleep(0.5)
-            status, live = get_json(f"http://127.0.0.1:{web}/health/live")
-        assert status == 503 and "TypeMismatch" in live["stuck"]["hits"], live
+            status, ready = get_json(f"http://127.0.0.1:{web}/health/ready")
+        assert status == 503 and "TypeMismatch" in ready["stuck"]["hits"], ready
+        status, live = get_json(f"http://127.0.0.1:{web}/health/live")
+        assert status == 200 and "TypeMismatch" in live["stuck"]["hits"], live
         shown = cli(settings, "status", "--interval", "0")
         assert "PROBLEM" in shown and "cannot write its flush" in shown and "TypeMismatch" in shown, shown
 
@@ -258,10 +261,10 @@ def test_a_write_that_fails_for_good_is_escalated_and_goes_through_once_fixed(se
         with_db(settings, fix)
         asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=180))
         status, live = get_json(f"http://127.0.0.1:{web}/health/live")
-        while status != 200 and time.monotonic() < deadline:
+        while "stuck" in live and time.monotonic() < deadline:
             time.sleep(0.5)
             status, live = get_json(f"http://127.0.0.1:{web}/health/live")
-        assert status == 200, live
+        assert status == 200 and "stuck" not in live, live
     finally:
         assert w.terminate() == 0, w.log_path.read_text()[-3000:]
     assert "fails for good" in w.log_path.read_text()

@@ -7,6 +7,7 @@ integration and chaos tests.
 
 import asyncio
 import itertools
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -720,6 +721,29 @@ def test_health_allows_a_backlog_its_deferred_flushes() -> None:
     assert not health([f], 30.0, now - 100, now=now, backlog_interval=20.0)["ok"]
     f.deferring = True
     assert health([f], 30.0, now - 100, now=now, backlog_interval=20.0)["ok"]
+
+
+def test_a_stale_flush_is_one_with_events_waiting_never_a_quiet_stream() -> None:
+    """``preagg_flush_stale`` (what the paging alert reads) says what readiness says: an old last
+    flush with nothing pending (a quiet night, a worker holding no partition) is not stale."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from pipeline.worker.metrics import WorkerCollector, exposition
+
+    f, _, _ = make()
+    now = time.time()
+    f.stats.last_flush_at = now - 3600
+
+    def stale() -> float:
+        text = exposition(WorkerCollector([f], dict, now - 7200, max_flush_age=30.0)).decode()
+        (family,) = [m for m in text_string_to_metric_families(text) if m.name == "preagg_flush_stale"]
+        (sample,) = family.samples
+        assert sample.labels == {"stream": "hits"}
+        return sample.value
+
+    assert stale() == 0.0  # an hour without a flush, nothing to flush
+    asyncio.run(feed(f, range(3)))
+    assert stale() == 1.0  # events counted an hour after the last flush, not written
 
 
 class RefusingStore(ModelStore):
