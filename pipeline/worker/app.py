@@ -92,8 +92,11 @@ async def retried(
             delay = min(delay * 2, 30.0)
 
 
-def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
-    """The worker's Faust app for the given (resolved) settings, and its flushers (one per stream)."""
+def build_app(
+    settings: Settings,
+) -> tuple[faust.App, list[Flusher[Any]], Callable[[], Awaitable[None]]]:
+    """The worker's Faust app for the given (resolved) settings, its flushers (one per stream),
+    and what closes its store client once the app has stopped."""
     for name, near in unknown_variables(settings):  # a misspelt setting would keep its default unseen
         log.warning("%s is not a preagg setting: ignored%s", name, f" (did you mean {near}?)" if near else "")
     conf = faust_settings(settings)
@@ -290,6 +293,14 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     async def start_flush_loop() -> None:
         flush_loop.append(asyncio.get_running_loop().create_task(flush_forever()))
 
+    async def stop_flush_loop(sender: Any, **_: Any) -> None:
+        # Faust signals this once every delivered message is acked (the last flush is
+        # committed). Left running, the loop is a task Faust's worker waits ~2 s for at exit.
+        for task in flush_loop:
+            task.cancel()
+
+    app.on_before_shutdown.connect(cast(Any, stop_flush_loop))
+
     @app.task
     async def watch_diverged() -> None:
         await guard.watch(flushers)
@@ -325,7 +336,7 @@ def build_app(settings: Settings) -> tuple[faust.App, list[Flusher[Any]]]:
     async def progress() -> None:
         await report_progress(tallies)
 
-    return app, flushers
+    return app, flushers, client.close
 
 
 async def prepare_store(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> None:
@@ -401,7 +412,7 @@ def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None
     if refused is not None:
         log.error("%s", refused)
         raise SystemExit(2)
-    app, flushers = build_app(settings)
+    app, flushers, close_store = build_app(settings)
     watch_start(2 * settings.session_timeout + 30.0, group_context(settings, app))
 
     def left() -> str:
@@ -417,5 +428,6 @@ def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None
         left=left,
         log_format=settings.log_format,
         log_flushes=settings.log_flushes,
+        closing=[close_store],
     )
     worker.execute_from_commandline()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import faust
@@ -42,9 +42,13 @@ class BoundedWorker(faust.Worker):
         left: Callable[[], str],
         log_format: LogFormat = "text",
         log_flushes: bool = False,
+        closing: Sequence[Callable[[], Awaitable[None]]] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        #: Run once the app has stopped: a client left open keeps its monitor tasks, which
+        #: the worker's exit then waits for (about 2 s) before cancelling them.
+        self._closing = closing
         self._log_format: LogFormat = log_format
         self._log_flushes = log_flushes
         self._shutdown_timeout = shutdown_timeout
@@ -57,6 +61,14 @@ class BoundedWorker(faust.Worker):
         super().on_setup_root_logger(logger, level)
         configure(logger, level, self._log_format, self._log_flushes)
         log.info("starting: joining the consumer group")
+
+    async def on_shutdown(self) -> None:
+        await super().on_shutdown()
+        for close in self._closing:
+            try:
+                await close()
+            except Exception as exc:  # closing must never hold the exit
+                log.warning("closing at exit failed: %s: %s", type(exc).__name__, exc)
 
     def install_signal_handlers(self) -> None:
         super().install_signal_handlers()
