@@ -67,6 +67,8 @@ ELSEWHERE = {
     "rollups.md": "tests/integration/test_rollups.py runs its block on its data",
     "analysts.md": "tests/integration/test_analysts.py runs its lines and mongosh blocks, checked",
     "make dashboard": "test_readme_walk.test_make_dashboard_serves_its_url",
+    "deployment.md": "tests/unit/test_deploy.py renders its kustomize lines and checks each kubectl "
+    "line against the manifests (there is no cluster here to apply them to)",
 }
 #: How a line with alternatives or placeholders runs.
 CONCRETE: dict[str, list[str]] = {
