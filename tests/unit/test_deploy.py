@@ -265,7 +265,8 @@ def test_the_overlay_is_one_place_for_what_operators_change() -> None:
     for _, _, c in containers(docs):
         assert c["image"] == "registry.example.com/analytics/preagg:0.1.0"
     worker = named(docs, "Deployment", "preagg-worker")["spec"]["template"]["spec"]
-    assert worker["serviceAccountName"] == "preagg" and worker["tolerations"] and worker["affinity"]["nodeAffinity"]
+    assert worker["serviceAccountName"] == "preagg" and worker["tolerations"]
+    assert worker["affinity"]["nodeAffinity"]
     assert worker["containers"][0]["resources"]["limits"]["memory"] == "2Gi"
     assert all(
         d["metadata"]["labels"]["release"] == "prometheus"

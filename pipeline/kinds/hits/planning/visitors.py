@@ -1,0 +1,61 @@
+"""Visitors into the sketches of the documents their hits touched: pages' and sites' days
+(and their hours, where the day keeps hours) and months."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+
+from pipeline.core.calendar import SLOT
+from pipeline.core.uniques import Budget
+from pipeline.core.updates import DocUpdate
+from pipeline.kinds.hits.layout import register_fields
+from pipeline.kinds.hits.planning.documents import Touched
+from pipeline.kinds.hits.visits import Visits, add_visitors
+
+
+def plan_visitors(
+    docs: Touched,
+    visits: Visits,
+    visitor_keys: Callable[[int], bytes],
+    budget: Budget,
+    writer: int | None,
+) -> list[DocUpdate]:
+    """The window's visitors added by :func:`~pipeline.kinds.hits.visits.add_visitors`, with
+    ``visitor_keys`` (local day ordinal → key); ``writer``: their one source partition, if one.
+    Returns the extra updates it makes (registers kept apart from their documents)."""
+    fd, fm = docs.fields.daily, docs.fields.monthly
+    rd, rm = docs.fields.rollups.daily, docs.fields.rollups.monthly
+
+    def targets(site: str, page: str, slot: int) -> tuple[int, list[tuple[DocUpdate, str]]]:
+        cal = docs.calendars.calendar(site)
+        ordinal, start = cal.day_of(slot * SLOT)
+        hour = (slot * SLOT - start) // 60
+        hours_kept = docs.keeps(site, ordinal)[1]
+        day = date.fromordinal(ordinal)
+        days = [docs.site_day(site, cal, ordinal, start)]
+        months = [docs.site_months.get((site, day.year, day.month))]
+        if docs.admits(site, page, ordinal):
+            days.append(docs.page_day(site, page, cal, ordinal, start))
+            months.append(docs.page_months.get((site, page, day.year, day.month)))
+        out = []
+        for upd in days:
+            out.append((upd, fd.visitors))
+            if hours_kept:
+                out.append((upd, f"{fd.hourly_visitors}.{hour}"))
+        out.extend((m, fm.visitors) for m in months if m is not None)
+        return ordinal, out
+
+    return add_visitors(
+        visits,
+        targets,
+        visitor_keys,
+        budget,
+        docs.refused,
+        docs.record,
+        register_fields(docs.fields.mode),
+        writer,
+        lambda upd, path: (
+            upd.collection in (rd.collection, rm.collection) and path in (rd.visitors, rm.visitors)
+        ),
+    )
