@@ -34,3 +34,11 @@ def test_links_between_documents_resolve() -> None:
             elif anchor and anchor[1:] not in anchors(path):
                 broken.append(f"{doc.name}: {target}{anchor} names no heading")
     assert not broken, broken
+
+
+def test_the_benchmarks_page_holds_current_results_only() -> None:
+    """History (superseded figures, what was tried and dropped) lives in git, not on the page."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    assert len(text.splitlines()) <= 500
+    for stale in ("(was ", "Tried and dropped", "Rerun ", "before issue"):
+        assert stale not in text, stale
