@@ -179,13 +179,22 @@ def _first_line(files: list[str]) -> str | None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from pipeline.kinds import stream_topics
     from pipeline.ops.setup import worker_setup
+    from pipeline.store.worker_store import WorkerStore, worker_ready
     from pipeline.worker.app import run_worker
     from pipeline.worker.exits import restart_in_place
 
     if not args.no_restart:  # the same command again, in this process, after an exit 75
         restart_in_place(["-m", "pipeline", "worker", "--loglevel", args.loglevel])
-    run_worker(command_settings(), worker_setup, loglevel=args.loglevel)
+    s = command_settings()
+    # The worker on MongoDB: its checks before joining, and its store (made with its fault hook).
+    run_worker(
+        s,
+        lambda: worker_ready(s, worker_setup, stream_topics(s)),
+        lambda fault: WorkerStore(s, fault),
+        loglevel=args.loglevel,
+    )
     return 0
 
 

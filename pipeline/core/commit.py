@@ -10,7 +10,7 @@ adapter is imported here: a second store implements this module, not MongoDB's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -174,11 +174,48 @@ def check_fences(fences: Iterable[Fence], stored: Mapping[TP, Mapping[str, Any]]
     return False
 
 
+class CommitTooLarge(PreaggError):
+    """A flush's updates exceed the commit byte bound; raised before anything is written."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size:,} bytes of updates exceed the commit bound of {limit:,}")
+        self.size = size
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed store call in no store's words: what a flusher does next depends on this alone.
+
+    The store's adapter reads its own errors into it (MongoDB's codes, labels and exception
+    types: pipeline/store/errors.py), so the worker never learns a store's vocabulary.
+    """
+
+    #: A smaller or shorter commit is the remedy (too large, or too slow while the store answered).
+    shrinks: bool = False
+    #: It may have applied: the outcome is read before the batch is split or written again.
+    outcome_unknown: bool = True
+    #: The same write fails again however often it is sent, and why (``None``: it may succeed).
+    permanent: str | None = None
+    #: Another writer's transaction wrote the same document: retried after a jittered pause.
+    write_conflict: bool = False
+    #: Bytes of a commit refused for its size before anything was sent (0: not that).
+    too_large: int = 0
+
+
+#: How a store reads one of its failures.
+Classify = Callable[[BaseException], Failure]
+
+
 class Sink(Protocol):
     """Where flushes are committed (MongoDB; a model store in unit tests)."""
 
     @property
     def exactly_once(self) -> bool: ...
+
+    def failure(self, exc: BaseException) -> Failure:
+        """What a failed call of this store means (:class:`Failure`)."""
+        ...
 
     async def ledgers(self, tps: Sequence[TP]) -> Ledgers:
         """Stored positions, and the partitions whose ledger records a flush cut short (idempotent writes)."""
@@ -195,4 +232,52 @@ class Sink(Protocol):
 
     async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
         """Whether flush ``flush_id`` committed (its ledgers), or ``FenceConflict``."""
+        ...
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """What one partition's ledger says to the checks before counting (store-neutral)."""
+
+    #: First offset not counted (``None``: none stored).
+    next: int | None
+    #: The fingerprint of the last record counted (``{offset, ts, digest}``), if stored.
+    last: Mapping[str, Any] | None = None
+    #: Why its documents hold marks it never gave out, when a flush found so (held back).
+    behind: str | None = None
+    #: When it last moved (epoch seconds; 0: unknown).
+    at: float = 0.0
+    #: Why it is held back, as a worker recorded (``None``: counted, or released by an operator).
+    diverged: str | None = None
+
+
+class LedgerPort(Protocol):
+    """The ledger reads and moves a worker's checks make besides commits (the guard, the idle watch)."""
+
+    group: str
+
+    async def load_positions(self, tps: Sequence[TP]) -> dict[TP, int | None]: ...
+
+    async def ledger(self, tp: TP) -> LedgerView | None:
+        """One partition's ledger (``None``: none stored)."""
+        ...
+
+    async def ledgers_of(self, topics: Sequence[str]) -> dict[TP, LedgerView]:
+        """Every stored ledger of the group's partitions of ``topics``."""
+        ...
+
+    async def mark_diverged(self, tp: TP, worker: str, reason: str) -> None:
+        """Record that the partition is held back, and why (``preagg status`` shows it)."""
+        ...
+
+    async def note_lost(self, tp: TP, stored: int, start: int) -> None:
+        """Record that Kafka deleted ``[stored, start)`` before it was counted."""
+        ...
+
+
+class WorkerSink(Sink, LedgerPort, Protocol):
+    """Everything a worker asks of its store besides its kinds' own reads."""
+
+    async def note_stuck(self, tps: Sequence[TP], reason: str | None) -> None:
+        """Record that the partitions' flush fails for good (``None``: it went through)."""
         ...

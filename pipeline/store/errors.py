@@ -22,7 +22,7 @@ from pymongo.errors import (
     WriteConcernError,
 )
 
-from pipeline.core.errors import PreaggError
+from pipeline.core.commit import CommitTooLarge, Failure
 
 #: Server error codes that a smaller or shorter transaction avoids.
 SHRINK_CODES = frozenset(
@@ -36,15 +36,6 @@ SHRINK_CODES = frozenset(
         10334,  # BSONObjectTooLarge
     }
 )
-
-
-class CommitTooLarge(PreaggError):
-    """A flush's updates exceed the commit byte bound; raised before anything is written."""
-
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"{size:,} bytes of updates exceed the commit bound of {limit:,}")
-        self.size = size
-        self.limit = limit
 
 
 class StoreUnreachable(PyMongoError):
@@ -165,3 +156,25 @@ def permanent(exc: BaseException) -> str | None:
     if isinstance(exc, OperationFailure) and exc.code in PERMANENT_CODES and exc.code != 10334:
         return f"{PERMANENT_CODES[exc.code]} (code {exc.code}): {str(exc)[:200]}"
     return None
+
+
+#: A transaction aborted because another one wrote the same document.
+WRITE_CONFLICT = 112
+
+
+def is_write_conflict(exc: BaseException) -> bool:
+    """A transaction aborted because another one wrote the same document (MongoDB code 112).
+
+    Not the TransientTransactionError label: network errors inside a transaction carry it too."""
+    return getattr(exc, "code", None) == WRITE_CONFLICT
+
+
+def mongo_failure(exc: BaseException) -> Failure:
+    """What a failed MongoDB call means to a flusher, in the commit port's words."""
+    return Failure(
+        shrinks=shrinks(exc),
+        outcome_unknown=outcome_unknown(exc),
+        permanent=permanent(exc),
+        write_conflict=is_write_conflict(exc),
+        too_large=exc.size if isinstance(exc, CommitTooLarge) else 0,
+    )

@@ -29,7 +29,7 @@ from typing import Any
 
 from bson import Binary
 
-from pipeline.core.commit import Fence, Pending
+from pipeline.core.commit import Fence, LedgerView, Pending
 
 OFFSETS_COLLECTION = "preagg_offsets"
 
@@ -43,6 +43,22 @@ LOST = "lost"
 #: A ledger's field saying its documents hold marks it does not account for (``LedgerBehind``):
 #: the partition is held back until ``preagg positions rebuild`` (``{reason, worker, at}``).
 BEHIND = "behind"
+
+
+def ledger_view(doc: Mapping[str, Any]) -> LedgerView:
+    """A stored ledger document in the commit port's words."""
+    behind, diverged = doc.get(BEHIND), doc.get("diverged")
+    return LedgerView(
+        None if doc.get("next") is None else int(doc["next"]),
+        doc.get("last"),
+        str(behind.get("reason", "its ledger is behind its documents"))
+        if isinstance(behind, Mapping)
+        else None,
+        float(doc.get("at") or 0.0),
+        None
+        if diverged is None
+        else str(diverged.get("reason", "held back") if isinstance(diverged, Mapping) else diverged),
+    )
 
 
 def offset_id(group: str, topic: str, partition: int) -> str:

@@ -38,10 +38,13 @@ from pipeline.core.commit import (
     TP,
     Behind,
     Committed,
+    CommitTooLarge,
+    Failure,
     Fence,
     FenceConflict,
     LedgerBehind,
     Ledgers,
+    LedgerView,
     check_fences,
 )
 from pipeline.core.marks import (
@@ -56,7 +59,12 @@ from pipeline.core.marks import (
 from pipeline.core.updates import DocUpdate, key_on_insert, new_document
 from pipeline.settings import CommitMode
 from pipeline.store.client import primary, reach, start_transaction
-from pipeline.store.errors import CommitTooLarge, DuplicateKeyUnresolved, StoreUnreachable, check_durable
+from pipeline.store.errors import (
+    DuplicateKeyUnresolved,
+    StoreUnreachable,
+    check_durable,
+    mongo_failure,
+)
 from pipeline.store.meta import is_sharded_cluster
 from pipeline.store.offsets import (
     BEHIND,
@@ -65,6 +73,7 @@ from pipeline.store.offsets import (
     STUCK,
     finish_update,
     intent_update,
+    ledger_view,
     offset_doc_update,
     offset_id,
     pending_of,
@@ -231,6 +240,10 @@ class MongoSink:
     def exactly_once(self) -> bool:
         """True when flushes are committed in a transaction with their offset fences."""
         return self.mode == EXACTLY_ONCE
+
+    def failure(self, exc: BaseException) -> Failure:
+        """What a failed MongoDB call means to a flusher (pipeline/store/errors.py)."""
+        return mongo_failure(exc)
 
     async def load_positions(self, tps: Sequence[TP]) -> dict[TP, int | None]:
         """Stored next offset of each partition for this group (``None``: none stored)."""
@@ -752,6 +765,26 @@ class MongoSink:
         )
         with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
             await self.db[OFFSETS_COLLECTION].update_many({"_id": {"$in": ids}}, update)
+
+    async def ledger(self, tp: TP) -> LedgerView | None:
+        """One partition's ledger (the commit port's ``LedgerPort``)."""
+        with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+            doc = await self.db[OFFSETS_COLLECTION].find_one({"_id": offset_id(self.group, *tp)})
+        return None if doc is None else ledger_view(doc)
+
+    async def ledgers_of(self, topics: Sequence[str]) -> dict[TP, LedgerView]:
+        """Every stored ledger of this group's partitions of ``topics``."""
+        with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+            found = self.db[OFFSETS_COLLECTION].find({"group": self.group, "topic": {"$in": list(topics)}})
+            return {(d["topic"], d["partition"]): ledger_view(d) async for d in found}
+
+    async def mark_diverged(self, tp: TP, worker: str, reason: str) -> None:
+        """Write the verdict into the partition's ledger, for ``preagg status`` and operators."""
+        with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
+            await self.db[OFFSETS_COLLECTION].update_one(
+                {"_id": offset_id(self.group, *tp)},
+                {"$set": {"diverged": {"at": time.time(), "worker": worker, "reason": reason}}},
+            )
 
     async def note_lost(self, tp: TP, stored: int, start: int) -> None:
         """Record on the partition's ledger that Kafka deleted ``[stored, start)`` before it was

@@ -18,26 +18,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import faust
 from faust.types import TP
-from pymongo import AsyncMongoClient
-from pymongo.errors import PyMongoError
 
 from pipeline.core.clock import DecisionClock
+from pipeline.core.commit import WorkerSink
+from pipeline.core.errors import PreaggError
 from pipeline.core.fields import check_mode
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe
 from pipeline.kinds import StreamContext, load_kinds, stream_topics, unknown_variables
-from pipeline.settings import Settings, redact_url
-from pipeline.store.client import mongo_client, primary, reach
-from pipeline.store.members import record_assignment
-from pipeline.store.meta import claim_schema_mode, supports_transactions
-from pipeline.store.owners import groups_by_topic, refusal
-from pipeline.store.sink import EXACTLY_ONCE, MongoSink
+from pipeline.settings import Settings
 from pipeline.worker.backlog import BACKLOG_MESSAGES, behind
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, install
@@ -92,11 +87,42 @@ async def retried(
             delay = min(delay * 2, 30.0)
 
 
-def build_app(
-    settings: Settings,
-) -> tuple[faust.App, list[Flusher[Any]], Callable[[], Awaitable[None]]]:
-    """The worker's Faust app for the given (resolved) settings, its flushers (one per stream),
-    and what closes its store client once the app has stopped."""
+class Store(Protocol):
+    """A worker's store, made by the entry point (MongoDB: pipeline/store/worker_store.py)."""
+
+    @property
+    def db(self) -> Any:
+        """The database the kinds read and write besides flushes (their name stores, settlers)."""
+        ...
+
+    @property
+    def sink(self) -> WorkerSink: ...
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """Failures a retry may cure."""
+        ...
+
+    async def prepare(self) -> None:
+        """Checks before the first flush; raises a ``PreaggError`` the worker cannot run past."""
+        ...
+
+    async def record_assignment(self, member: str, held: list[str]) -> None:
+        """What this member holds, for ``preagg status``: best effort."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+#: Makes the worker's store, given the fault hook its commits call (``None``: no fault injected).
+MakeStore = Callable[[Callable[[str], None] | None], Store]
+#: What runs before the worker joins its group: log lines, or a one-line refusal.
+Ready = Callable[[], Coroutine[Any, Any, tuple[list[str], str | None]]]
+
+
+def build_app(settings: Settings, make_store: MakeStore) -> tuple[faust.App, list[Flusher[Any]], Store]:
+    """The worker's Faust app for the given (resolved) settings, its flushers (one per stream)
+    and its store (closed by the entry point once the app has stopped)."""
     for name, near in unknown_variables(settings):  # a misspelt setting would keep its default unseen
         log.warning("%s is not a preagg setting: ignored%s", name, f" (did you mean {near}?)" if near else "")
     conf = faust_settings(settings)
@@ -110,20 +136,9 @@ def build_app(
         value_serializer="raw",
         partitions=1,
     )
-    client = mongo_client(settings.mongo_url or "", timeout=settings.mongo_timeout)
-    db = primary(client, settings.db)
     fault = fault_hook(settings.fault)
-    sink = MongoSink(
-        client,
-        settings.db,
-        settings.group_id,
-        settings.worker_id,
-        settings.commit_mode,
-        fault=fault,
-        max_bytes=settings.commit_max_bytes,
-        commit_timeout=settings.commit_timeout,
-        read_chunk=settings.read_chunk,
-    )
+    store = make_store(fault)
+    db, sink = store.db, store.sink
     started = time.time()
 
     async def send_dead(letters: Sequence[DeadLetter]) -> None:
@@ -220,11 +235,7 @@ def build_app(
 
     async def record(held: list[str]) -> None:
         """What this member holds, for `preagg status` (brokers may not say): best effort."""
-        member = last_join(app)[0]
-        try:
-            await record_assignment(db, settings.group_id, member, settings.worker_id, held)
-        except PyMongoError as exc:
-            log.info("could not record this worker's partitions for preagg status (%s)", exc)
+        await store.record_assignment(last_join(app)[0], held)
 
     async def check_assignment(tps: list[tuple[str, int]]) -> None:
         # The store or the broker away: tried again, then left to the gap check at a record.
@@ -243,7 +254,11 @@ def build_app(
     async def prepare() -> None:
         # The store may be down while the worker joins its group (a scale-up during an
         # outage): retried, logged, like every other store call, not a crash loop.
-        await retried(lambda: prepare_store(settings, client), "store not ready at start", PyMongoError)
+        try:
+            await retried(store.prepare, "store not ready at start", store.errors)
+        except PreaggError as exc:  # the store cannot serve this worker as set: one line, exit 2
+            log.error("%s", exc)
+            raise SystemExit(exc.exit_code) from None
         STARTED.set()
         log.info(
             "worker %s ready: topics %s, MongoDB db %r, commit mode %s, web port %s",
@@ -312,7 +327,7 @@ def build_app(
     topics = [settings.of(kind).topic for kind, _ in streams]
     idle = IdleWatch(
         lambda: len(app.consumer.assignment()),
-        lambda: look_at_topics(settings, db, topics),
+        lambda: look_at_topics(settings, sink.ledgers_of, topics),
         lambda: f"{membership(app)} of group {settings.group_id}",
         lambda why: exit_now(EXIT_FENCED, why),
     )
@@ -336,31 +351,7 @@ def build_app(
     async def progress() -> None:
         await report_progress(tallies)
 
-    return app, flushers, client.close
-
-
-async def prepare_store(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> None:
-    """Checks before the first flush: transactions, the database's field-name mode."""
-    db = primary(client, settings.db)
-    mode = check_mode(settings.schema)
-    if settings.commit_mode == EXACTLY_ONCE and not await supports_transactions(client, settings.db):
-        log.error(
-            "MongoDB at %s runs no transactions (standalone server?): exactly-once needs a replica "
-            "set or a sharded cluster. Convert it to a single-node replica set, or set "
-            "PREAGG_COMMIT_MODE=at_least_once and accept double counts after crashes.",
-            redact_url(settings.mongo_url or ""),
-        )
-        raise SystemExit(2)
-    stored_mode = await claim_schema_mode(db, mode)
-    if stored_mode != mode:
-        log.error(
-            "database %r holds %s field names but this worker is set to %s (PREAGG_SCHEMA): "
-            "one database, one schema mode",
-            settings.db,
-            stored_mode,
-            mode,
-        )
-        raise SystemExit(2)
+    return app, flushers, store
 
 
 def _subscribe(app: faust.App, topic_name: str, partitions: int, flusher: Flusher[Any]) -> None:
@@ -380,39 +371,20 @@ def _subscribe(app: faust.App, topic_name: str, partitions: int, flusher: Flushe
     deliver_batches(app, topic_name, handle, taken)
 
 
-#: What a worker runs before it joins its group: check its topics and collections (or
-#: create them, with auto setup). Log lines, or a one-line refusal. The entry point
-#: passes :func:`pipeline.ops.setup.worker_setup` (the worker knows no operator command).
-Setup = Callable[[Settings, AsyncMongoClient[dict[str, Any]]], Awaitable[tuple[list[str], str | None]]]
-
-
-async def _ready(settings: Settings, setup: Setup) -> tuple[list[str], str | None]:
-    client = mongo_client(settings.mongo_url or "", timeout=settings.mongo_timeout)
-    try:
-        await reach(client, settings.connect_timeout)
-        lines, refused = await setup(settings, client)
-        if refused is None:
-            topics = stream_topics(settings)
-            refused = refusal(settings.group_id, await groups_by_topic(primary(client, settings.db), topics))
-        return lines, refused
-    finally:
-        await client.close()
-
-
-def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None:
+def run_worker(settings: Settings, ready: Ready, make_store: MakeStore, loglevel: str = "info") -> None:
     """Run one worker process until SIGTERM/SIGINT (flushes before exit).
 
     Topics and collections must exist (``preagg setup``); with ``auto_setup`` (the
     embedded default) the worker creates them itself. Missing ones stop it at once
     with one line naming them (exit status 2).
     """
-    lines, refused = asyncio.run(_ready(settings, setup))
+    lines, refused = asyncio.run(ready())
     for line in lines:
         log.info("%s", line)
     if refused is not None:
         log.error("%s", refused)
         raise SystemExit(2)
-    app, flushers, close_store = build_app(settings)
+    app, flushers, store = build_app(settings, make_store)
     watch_start(2 * settings.session_timeout + 30.0, group_context(settings, app))
 
     def left() -> str:
@@ -428,6 +400,6 @@ def run_worker(settings: Settings, setup: Setup, loglevel: str = "info") -> None
         left=left,
         log_format=settings.log_format,
         log_flushes=settings.log_flushes,
-        closing=[close_store],
+        closing=[store.close],
     )
     worker.execute_from_commandline()

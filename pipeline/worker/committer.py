@@ -24,7 +24,6 @@ from pipeline.core.clock import DecisionClock
 from pipeline.core.commit import TP, Committed, Fence, FenceConflict, Pending, Sink
 from pipeline.core.envelope import events_of
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
-from pipeline.store.errors import CommitTooLarge, outcome_unknown, permanent, shrinks
 from pipeline.worker.accounting import Accounting
 from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
@@ -147,7 +146,8 @@ class BatchCommitter(Generic[A]):
                 hooks.on_fenced(conflict)
                 raise
             except Exception as exc:  # give_up chose to split: too large, too slow or unwritable
-                if not (outcome_unknown(exc) and await self.committed_after_all(fences, flush_id, batch)):
+                unknown = self.sink.failure(exc).outcome_unknown
+                if not (unknown and await self.committed_after_all(fences, flush_id, batch)):
                     return self.split(batch, docs, exc)
                 result = Committed(already=True)
             self.accounting.marks(result, flush_id)
@@ -262,13 +262,14 @@ class BatchCommitter(Generic[A]):
     def give_up(self, exc: Exception, batch: PendingBatch[A], docs: int) -> bool:
         """After a failed commit: ``True`` to split the batch, ``False`` to retry it as it is."""
         self.stats.failed_commits += 1
-        if not self.marked and permanent(exc) is not None:
+        failure = self.sink.failure(exc)
+        if not self.marked and failure.permanent is not None:
             # The transaction aborted, nothing of it applied: halve it until the message whose
             # events cannot be written is alone, and dead-letter that message (split).
             return True
-        if self.marked or not shrinks(exc):
+        if self.marked or not failure.shrinks:
             return False  # idempotent writes: no transaction to shrink, the same flush is retried
-        self.bound.failed(docs, exc.size if isinstance(exc, CommitTooLarge) else 0)
+        self.bound.failed(docs, failure.too_large)
         if batch.splittable():
             return True
         self.stats.unsplittable += 1
@@ -294,7 +295,7 @@ class BatchCommitter(Generic[A]):
     def split(self, batch: PendingBatch[A], docs: int, exc: Exception) -> tuple[PendingBatch[A], ...]:
         """The batch in two contiguous halves (or, for one message the store refuses for good,
         the batch that dead-letters it)."""
-        reason = permanent(exc)
+        reason = self.sink.failure(exc).permanent
         if reason is not None and not batch.splittable():
             return (self.unwritable(batch, reason),)
         self.stats.splits += 1

@@ -102,7 +102,7 @@ class Flusher(Generic[A]):
         #: When a batch is sealed (documents, bytes, time per commit).
         self.bound = bound or CommitBound(2000, 8_000_000, 5.0)
         self.stats = FlushStats()
-        self.retry = Retrier(stream, self.stats, policy.max_backoff, self.hooks.on_stuck)
+        self.retry = Retrier(stream, self.stats, policy.max_backoff, self.hooks.on_stuck, sink.failure)
         self.gate = PartitionGate(sink, self.retry, checks, self.marked)
         self.committer: BatchCommitter[A] = BatchCommitter(
             StreamPorts(stream, factory, sink, send_dead, ack, read_range, clock),

@@ -28,16 +28,14 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import faust
 from faust.types import TP
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from pipeline.core.commit import LedgerPort
 from pipeline.core.incarnation import Fingerprint, Verdict, judge
 from pipeline.kafka.probe import PartitionProbe, group_positions
-from pipeline.store.offsets import BEHIND, OFFSETS_COLLECTION, offset_id
-from pipeline.store.sink import MongoSink
 from pipeline.worker.exits import exit_to_resume
 from pipeline.worker.gate import Gated
 
@@ -65,7 +63,7 @@ RECHECK_INTERVAL = 30.0
 class LedgerGuard:
     """Incarnation checks, Kafka-made gaps and diverged partitions of one worker."""
 
-    def __init__(self, app: faust.App, sink: MongoSink, probe: PartitionProbe, worker: str) -> None:
+    def __init__(self, app: faust.App, sink: LedgerPort, probe: PartitionProbe, worker: str) -> None:
         self.app = app
         self.sink = sink
         self.probe = probe
@@ -74,24 +72,18 @@ class LedgerGuard:
         self.offsets_lost: Counter[str] = Counter()
         self._losses_seen: set[tuple[str, int, int, int]] = set()
 
-    async def _ledger(self, tp: tuple[str, int]) -> dict[str, Any] | None:
-        doc: dict[str, Any] | None = await self.sink.db[OFFSETS_COLLECTION].find_one(
-            {"_id": offset_id(self.sink.group, *tp)}
-        )
-        return doc
-
     async def check(self, tp: tuple[str, int]) -> Verdict:
         """Is the partition Kafka serves the one its ledger describes?"""
-        doc = await self._ledger(tp)
-        if doc is not None and isinstance(doc.get(BEHIND), dict):
+        ledger = await self.sink.ledger(tp)
+        if ledger is not None and ledger.behind is not None:
             # Its documents hold marks the ledger never gave out (found by a flush): held back.
-            return Verdict("diverged", str(doc[BEHIND].get("reason", "its ledger is behind its documents")))
-        stored = None if doc is None else doc.get("next")
-        if stored is None:
+            return Verdict("diverged", ledger.behind)
+        stored = None if ledger is None else ledger.next
+        if ledger is None or stored is None:
             return judge(None, None, None)
-        last = Fingerprint.from_doc(doc.get("last")) if doc else None
-        at = last.offset if last is not None else max(0, int(stored) - 1)
-        return judge(int(stored), last, await self.probe.look(tp[0], tp[1], at))
+        last = Fingerprint.from_doc(ledger.last)
+        at = last.offset if last is not None else max(0, stored - 1)
+        return judge(stored, last, await self.probe.look(tp[0], tp[1], at))
 
     async def _recheck(self, flushers: Sequence[Gated], seen: dict[tuple[str, int], int | None]) -> None:
         """Check the partitions that consumed nothing since the last look (or went backwards)."""
@@ -112,10 +104,7 @@ class LedgerGuard:
     async def on_diverged(self, tp: tuple[str, int], verdict: Verdict) -> None:
         """Stop reading the partition and write the verdict into its ledger, for status and operators."""
         self.app.consumer.pause_partitions([TP(*tp)])
-        await self.sink.db[OFFSETS_COLLECTION].update_one(
-            {"_id": offset_id(self.sink.group, *tp)},
-            {"$set": {"diverged": {"at": time.time(), "worker": self.worker, "reason": verdict.reason}}},
-        )
+        await self.sink.mark_diverged(tp, self.worker, verdict.reason)
 
     async def lost(self, tp: tuple[str, int], stored: int, start: int) -> None:
         """Kafka's log now starts at ``start``, past the ledger's ``next`` (``stored``): the offsets in
@@ -221,9 +210,9 @@ class LedgerGuard:
                 await self._recheck(flushers, seen)
             for f in flushers:
                 for tp in list(f.diverged):
-                    doc = await self._ledger(tp)
-                    if doc is not None and "diverged" not in doc:
+                    ledger = await self.sink.ledger(tp)
+                    if ledger is not None and ledger.diverged is None:
                         await self.resume_from_mongo(
                             f"{tp[0]}[{tp[1]}]: its ledger was reset by an operator "
-                            f"(next={doc.get('next')}); restarting from it"
+                            f"(next={ledger.next}); restarting from it"
                         )

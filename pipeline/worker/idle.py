@@ -22,20 +22,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client.core import GaugeMetricFamily, Metric
-from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.core.commit import TP, LedgerView
 from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kafka.probe import start_or_close, topic_partitions
 from pipeline.settings import Settings
-from pipeline.store.offsets import OFFSETS_COLLECTION
 
 log = logging.getLogger("preagg.worker")
+
+#: The group's stored ledgers of some topics (the sink's ``LedgerPort.ledgers_of``).
+ReadLedgers = Callable[[Sequence[str]], Awaitable[dict[TP, LedgerView]]]
 
 #: Seconds without a partition before the worker looks at what waits.
 IDLE_AFTER = 60.0
@@ -119,7 +120,7 @@ class IdleWatch:
                 log.info("cannot tell whether partitions wait uncounted: %s", exc)
 
 
-async def look_at_topics(settings: Settings, db: AsyncDatabase[dict[str, Any]], topics: list[str]) -> Waiting:
+async def look_at_topics(settings: Settings, ledgers: ReadLedgers, topics: list[str]) -> Waiting:
     """Partitions of ``topics`` with messages waiting and no flush for :data:`STALLED_AFTER` s.
 
     End offsets from a consumer of its own that never joins (ListOffsets: on the embedded
@@ -133,17 +134,15 @@ async def look_at_topics(settings: Settings, db: AsyncDatabase[dict[str, Any]], 
     try:
         tps = [TopicPartition(t, p) for t in topics for p in await topic_partitions(consumer, t)]
         ends = await consumer.end_offsets(tps) if tps else {}
-        ledger = {
-            (d["topic"], d["partition"]): d
-            async for d in db[OFFSETS_COLLECTION].find({"group": settings.group_id, "topic": {"$in": topics}})
-        }
+        ledger = await ledgers(topics)
         now = time.time()
         out = {}
         for tp in tps:
-            doc = ledger.get((tp.topic, tp.partition), {})
-            position = max(int(doc.get("next") or 0), await consumer.committed(tp) or 0)
+            seen = ledger.get((tp.topic, tp.partition))
+            stored, at = (seen.next or 0, seen.at) if seen is not None else (0, 0.0)
+            position = max(stored, await consumer.committed(tp) or 0)
             waiting = ends[tp] - position
-            if waiting > 0 and now - float(doc.get("at") or 0.0) > STALLED_AFTER:
+            if waiting > 0 and now - at > STALLED_AFTER:
                 out[f"{tp.topic}[{tp.partition}]"] = waiting
         return Waiting(out)
     finally:

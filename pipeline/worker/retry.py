@@ -9,7 +9,7 @@ of failure are more than transient:
 * a **write conflict** (MongoDB code 112: two workers' transactions wrote one document, as
   keyless streams do) makes the stream's commits take its *commit token* first for
   :data:`CONTENDED_SECONDS`, so that a conflict costs one statement;
-* a **permanent** write error (:func:`pipeline.store.errors.permanent`) met
+* a **permanent** write error (the store's ``Failure.permanent``) met
   :data:`PERMANENT_ATTEMPTS` times in a row is escalated: an ERROR saying what to do,
   ``/health/ready`` failing and a PROBLEM in ``preagg status`` until it goes through.
 """
@@ -23,16 +23,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from pipeline.core.commit import TP, FenceConflict
-from pipeline.store.errors import permanent
+from pipeline.core.commit import TP, Classify, FenceConflict
 from pipeline.worker.accounting import FlushStats
 
 log = logging.getLogger("preagg.flush")
 
-#: MongoDB's WriteConflict: a transaction aborted at once by another's write to the same document.
-WRITE_CONFLICT = 112
-
-#: Attempts of a write that fails with a permanent error (pipeline.store.errors.permanent)
+#: Attempts of a write that fails with a permanent error (the store says so: ``Failure.permanent``)
 #: before it is escalated: logged as an ERROR with what to do, ``/health/ready`` failing and a
 #: PROBLEM in ``preagg status``. It is still retried (at the longest backoff), so that an
 #: operator's fix of the document lets the flush through without a restart.
@@ -54,17 +50,20 @@ TOKEN_HANDOFF = 0.6
 OnStuck = Callable[[Sequence[TP], str | None], Awaitable[None]]
 
 
-def is_write_conflict(exc: BaseException) -> bool:
-    """A transaction aborted because another one wrote the same document (MongoDB code 112)."""
-    # Not the TransientTransactionError label: network errors inside a transaction carry it too.
-    return getattr(exc, "code", None) == WRITE_CONFLICT
-
-
 class Retrier:
     """Runs one stream's store and broker calls until they succeed."""
 
-    def __init__(self, stream: str, stats: FlushStats, max_backoff: float, on_stuck: OnStuck | None) -> None:
+    def __init__(
+        self,
+        stream: str,
+        stats: FlushStats,
+        max_backoff: float,
+        on_stuck: OnStuck | None,
+        classify: Classify,
+    ) -> None:
         self.stream = stream
+        #: The store's reading of its own failures (the commit port's ``Sink.failure``).
+        self.classify = classify
         self.stats = stats
         self.max_backoff = max_backoff
         #: Records (or clears, ``None``) a permanent write error on the partitions' ledgers, for status.
@@ -108,7 +107,7 @@ class Retrier:
         """Run ``op`` until it succeeds, logging and counting each failure, backing off.
 
         ``give_up`` may end the loop by re-raising a failure (the commit splits its batch).
-        A permanent write error (:func:`~pipeline.store.errors.permanent`) met
+        A permanent write error (the store's ``Failure.permanent``) met
         :data:`PERMANENT_ATTEMPTS` times in a row is escalated (:meth:`_escalate`).
         """
         delay = min(0.5, self.max_backoff)
@@ -123,7 +122,8 @@ class Retrier:
             except Exception as exc:  # any store/broker failure: keep the batch, back off
                 if give_up is not None and give_up(exc):
                     raise
-                reason = (permanent(exc) or self.unsplittable) if tps else None
+                failure = self.classify(exc)
+                reason = (failure.permanent or self.unsplittable) if tps else None
                 self.unsplittable = None
                 self._permanent_in_a_row = self._permanent_in_a_row + 1 if reason else 0
                 if reason is not None and self._permanent_in_a_row == PERMANENT_ATTEMPTS:
@@ -131,7 +131,7 @@ class Retrier:
                 self.stats.retries += 1
                 # Jittered: workers whose commits conflicted must not retry in step and meet again.
                 pause = random.uniform(delay / 2, delay)
-                if is_write_conflict(exc):
+                if failure.write_conflict:
                     # Two workers write one document (keyless streams): from now on commits take
                     # the token first, so a conflict costs one statement and is retried soon.
                     # (Retrying full-size conflicts sooner was measured to make them worse.)

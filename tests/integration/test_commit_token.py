@@ -13,9 +13,9 @@ from pipeline.core.commit import Fence
 from pipeline.core.updates import DocUpdate
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
+from pipeline.store.errors import is_write_conflict
 from pipeline.store.offsets import OFFSETS_COLLECTION, token_id
 from pipeline.store.sink import MongoSink
-from pipeline.worker.retry import is_write_conflict
 
 pytestmark = pytest.mark.integration
 

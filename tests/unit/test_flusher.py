@@ -21,6 +21,7 @@ from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.settings import Settings
+from pipeline.store.errors import mongo_failure
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
@@ -35,6 +36,8 @@ class ModelStore:
     """Counters and offsets documents with atomic commits, like one MongoDB transaction."""
 
     exactly_once = True
+    #: Failures read as MongoDB's adapter reads them (these stores raise PyMongo's errors).
+    failure = staticmethod(mongo_failure)
 
     def __init__(self, log: list[str], fail_commits: int = 0, too_large_above: int = 0) -> None:
         self.log = log

@@ -3,7 +3,8 @@
 Layers run one way (docs/design.md, "The layers"): a module imports its own layer or
 lower ones, never a higher one; the three runtimes do not import one another; no set
 of modules imports itself round a cycle; pure modules import no client library; a kind
-imports no other kind. There is no list of exceptions.
+imports no other kind; the worker reaches its store only through the commit port. There is
+no list of exceptions.
 """
 
 from __future__ import annotations
@@ -111,6 +112,19 @@ def test_the_runtimes_do_not_import_one_another() -> None:
         if runtime(m) and runtime(t) and runtime(m) != runtime(t)
     ]
     assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_the_worker_speaks_to_its_store_only_through_the_commit_port() -> None:
+    """The worker's modules import no store client and no store adapter: its verdicts on failures,
+    its ledger reads and moves and its store itself come through the port (core/commit.py) and
+    what the entry point hands over (pipeline/store/worker_store.py)."""
+    wrong = [
+        f"{module_name(path)} imports {t}"
+        for path in sorted((ROOT / "worker").glob("*.py"))
+        for t in imports(path)
+        if t == "pymongo" or t.startswith(("pymongo.", "pipeline.store", "bson"))
+    ]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_no_module_imports_itself_round_a_cycle() -> None:

@@ -24,6 +24,7 @@ from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.sites.caps import PageCaps
+from pipeline.store.errors import mongo_failure
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.policy import FlushPolicy
@@ -41,6 +42,8 @@ class MarkStore:
     """Documents with marks and ledgers with intents, each update atomic on one document."""
 
     exactly_once = True
+    #: Failures read as MongoDB's adapter reads them (these stores raise PyMongo's errors).
+    failure = staticmethod(mongo_failure)
 
     def __init__(self) -> None:
         self.docs: dict[Any, dict[str, Any]] = {}

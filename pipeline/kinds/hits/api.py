@@ -1,34 +1,26 @@
-"""The hits kind's HTTP endpoints: hit series, top pages, custom properties, sites.
+"""The hits kind's HTTP endpoints: hit series, top pages, custom properties, visitors, sites.
 
-Each answers with the same rows as the matching ``preagg query`` command; ranges are
-bounded per granularity so one request stays one bounded read.
+Each route answers with the function ``answers.py`` declares for its query, the one
+``preagg query`` calls too, and returns that answer's JSON rows; here are only their
+schemas for the OpenAPI document.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import date
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
-from pipeline.core.routes import WAITING, Route, rows_of
-from pipeline.core.text import json_rows
-from pipeline.kinds.hits import grafana
-from pipeline.kinds.hits.layout import hits_fields
+from pipeline.core.routes import Route, rows_of
+from pipeline.kinds.hits import answers, grafana
 from pipeline.kinds.hits.queries import QUERIES
-from pipeline.kinds.hits.query import (
-    hits_series,
-    listed_sites,
-    require_site,
-    site_day_range,
-    site_months,
-    top_pages,
-)
-from pipeline.kinds.hits.query_bots import humans, top_human_pages
-from pipeline.kinds.hits.query_props import prop_counts, prop_rows
-from pipeline.kinds.hits.query_visitors import page_visitors, visitor_rows
-from pipeline.kinds.hits.render import series_rows
-from pipeline.kinds.hits.settings import KEY
 from pipeline.settings import Settings
+
+COUNT = {"type": "integer", "minimum": 0}
+TIME = {"type": "string", "format": "date-time"}
+
+
+class Answer(Protocol):
+    def json(self) -> list[dict[str, Any]]: ...
 
 
 def _with_pruned(schema: dict[str, Any]) -> dict[str, Any]:
@@ -49,118 +41,59 @@ def _with_visitors(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+#: Each query's answer and the JSON Schema of its rows.
+RETURNS: dict[str, tuple[Callable[..., Awaitable[Answer]], dict[str, Any]]] = {
+    "hits": (answers.hits, _with_pruned(rows_of(("t", TIME), ("hits", COUNT)))),
+    "pages": (answers.pages, _with_visitors(rows_of(("page", {"type": "string"}), ("hits", COUNT)))),
+    "props": (
+        answers.props,
+        rows_of(("name", {"type": "string"}), ("value", {"type": "string"}), ("count", COUNT)),
+    ),
+    "visitors": (
+        answers.visitors,
+        rows_of(
+            ("t", TIME),
+            ("visitors", COUNT),
+            (
+                "exact",
+                {"type": "boolean", "description": "false: a HyperLogLog estimate (0.81% standard error)"},
+            ),
+            ("hits", COUNT),
+            (
+                "sum_of_days",
+                {
+                    "type": "boolean",
+                    "description": "true: a bucket of several days with the daily salt, whose figure "
+                    "is the sum of its days' visitors (a person counts once a day)",
+                },
+            ),
+        ),
+    ),
+    "sites": (
+        answers.sites,
+        rows_of(
+            ("site", {"type": "string"}),
+            ("zone", {"type": "string"}),
+            ("first_month", {"type": ["string", "null"], "description": "YYYY-MM"}),
+            ("last_month", {"type": ["string", "null"], "description": "YYYY-MM"}),
+        ),
+    ),
+}
+
+
 def routes(settings: Settings) -> list[Route]:
     """The hits endpoints, reading documents in the deployment's schema."""
-    fields = hits_fields(settings.schema)
-    daily = settings.of(KEY).visitor_salt == "daily"
+    reading = answers.Reading.of(settings)
 
-    async def series(db: Any, a: Mapping[str, Any]) -> Any:
-        await require_site(db, a["site"], fields, a.get(WAITING, 0))
-        rows = await hits_series(db, a["site"], a["page"], a["from"], a["to"], a["by"], fields)
-        if a["bots"] == "exclude":
-            rows = await humans(db, a["site"], a["page"], rows, a["by"], fields)
-        return series_rows(rows)
+    def handler(
+        answer: Callable[..., Awaitable[Answer]],
+    ) -> Callable[[Any, Mapping[str, Any]], Awaitable[Any]]:
+        async def handle(db: Any, a: Mapping[str, Any]) -> Any:
+            return (await answer(db, a, reading)).json()
 
-    async def days(db: Any, a: Mapping[str, Any]) -> tuple[date, date]:
-        await require_site(db, a["site"], fields, a.get(WAITING, 0))
-        return await site_day_range(db, a["site"], a["from"], a["to"])
+        return handle
 
-    async def pages(db: Any, a: Mapping[str, Any]) -> Any:
-        first, last = await days(db, a)
-        if a["bots"] == "exclude":
-            top = await top_human_pages(db, a["site"], first, last, a["limit"], fields)
-        else:
-            top = await top_pages(db, a["site"], first, last, a["limit"], fields)
-        rows = json_rows(top, ("page", "hits"))
-        if a["metric"] == "visitors":
-            seen = await page_visitors(db, a["site"], [p for p, _ in top], first, last, fields)
-            for row in rows:
-                e = seen[row["page"]]
-                row["visitors"], row["visitors_exact"] = e.value, e.exact
-        return rows
-
-    async def props(db: Any, a: Mapping[str, Any]) -> Any:
-        first, last = await days(db, a)
-        return prop_rows(await prop_counts(db, a["site"], a["page"], first, last, a["name"], fields))
-
-    async def visitors(db: Any, a: Mapping[str, Any]) -> Any:
-        first, last = await days(db, a)
-        rows = await visitor_rows(db, a["site"], a["page"], first, last, a["by"], fields)
-        return [
-            {
-                "t": r.t.isoformat(),
-                "visitors": r.visitors,
-                "exact": r.exact,
-                "hits": r.hits,
-                "sum_of_days": r.sum_of_days(daily),
-            }
-            for r in rows
-        ]
-
-    async def sites(db: Any, a: Mapping[str, Any]) -> Any:
-        months = await site_months(db, fields)
-        return [
-            {
-                "site": c.site,
-                "zone": c.zone,
-                "first_month": months.get(c.site, (None, None))[0],
-                "last_month": months.get(c.site, (None, None))[1],
-            }
-            for c in await listed_sites(db, fields)
-        ]
-
-    count = {"type": "integer", "minimum": 0}
     return [
-        QUERIES["hits"].route(
-            series,
-            _with_pruned(rows_of(("t", {"type": "string", "format": "date-time"}), ("hits", count))),
-            "hits",
-        ),
-        QUERIES["pages"].route(
-            pages, _with_visitors(rows_of(("page", {"type": "string"}), ("hits", count))), "hits"
-        ),
-        QUERIES["props"].route(
-            props,
-            rows_of(("name", {"type": "string"}), ("value", {"type": "string"}), ("count", count)),
-            "hits",
-        ),
-        QUERIES["visitors"].route(
-            visitors,
-            rows_of(
-                ("t", {"type": "string", "format": "date-time"}),
-                ("visitors", count),
-                (
-                    "exact",
-                    {
-                        "type": "boolean",
-                        "description": "false: a HyperLogLog estimate (0.81% standard error)",
-                    },
-                ),
-                ("hits", count),
-                (
-                    "sum_of_days",
-                    {
-                        "type": "boolean",
-                        "description": "true: a bucket of several days with the daily salt, whose figure "
-                        "is the sum of its days' visitors (a person counts once a day)",
-                    },
-                ),
-            ),
-            "hits",
-        ),
-        Route(
-            "/api/sites",
-            "Every site with hits or settings, its time zone, and its first and last month with hits",
-            (),
-            sites,
-            rows_of(
-                ("site", {"type": "string"}),
-                ("zone", {"type": "string"}),
-                ("first_month", {"type": ["string", "null"], "description": "YYYY-MM"}),
-                ("last_month", {"type": ["string", "null"], "description": "YYYY-MM"}),
-            ),
-            None,
-            "hits",
-        ),
+        *(QUERIES[name].route(handler(answer), schema, "hits") for name, (answer, schema) in RETURNS.items()),
         *grafana.routes(settings),
     ]

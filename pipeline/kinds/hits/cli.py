@@ -1,53 +1,53 @@
-"""``preagg query hits`` and ``preagg query props``."""
+"""``preagg query hits|pages|props|visitors|sites``: each query's answer (answers.py, the one the
+HTTP API gives) formatted for a terminal, ``--json`` (the API's rows) or ``--csv``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Mapping
-from datetime import date, datetime
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pipeline.core.cli_params import QueryCommand
+from pipeline.core.cli_params import QueryCommand, option
+from pipeline.core.params import BadParam, NotFound
 from pipeline.core.parse import UsageError
-from pipeline.core.routes import WAITING
 from pipeline.core.text import csv_text, print_rows, printable
-from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.queries import QUERIES
 from pipeline.services.urls import command_settings
 from pipeline.store.command import on_db
 
 if TYPE_CHECKING:
-    from pipeline.store.client import Db
+    from pipeline.kinds.hits import answers
+
+T = TypeVar("T")
+
+
+def answer(run: Callable[..., Awaitable[T]], a: Mapping[str, Any]) -> T:
+    """The query's answer from the deployment's store; a refused parameter is a usage error
+    naming its option, as the API's 400 names the parameter."""
+    from pipeline.kinds.hits.answers import Reading
+
+    s = command_settings()
+    reading = Reading.of(s)
+    try:
+        return on_db(s, lambda db: run(db, a, reading))
+    except NotFound:
+        raise  # exit 2 naming the closest known site
+    except BadParam as exc:
+        raise UsageError(f"{option(exc.name)}: {exc.message}") from None
 
 
 def cmd_query_hits(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     """Zero-filled hit series of a site or page as a table, JSON, CSV and/or a PNG."""
-    from pipeline.kinds.hits.query import hits_series, instant
-    from pipeline.kinds.hits.query_bots import humans
-    from pipeline.kinds.hits.render import as_csv, as_json, as_table, plot_png, pruned_note, sparkline
-    from pipeline.kinds.hits.sites.store import site_config
+    from pipeline.kinds.hits import answers
+    from pipeline.kinds.hits.render import as_csv, as_table, plot_png, pruned_note, sparkline
 
-    s = command_settings()
-    site, page, by = a["site"], a["page"], a["by"]
-    zone = "UTC"
-
-    async def run(db: Db) -> list[tuple[datetime, int]]:
-        nonlocal zone
-        await known_site(db, site, int(a.get(WAITING, 0)))
-        cal = (await site_config(db, site)).calendar
-        zone = cal.zone
-        if instant(a["to"], cal) < instant(a["from"], cal):
-            raise UsageError("--to is before --from")
-        fields = hits_fields(s.schema)
-        series = await hits_series(db, site, page, a["from"], a["to"], by, fields, cal)
-        return await humans(db, site, page, series, by, fields) if a["bots"] == "exclude" else series
-
-    series = on_db(s, run)
+    got = answer(answers.hits, a)
+    series, by = got.series, a["by"]
     if args.json:
-        print(as_json(series))
+        print(json.dumps(got.json()))
     elif args.csv:
         print(as_csv(series), end="")
     else:
@@ -56,41 +56,20 @@ def cmd_query_hits(a: Mapping[str, Any], args: argparse.Namespace) -> int:
         if note := pruned_note(series, by):
             print(note)
     if args.plot:
-        title = f"{site}{page or ' (all pages)'}: hits per {by} ({zone})"
-        print(f"plot written to {plot_png(series, Path(args.plot), title, zone)}", file=sys.stderr)
+        title = f"{a['site']}{a['page'] or ' (all pages)'}: hits per {by} ({got.zone})"
+        print(f"plot written to {plot_png(series, Path(args.plot), title, got.zone)}", file=sys.stderr)
     return 0
-
-
-async def _days(db: Db, a: Mapping[str, Any]) -> tuple[date, date]:
-    from pipeline.kinds.hits.query import site_day_range
-
-    await known_site(db, a["site"], int(a.get(WAITING, 0)))
-    return await site_day_range(db, a["site"], a["from"], a["to"])
-
-
-async def known_site(db: Db, site: str, waiting: int = 0) -> None:
-    """Refuse an unknown site (exit 2, the closest known named), unless hits wait to be counted
-    (``waiting``, looked at by the command line before the query): it may be among them, and
-    the answer then says what waits."""
-    from pipeline.kinds.hits.query import require_site
-
-    await require_site(db, site, hits_fields(command_settings().schema), waiting)
 
 
 def cmd_query_props(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     """Custom property counts of a site or page over a range of days."""
-    from pipeline.kinds.hits.query_props import prop_counts, prop_rows
+    from pipeline.kinds.hits import answers
 
-    s = command_settings()
-
-    async def run(db: Db) -> Any:
-        first, last = await _days(db, a)
-        return await prop_counts(db, a["site"], a["page"], first, last, a["name"], hits_fields(s.schema))
-
-    rows = on_db(s, run)
+    got = answer(answers.props, a)
     if args.json:
-        print(json.dumps(prop_rows(rows)))
+        print(json.dumps(got.json()))
         return 0
+    rows = got.rows
     if args.csv:
         print(csv_text([(r.name, r.value, r.count) for r in rows], ("name", "value", "count")), end="")
         return 0
@@ -103,50 +82,36 @@ def cmd_query_props(a: Mapping[str, Any], args: argparse.Namespace) -> int:
 
 def cmd_query_pages(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     """The pages of a site with the most hits over a range of days."""
-    from pipeline.kinds.hits.query import TopPages, top_pages
-    from pipeline.kinds.hits.query_bots import top_human_pages
+    from pipeline.kinds.hits import answers
 
-    s = command_settings()
-    top = top_human_pages if a["bots"] == "exclude" else top_pages
-
-    async def run(db: Db) -> TopPages:
-        first, last = await _days(db, a)
-        return await top(db, a["site"], first, last, a["limit"], hits_fields(s.schema))
-
-    rows = on_db(s, run)
-    if a["metric"] == "visitors":
-        print_page_visitors(s, a, rows, args)
+    got = answer(answers.pages, a)
+    if got.visitors is not None:
+        print_page_visitors(got, args)
+    elif args.json:
+        print(json.dumps(got.json()))
     else:
-        print_rows(rows, args.json, ("page", "hits"), args.csv)
-    if not rows.exact:
-        print(not_exact_note(rows.bound), file=sys.stderr)
+        print_rows(got.top, False, ("page", "hits"), args.csv)
+    if not got.top.exact:
+        print(not_exact_note(got.top.bound), file=sys.stderr)
     return 0
 
 
 def cmd_query_visitors(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     """Unique visitors of a site or page per hour, day or month, or over the whole range."""
-    from pipeline.kinds.hits.query_visitors import VisitorRow, visitor_rows
+    from pipeline.kinds.hits import answers
 
-    s = command_settings()
-
-    async def run(db: Db) -> list[VisitorRow]:
-        first, last = await _days(db, a)
-        return await visitor_rows(db, a["site"], a["page"], first, last, a["by"], hits_fields(s.schema))
-
-    rows = on_db(s, run)
-    daily = daily_salt(s)
-    header = ("t", "visitors", "exact", "hits", "sum_of_days")
-    table = [(r.t.isoformat(), r.visitors, r.exact, r.hits, r.sum_of_days(daily)) for r in rows]
+    got = answer(answers.visitors, a)
+    table = got.table()
     if args.json:
-        print(json.dumps([dict(zip(header, row, strict=True)) for row in table]))
+        print(json.dumps(got.json()))
     elif args.csv:
-        print(csv_text(table, header), end="")
+        print(csv_text(table, ("t", "visitors", "exact", "hits", "sum_of_days")), end="")
     else:
         print(f"{'t':>19}  {'visitors':>9}  {'hits':>9}  exact")
         for t, n, exact, hits, summed in table:
             how = "yes" if exact else "no (estimate)"
             print(f"{t:>19}  {n:>9}  {hits:>9}  {how}{', sum of daily visitors' if summed else ''}")
-        if not all(r.exact for r in rows):
+        if not all(exact for _, _, exact, _, _ in table):
             print(
                 "not exact: a HyperLogLog estimate, 0.81% standard error (docs/visitors.md)", file=sys.stderr
             )
@@ -159,35 +124,40 @@ def cmd_query_visitors(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     return 0
 
 
-def daily_salt(s: Any) -> bool:
-    """Whether the deployment's visitor hashes change every day (``PREAGG_HITS_VISITOR_SALT``)."""
-    from pipeline.kinds.hits.settings import KEY
+def cmd_query_sites(a: Mapping[str, Any], args: argparse.Namespace) -> int:
+    """Every site with hits or settings, its zone, and its first and last month with hits."""
+    from pipeline.kinds.hits import answers
 
-    return bool(s.of(KEY).visitor_salt == "daily")
-
-
-def print_page_visitors(
-    s: Any, a: Mapping[str, Any], top: list[tuple[str, int]], args: argparse.Namespace
-) -> None:
-    """Top pages with each page's unique visitors (``--metric visitors``)."""
-    from pipeline.kinds.hits.query_visitors import page_visitors
-
-    async def run(db: Db) -> Any:
-        first, last = await _days(db, a)
-        return await page_visitors(db, a["site"], [p for p, _ in top], first, last, hits_fields(s.schema))
-
-    seen = on_db(s, run)
-    header = ("page", "hits", "visitors", "visitors_exact")
-    rows = [(p, n, seen[p].value, seen[p].exact) for p, n in top]
+    got = answer(answers.sites, a)
+    header = ("site", "zone", "first_month", "last_month")
+    rows = [tuple(r[h] or "" for h in header) for r in got.json()]
     if args.json:
-        print(json.dumps([dict(zip(header, r, strict=True)) for r in rows]))
+        print(json.dumps(got.json()))
     elif args.csv:
         print(csv_text(rows, header), end="")
     else:
-        width = max([len(printable(p)) for p, *_ in rows] + [4])
-        print(f"{'page':<{width}}  {'hits':>9}  {'visitors':>9}")
-        for p, n, v, exact in rows:
-            print(f"{printable(p):<{width}}  {n:>9}  {v:>9}{'' if exact else ' (estimate)'}")
+        width = max([len(printable(str(r[0]))) for r in rows] + [4])
+        print(f"{'site':<{width}}  {'zone':<20}  first    last")
+        for site, zone, first, last in rows:
+            print(f"{printable(str(site)):<{width}}  {zone!s:<20}  {first!s:<7}  {last}")
+    return 0
+
+
+def print_page_visitors(got: answers.Pages, args: argparse.Namespace) -> None:
+    """Top pages with each page's unique visitors (``--metric visitors``)."""
+    rows = got.json()
+    if args.json:
+        print(json.dumps(rows))
+        return
+    header = ("page", "hits", "visitors", "visitors_exact")
+    if args.csv:
+        print(csv_text([tuple(r[h] for h in header) for r in rows], header), end="")
+        return
+    width = max([len(printable(r["page"])) for r in rows] + [4])
+    print(f"{'page':<{width}}  {'hits':>9}  {'visitors':>9}")
+    for r in rows:
+        shown = f"{r['visitors']:>9}{'' if r['visitors_exact'] else ' (estimate)'}"
+        print(f"{printable(r['page']):<{width}}  {r['hits']:>9}  {shown}")
 
 
 def not_exact_note(bound: int) -> str:
@@ -205,4 +175,5 @@ def query_commands() -> tuple[QueryCommand, ...]:
         QueryCommand(QUERIES["props"], cmd_query_props, ("json", "csv")),
         QueryCommand(QUERIES["pages"], cmd_query_pages, ("json", "csv")),
         QueryCommand(QUERIES["visitors"], cmd_query_visitors, ("json", "csv")),
+        QueryCommand(QUERIES["sites"], cmd_query_sites, ("json", "csv")),
     )

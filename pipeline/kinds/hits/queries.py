@@ -1,7 +1,9 @@
-"""The hits kind's queries, declared once: ``preagg query hits|pages|props`` and ``/api/hits|pages|props``.
+"""The hits kind's queries, declared once: ``preagg query hits|pages|props|visitors|sites`` and
+``/api/hits|pages|props|visitors|sites``.
 
-``api.py`` answers them over HTTP and ``cli.py`` on the command line (:mod:`pipeline.core.queries`);
-both take these parameters, defaults and bounds, parsed by the same rules.
+Each is answered by one function of ``answers.py``; ``api.py`` formats it for HTTP and
+``cli.py`` for the command line (:mod:`pipeline.core.queries`), both taking these
+parameters, defaults and bounds, parsed by the same rules.
 """
 
 from __future__ import annotations
@@ -144,5 +146,11 @@ QUERIES = indexed(
         ),
         _check_visitors,
         {"max_days_by": dict(MAX_VISITOR_DAYS)},
+    ),
+    Query(
+        "sites",
+        "/api/sites",
+        "Every site with hits or settings, its time zone, and its first and last month with hits",
+        (),
     ),
 )
