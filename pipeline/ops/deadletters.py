@@ -267,6 +267,32 @@ async def replay(
         await asyncio.shield(lease.release())
 
 
+def pick(
+    records: list[dict[str, Any]],
+    out: Replay,
+    dlq: str,
+    wanted: Callable[[dict[str, Any]], bool],
+    already: set[str],
+    sent_keys: set[str],
+) -> dict[str, list[dict[str, Any]]]:
+    """The dead letters to send, by their topic: wanted, not sent by a run cut short, one copy each."""
+    picked: dict[str, list[dict[str, Any]]] = {}
+    seen: set[str] = set()
+    for rec in records:
+        out.by_reason[str(rec.get("reason"))] += 1
+        if not wanted(rec):
+            continue
+        key = natural_key(rec)
+        if origin(dlq, rec["_partition"], rec["_offset"]) in already or key in sent_keys:
+            out.already_sent += 1
+        elif key in seen:
+            out.duplicates += 1  # a copy of a dead letter this run sends already
+        else:
+            seen.add(key)
+            picked.setdefault(str(rec["topic"]), []).append(rec)
+    return picked
+
+
 async def _replay(
     settings: Settings,
     db: AsyncDatabase[dict[str, Any]],
@@ -296,20 +322,7 @@ async def _replay(
         await fenced(lambda s: release_unsent(db, reason, progress.runs, sent_keys, s))
     records, positions = await read_dead_letters(settings, progress.next)
     out = Replay(read=len(records), positions=positions)
-    picked: dict[str, list[dict[str, Any]]] = {}
-    seen: set[str] = set()
-    for rec in records:
-        out.by_reason[str(rec.get("reason"))] += 1
-        if not chosen(rec, reason, since, topic):
-            continue
-        key = natural_key(rec)
-        if origin(dlq, rec["_partition"], rec["_offset"]) in already or key in sent_keys:
-            out.already_sent += 1
-        elif key in seen:
-            out.duplicates += 1  # a copy of a dead letter this run sends already
-        else:
-            seen.add(key)
-            picked.setdefault(str(rec["topic"]), []).append(rec)
+    picked = pick(records, out, dlq, lambda rec: chosen(rec, reason, since, topic), already, sent_keys)
     if progress.pending:
         log.warning(
             "the last %s replay was cut short: %d of its events had reached their topics, not sent again",

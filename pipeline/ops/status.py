@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +26,74 @@ from pipeline.settings import Settings
 from pipeline.store.members import recorded_assignments
 
 
+def partition_problems(where: str, p: Any, doc: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """What an operator must know of one partition's ledger, and whether ``preagg positions
+    reset`` decides it (a partition held back, or a log ending before its ledger)."""
+    problems, positional = [], False
+    if stuck := doc.get("stuck"):
+        problems.append(
+            f"{where}: worker {stuck.get('worker')} cannot write its flush: {stuck.get('reason')} "
+            "(fix or remove that document; the flush then goes through by itself)"
+        )
+    if diverged := doc.get("diverged"):
+        positional = True
+        problems.append(f"{where}: held back by worker {diverged.get('worker')}: {diverged.get('reason')}")
+    elif doc.get("next") is not None and p.end < doc["next"]:
+        positional = True
+        problems.append(
+            f"{where}: Kafka's log ends at {p.end} but the ledger counted up to {doc['next']} "
+            "(topic recreated or data lost?)"
+        )
+    if lost := doc.get("lost"):
+        first, end = int(lost.get("from", 0)), int(lost.get("to", 0))
+        problems.append(
+            f"{where}: offsets {first}..{end - 1} were deleted from Kafka (retention or deletion) "
+            f"before they were counted ({end - first} lost, found by worker {lost.get('worker')}); "
+            "once accounted for: `preagg positions acknowledge "
+            f"--topic {p.topic} --partition {p.partition}`"
+        )
+    return problems, positional
+
+
+def partition_row(p: Any, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """One partition as ``preagg status --json`` lists it."""
+    position = max(p.committed, doc.get("next", 0))
+    return {
+        "topic": p.topic,
+        "partition": p.partition,
+        "end": p.end,
+        "kafka_committed": p.committed,
+        "mongo_position": doc.get("next"),
+        "lag": max(0, p.end - position),
+        "events": doc.get("events", 0),
+        "worker": doc.get("worker"),
+        "worker_rss_mb": round(doc["rss"] / 1e6) if doc.get("rss") else None,
+        "last_flush": doc.get("at"),
+        "diverged": (doc.get("diverged") or {}).get("reason"),
+    }
+
+
+def idle_problem(idle: list[str], last_flush: float, now: float, group: GroupView | None) -> str:
+    """The line for partitions with messages waiting that nothing counts, naming who is in the group."""
+    since = f"no flush for {now - last_flush:.0f} s" if last_flush else "never counted"
+    if group is None:
+        members = "the broker does not describe the group"
+    elif not group.members:
+        members = "no worker is in the group: start `preagg worker`"
+    elif not group.holding():
+        members = (
+            f"{len(group.members)} worker(s) in the group (state {group.state or '?'}) hold no "
+            'partition: the group is not assigning (docs/operations.md, "A worker the group never '
+            'lets start")'
+        )
+    else:
+        members = f"{group.holding()} of {len(group.members)} worker(s) hold partitions"
+    return (
+        f"nothing counts {len(idle)} partition(s) with messages waiting: {', '.join(idle[:8])}"
+        f"{' ...' if len(idle) > 8 else ''}; the group's last flush: {since}; {members}"
+    )
+
+
 async def group_status(
     settings: Settings, db: AsyncDatabase[dict[str, Any]], interval: float = 0.0
 ) -> dict[str, Any]:
@@ -38,79 +107,24 @@ async def group_status(
     lags = await group_lag(settings, topics)
     dead_end = sum(p.end for p in await group_lag(settings, [settings.deadletter_topic]))
     stored = {(d["topic"], d["partition"]): d for d in ledger}
-    partitions = []
-    problems = []
-    idle: list[str] = []  # partitions with messages waiting and no flush for a while
+    partitions, problems, idle = [], [], []  # idle: messages waiting and no flush for a while
     now = time.time()
     positional = False  # a problem `preagg positions reset` decides
     for p in lags:
         doc = stored.get((p.topic, p.partition), {})
-        position = max(p.committed, doc.get("next", 0))
         where = f"{p.topic}[{p.partition}]"
-        if stuck := doc.get("stuck"):
-            problems.append(
-                f"{where}: worker {stuck.get('worker')} cannot write its flush: {stuck.get('reason')} "
-                "(fix or remove that document; the flush then goes through by itself)"
-            )
-        if diverged := doc.get("diverged"):
-            positional = True
-            by = diverged.get("worker")
-            problems.append(f"{where}: held back by worker {by}: {diverged.get('reason')}")
-        elif doc.get("next") is not None and p.end < doc["next"]:
-            positional = True
-            problems.append(
-                f"{where}: Kafka's log ends at {p.end} but the ledger counted up to {doc['next']} "
-                "(topic recreated or data lost?)"
-            )
-        if lost := doc.get("lost"):
-            first, end = int(lost.get("from", 0)), int(lost.get("to", 0))
-            problems.append(
-                f"{where}: offsets {first}..{end - 1} were deleted from Kafka (retention or deletion) "
-                f"before they were counted ({end - first} lost, found by worker {lost.get('worker')}); "
-                "once accounted for: `preagg positions acknowledge "
-                f"--topic {p.topic} --partition {p.partition}`"
-            )
-        waiting = max(0, p.end - position)
-        flushed = float(doc.get("at") or 0.0)
-        if waiting and not doc.get("diverged") and now - flushed > STALLED_AFTER:
-            idle.append(f"{where} ({waiting} waiting)")
-        partitions.append(
-            {
-                "topic": p.topic,
-                "partition": p.partition,
-                "end": p.end,
-                "kafka_committed": p.committed,
-                "mongo_position": doc.get("next"),
-                "lag": max(0, p.end - position),
-                "events": doc.get("events", 0),
-                "worker": doc.get("worker"),
-                "worker_rss_mb": round(doc["rss"] / 1e6) if doc.get("rss") else None,
-                "last_flush": doc.get("at"),
-                "diverged": (doc.get("diverged") or {}).get("reason"),
-            }
-        )
+        found, decides = partition_problems(where, p, doc)
+        problems += found
+        positional = positional or decides
+        row = partition_row(p, doc)
+        if row["lag"] and not doc.get("diverged") and now - float(doc.get("at") or 0.0) > STALLED_AFTER:
+            idle.append(f"{where} ({row['lag']} waiting)")
+        partitions.append(row)
     group = await describe_group(KafkaConnection.of(settings), settings.group_id)
     if group is not None:
         group = with_recorded(group, await recorded_assignments(db, settings.group_id))
     if idle:
-        last = totals.last_flush_at
-        since = f"no flush for {now - last:.0f} s" if last else "never counted"
-        if group is None:
-            members = "the broker does not describe the group"
-        elif not group.members:
-            members = "no worker is in the group: start `preagg worker`"
-        elif not group.holding():
-            members = (
-                f"{len(group.members)} worker(s) in the group (state {group.state or '?'}) hold no "
-                'partition: the group is not assigning (docs/operations.md, "A worker the group never '
-                'lets start")'
-            )
-        else:
-            members = f"{group.holding()} of {len(group.members)} worker(s) hold partitions"
-        problems.append(
-            f"nothing counts {len(idle)} partition(s) with messages waiting: {', '.join(idle[:8])}"
-            f"{' ...' if len(idle) > 8 else ''}; the group's last flush: {since}; {members}"
-        )
+        problems.append(idle_problem(idle, totals.last_flush_at, now, group))
     workers: dict[str, list[int]] = {}
     for d in ledger:
         workers.setdefault(d.get("worker", "?"), []).append(d["partition"])

@@ -166,7 +166,25 @@ class WorkerCollector(Collector):
         self.started = started if started is not None else time.time()
 
     def collect(self) -> Iterator[Metric]:
-        now = time.time()
+        yield from self.stream_families(time.time())
+        lag = GaugeMetricFamily(
+            "preagg_consumer_lag",
+            "Messages behind the end of each assigned partition",
+            labels=["topic", "partition"],
+        )
+        for (topic, partition), n in sorted(self.lag().items()):
+            lag.add_metric([topic, str(partition)], n)
+        rss = GaugeMetricFamily(
+            "preagg_worker_rss_bytes",
+            "Resident memory of the worker (its batches are bounded by PREAGG_MAX_PENDING_KEYS)",
+        )
+        rss.add_metric([], rss_bytes())
+        yield from (lag, rss)
+        for more in self.extra:
+            yield from more()
+
+    def stream_families(self, now: float) -> list[Metric]:
+        """The series each flusher has one of (labelled by its stream)."""
         labels = ["stream"]
         events = CounterMetricFamily("preagg_events", "Events taken into flushed batches", labels=labels)
         skipped = CounterMetricFamily(
@@ -228,11 +246,7 @@ class WorkerCollector(Collector):
             flushes.add_metric(name, s.flushes)
             retries.add_metric(name, s.retries)
             docs.add_metric(name, s.docs)
-            cumulative, buckets = 0, []
-            for upper, n in zip((*map(str, LATENCY_BUCKETS), "+Inf"), s.latency_counts, strict=True):
-                cumulative += n
-                buckets.append((upper, cumulative))
-            latency.add_metric(name, buckets, s.latency_sum)
+            latency.add_metric(name, cumulative_buckets(s.latency_counts), s.latency_sum)
             pending.add_metric(name, f.pending_keys())
             bound.add_metric(name, f.max_pending_keys)
             paused.add_metric(name, 1 if s.paused_since is not None else 0)
@@ -240,23 +254,17 @@ class WorkerCollector(Collector):
             since.add_metric(name, now - (s.last_flush_at or self.started))
             late = is_stale(f, self.max_flush_age, self.started, now, self.backlog_interval)
             stale.add_metric(name, 1 if late else 0)
-        lag = GaugeMetricFamily(
-            "preagg_consumer_lag",
-            "Messages behind the end of each assigned partition",
-            labels=["topic", "partition"],
-        )
-        for (topic, partition), n in sorted(self.lag().items()):
-            lag.add_metric([topic, str(partition)], n)
-        yield from (events, skipped, rejected, flushes, retries, docs, latency, pending, bound, paused)
-        rss = GaugeMetricFamily(
-            "preagg_worker_rss_bytes",
-            "Resident memory of the worker (its batches are bounded by PREAGG_MAX_PENDING_KEYS)",
-        )
-        rss.add_metric([], rss_bytes())
-        yield from (paused_s, since, stale, lag, rss)
-        yield from (family for family, _ in commit_series)
-        for more in self.extra:
-            yield from more()
+        plain = [events, skipped, rejected, flushes, retries, docs, latency, pending, bound, paused]
+        return [*plain, paused_s, since, stale, *(family for family, _ in commit_series)]
+
+
+def cumulative_buckets(counts: Sequence[int]) -> list[tuple[str, float]]:
+    """A flush-latency histogram's buckets as Prometheus wants them: cumulative, ``+Inf`` last."""
+    cumulative, buckets = 0, []
+    for upper, n in zip((*map(str, LATENCY_BUCKETS), "+Inf"), counts, strict=True):
+        cumulative += n
+        buckets.append((upper, float(cumulative)))
+    return buckets
 
 
 def exposition(collector: WorkerCollector) -> bytes:

@@ -36,7 +36,7 @@ import yaml
 
 from pipeline.cli import build_parser
 from pipeline.ops.group_metrics import SERIES
-from pipeline.serve.server import check_exposure
+from pipeline.serve.middleware import check_exposure
 from pipeline.settings import Settings, SettingsError
 from pipeline.worker.metrics import COMMIT_SERIES
 

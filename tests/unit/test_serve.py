@@ -248,7 +248,7 @@ def test_an_unforeseen_exception_is_a_500_with_a_request_id_and_one_log_line(
 
 
 def test_host_names_served_by_bind_address() -> None:
-    from pipeline.serve.server import allowed_hosts, host_name
+    from pipeline.serve.middleware import allowed_hosts, host_name
 
     assert allowed_hosts(Settings()) == {"127.0.0.1", "localhost", "::1"}
     assert allowed_hosts(Settings(serve_bind="0.0.0.0")) is None
@@ -266,7 +266,7 @@ def test_host_names_served_by_bind_address() -> None:
 def test_tokens_never_reach_the_log() -> None:
     import logging
 
-    from pipeline.serve.server import RedactTokens
+    from pipeline.serve.middleware import RedactTokens
 
     record = logging.LogRecord(
         "aiohttp.server",
@@ -286,7 +286,7 @@ def test_tokens_never_reach_the_log() -> None:
 
 def test_serve_refuses_a_short_token_beyond_loopback_and_says_how_to_make_one() -> None:
     """The README's `PREAGG_SERVE_TOKEN=...` served every interface behind `...`."""
-    from pipeline.serve.server import check_exposure
+    from pipeline.serve.middleware import check_exposure
     from pipeline.settings import SettingsError
 
     with pytest.raises(SettingsError, match=r"3 characters.*at least 16.*secrets"):
