@@ -52,7 +52,7 @@ from pipeline.kinds.hits.sites.caps import PageCaps
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 from pipeline.store.meta import ensure_indexes
-from pipeline.store.sink import update_document
+from pipeline.store.statements import update_document
 
 F = hits_fields("compact")
 COUNTRIES = ("US", "DE", "FR", "GB", "JP", "BR", "IN")

@@ -37,7 +37,7 @@ from pipeline.core.marks import marked
 from pipeline.core.updates import DocUpdate
 from pipeline.services.secantus import KEEP_OPLOG
 from pipeline.store.reads import READ_CHUNK
-from pipeline.store.sink import update_document
+from pipeline.store.statements import update_document
 from pipeline.store.upsert_insert import created_by_upsert
 
 MARK = "_a.hits|0"

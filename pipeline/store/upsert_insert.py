@@ -11,7 +11,7 @@ for the operators a flush uses; anything else, or two operators on one path, ans
 (sent as the upsert). ``tests/integration/test_first_inserts.py`` checks it against the store.
 
 An insert that meets an existing document fails with a duplicate key (E11000), which the
-sink already resolves by reading the document's marks (``MongoSink._unapplied``): applied, or
+sink already resolves by reading the document's marks (``IdempotentCommit._unapplied``): applied, or
 sent again as the upsert. So a wrong guess costs a round trip, never a count.
 """
 

@@ -75,7 +75,7 @@ class FlushStats:
     unwritable: int = 0
     #: Idempotent writes: upserts refused with a duplicate key that their documents' marks
     #: showed applied; upserts sent again after another writer's insert; merged upserts
-    #: sent again per partition (pipeline.store.sink, "_marked_writes").
+    #: sent again per partition (pipeline/store/idempotent_commit.py, "_marked_writes").
     marks_applied: int = 0
     inserts_raced: int = 0
     shares_split: int = 0

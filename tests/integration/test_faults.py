@@ -117,15 +117,15 @@ def test_a_merged_upsert_whose_partition_was_redone_apart_still_writes_the_other
             p1 = DocUpdate("counts", "doc", {"site": "s"}, {"n": 3, "b": 3}, sources=(("hits", 1),))
             (merged,) = merge_sources([p0, p1])
             fences = [Fence("hits", 0, None, 10, begin=0), Fence("hits", 1, None, 7, begin=0)]
-            seqs, done = await old._intent(fences, "F")  # the old owner's flush starts...
+            seqs, done = await old.idempotent._intent(fences, "F")  # the old owner's flush starts...
             assert not done
             # ...and loses partition 0, whose new owner finds the intent and writes its range alone.
             assert not (await new.commit([p0], fences[:1], "F", marked=True)).already
-            await old._marked_writes([merged], seqs)  # the old owner's writes go on
-            await old._finish(fences, "F")
+            await old.idempotent._marked_writes([merged], seqs)  # the old owner's writes go on
+            await old.idempotent._finish(fences, "F")
             assert old.split_shares == 1  # partition 1's share sent apart, partition 0's left out
             # Written again whole (a retry): nothing more, and seen as applied.
-            await old._marked_writes([merged], seqs)
+            await old.idempotent._marked_writes([merged], seqs)
             assert old.already_applied == 1
             doc = await client[settings.db]["counts"].find_one({"_id": "doc"})
             assert doc is not None

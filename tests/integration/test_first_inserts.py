@@ -83,7 +83,7 @@ def test_a_first_touch_inserted_stores_what_the_upserts_would(settings: Settings
                         async def all_absent(ups: Any, known: Any, seqs: Any) -> set[tuple[str, Any]]:
                             return {(u.collection, u.id) for u in ups}
 
-                        sink._absent = all_absent  # type: ignore[method-assign]
+                        sink.idempotent._absent = all_absent  # type: ignore[method-assign]
                     assert not (await sink.commit(updates, fences, f"f{n}", marked=True)).already
                 again = await sink.commit(updates, fences, "f1", marked=True)  # the last flush, redone
                 assert again.already

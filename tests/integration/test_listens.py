@@ -171,7 +171,7 @@ def test_a_document_found_absent_is_inserted_as_its_upsert_would_create_it(setti
     from pipeline.core.updates import DocUpdate, new_document
     from pipeline.kinds.listens.aggregate import ListenSketches
     from pipeline.kinds.listens.decode import ListenDecoder
-    from pipeline.store.sink import update_document
+    from pipeline.store.statements import update_document
 
     agg = ListenSketches(ListenDecoder(10**6, 300, clock=lambda: 2e9), 12, settings.of(LISTENS).heard())
     for song in range(200):  # past the explicit form: filters too

@@ -25,7 +25,8 @@ from pipeline.ops.setup import collections, shard_keys
 from pipeline.settings import Settings
 from pipeline.store.client import primary
 from pipeline.store.offsets import OFFSETS_COLLECTION
-from pipeline.store.sink import MongoSink, group_operations
+from pipeline.store.sink import MongoSink
+from pipeline.store.statements import group_operations
 
 EVENTS = {
     "hits": [
@@ -113,7 +114,7 @@ def test_a_first_touch_inserts_the_full_shard_key_on_a_sharded_cluster(name: str
     equalities would have put it there; they also hold the flush's marks."""
     from dataclasses import replace
 
-    from pipeline.store.sink import marked_statements
+    from pipeline.store.statements import marked_statements
 
     s = Settings(schema=mode)  # type: ignore[arg-type]
     keys = {k.collection: [f for f, _ in k.keys] for k in shard_keys(s, s.schema)}

@@ -605,7 +605,9 @@ def test_a_slow_commit_that_did_not_apply_is_still_split() -> None:
 
 
 def test_commit_transaction_is_run_again_while_its_outcome_is_unknown() -> None:
-    from pipeline.store.sink import COMMIT_RETRIES, UNKNOWN_COMMIT, MongoSink
+    from pipeline.store.sink import MongoSink
+    from pipeline.store.statements import COMMIT_RETRIES, UNKNOWN_COMMIT
+    from pipeline.store.transaction_commit import TransactionCommit
 
     class Session:
         def __init__(self, failures: int) -> None:
@@ -619,12 +621,13 @@ def test_commit_transaction_is_run_again_while_its_outcome_is_unknown() -> None:
 
     sink = object.__new__(MongoSink)
     sink.unknown_commits = 0
+    txn = TransactionCommit(sink)
     ok = Session(failures=COMMIT_RETRIES - 1)
-    asyncio.run(sink._commit_transaction(ok))  # type: ignore[arg-type]
+    asyncio.run(txn.commit_transaction(ok))  # type: ignore[arg-type]
     assert ok.calls == COMMIT_RETRIES and sink.unknown_commits == COMMIT_RETRIES - 1
     down = Session(failures=99)
     with pytest.raises(PyMongoError):
-        asyncio.run(sink._commit_transaction(down))  # type: ignore[arg-type]
+        asyncio.run(txn.commit_transaction(down))  # type: ignore[arg-type]
     assert down.calls == COMMIT_RETRIES  # bounded
 
     class Refused(Session):
@@ -634,7 +637,7 @@ def test_commit_transaction_is_run_again_while_its_outcome_is_unknown() -> None:
 
     refused = Refused(0)
     with pytest.raises(OperationFailure):
-        asyncio.run(sink._commit_transaction(refused))  # type: ignore[arg-type]
+        asyncio.run(txn.commit_transaction(refused))  # type: ignore[arg-type]
     assert refused.calls == 1  # a certain failure is not retried here
 
 

@@ -295,7 +295,7 @@ def test_a_folded_holder_reads_as_its_registers_did() -> None:
 def test_register_documents_are_written_before_the_statements_that_list_them() -> None:
     """A flush's ``before`` updates go in a bulk of their own, acknowledged before the others."""
     from pipeline.core.updates import DocUpdate, split_wide
-    from pipeline.store.sink import phases
+    from pipeline.store.statements import phases
 
     plain = [DocUpdate("a", 1, {}), DocUpdate("a", 2, {})]
     assert phases(plain) == [plain]
