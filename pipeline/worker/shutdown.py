@@ -92,10 +92,6 @@ class BoundedWorker(faust.Worker):
             self._deadline.start()
         log.info("%s: stopping within %.0fs", why, self._shutdown_timeout)
 
-    def _schedule_shutdown(self, sig: signal.Signals) -> None:
-        self.arm(sig.name)
-        super()._schedule_shutdown(sig)
-
     async def crash(self, reason: BaseException) -> None:
         self.arm(f"crash ({type(reason).__name__})")
         await super().crash(reason)
