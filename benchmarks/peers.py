@@ -68,6 +68,9 @@ class Shape:
     minutes: int
     partitions: int = 4
     keyless: bool = False
+    #: Events name one of this many visitors (0: none): preagg then keeps unique visitors too,
+    #: which Quix's job does not count (it counts the same hits).
+    visitors: int = 0
 
 
 SHAPES = {
@@ -80,10 +83,22 @@ SHAPES = {
     "few-sites": Shape(2, 20_000, 60),
     "long-12p": Shape(25, 1000, 70, partitions=12),
     "long-keyless": Shape(25, 1000, 70, keyless=True),
+    # log lines as shippers send them: keyless, each naming one of 20,000 visitors
+    "long-keyless-visitors": Shape(25, 1000, 70, keyless=True, visitors=20_000),
 }
 #: The shapes ``make bench-peers`` runs: long event-time ranges, many sites with few pages
-#: and few sites with many pages, 4 and 12 partitions, keyed and keyless.
-GRID = ["hot", "zipf10k", "long", "many-sites", "few-sites", "long-12p", "long-keyless"]
+#: and few sites with many pages, 4 and 12 partitions, keyed and keyless, and keyless log
+#: lines with visitors.
+GRID = [
+    "hot",
+    "zipf10k",
+    "long",
+    "many-sites",
+    "few-sites",
+    "long-12p",
+    "long-keyless",
+    "long-keyless-visitors",
+]
 
 
 def generate(
@@ -492,7 +507,12 @@ def grid_shapes(args: argparse.Namespace) -> dict[str, Shape]:
     if args.partitions or args.keyless:
         out = {
             f"{name}-{args.partitions or s.partitions}p{'-keyless' if args.keyless else ''}": Shape(
-                s.sites, s.pages, s.minutes, args.partitions or s.partitions, args.keyless or s.keyless
+                s.sites,
+                s.pages,
+                s.minutes,
+                args.partitions or s.partitions,
+                args.keyless or s.keyless,
+                s.visitors,
             )
             for name, s in out.items()
         }
@@ -549,7 +569,7 @@ def main() -> None:
         if args.max_pending_keys:
             base = base.with_(max_pending_keys=args.max_pending_keys)
         for name, shape in grid_shapes(args).items():
-            lines, truth = generate(shape, args.events, end, visitors=args.visitors)
+            lines, truth = generate(shape, args.events, end, visitors=args.visitors or shape.visitors)
             tick = ticks(end, shape)
             single, packed = f"peers-{name}-single", f"peers-{name}-packed"
             for topic, pack in ((single, 1), (packed, 100)):
