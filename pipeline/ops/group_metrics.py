@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from pipeline.ops.pending import STALLED_AFTER, PendingWatch, Sample
+from pipeline.ops.pending import STALLED_AFTER, PendingWatch, Sample, pending
 
 #: Every series this module exports, with its labels (the alert rules are checked against it).
 SERIES: dict[str, tuple[str, ...]] = {
@@ -52,11 +52,10 @@ def group_families(looks: Mapping[str, Sample], failures: int, now: float) -> It
     for topic, look in sorted(looks.items()):
         for partition, end in sorted(look.ends.items()):
             waiting.add_metric([topic, str(partition)], max(0, end - look.positions.get(partition, 0)))
-        behind = look.at - look.last_flush if look.last_flush else None
-        stuck = bool(look.waiting) and (behind is None or behind > STALLED_AFTER)
-        stalled.add_metric([topic], 1 if stuck else 0)
-        if behind is not None:
-            since.add_metric([topic], round(behind, 3))
+        said = pending(topic, look)  # the same verdict the API's `pending` gives
+        stalled.add_metric([topic], 1 if said.stalled else 0)
+        if said.last_flush_age is not None:
+            since.add_metric([topic], round(said.last_flush_age, 3))
         age.add_metric([topic], round(max(0.0, now - look.at), 3))
     failed = CounterMetricFamily(
         "preagg_group_looks_failed", "Looks at the group's position that failed (broker or store away)"
