@@ -184,6 +184,62 @@ async def freshness_probes(
     return [seen[k] - sent[k] for k in sent if k in seen]
 
 
+async def freshness_of_both(
+    settings: Settings,
+    rate: float,
+    seconds: float,
+    probes_per_s: float,
+    background: list[tuple[bytes, bytes | None]],
+) -> tuple[list[float], list[float]]:
+    """Background traffic at ``rate`` events/s plus probe hits, each on a site of its own; per
+    probe, the seconds from its send until its site's day rollup (what a site chart reads) and
+    until its page's day document first count it. Polled by ``_id`` every 0.1 s."""
+    from pipeline.kinds.hits.layout import daily_id, site_daily_id
+
+    f = hits_fields(settings.schema)
+    client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
+    rollups, pages = client[settings.db][f.rollups.daily.collection], client[settings.db][f.daily.collection]
+    sent: dict[str, tuple[float, str, str]] = {}
+    site_seen: dict[str, float] = {}
+    page_seen: dict[str, float] = {}
+
+    def poll() -> None:
+        for seen, coll, which in ((site_seen, rollups, 1), (page_seen, pages, 2)):
+            waiting = {v[which]: k for k, v in sent.items() if k not in seen}
+            if waiting:
+                for d in coll.find({"_id": {"$in": list(waiting)}}, {"_id": 1}):
+                    seen.setdefault(waiting[d["_id"]], time.time())
+
+    async with EventProducer(settings, settings.topic("hits"), pack_size=100) as p:
+        step = 1 / rate
+        t0 = time.time()
+        i, next_probe, next_poll = 0, t0, t0
+        while time.time() - t0 < seconds:
+            now = time.time()
+            while i < len(background) and t0 + i * step <= now:
+                await p.send_raw(*background[i])
+                i += 1
+            if now >= next_probe:
+                site = f"probe-{len(sent)}.example"
+                day = datetime.fromtimestamp(now, UTC).date()
+                await p.send_raw(orjson.dumps({"site": site, "page": "/", "ts": now}), hit_key(site, "/"))
+                await p.flush()
+                sent[site] = (time.time(), site_daily_id(day, site), daily_id(day, site, "/"))
+                next_probe += 1 / probes_per_s
+            if now >= next_poll:
+                await asyncio.to_thread(poll)
+                next_poll = time.time() + 0.1
+            await asyncio.sleep(0.005)
+        deadline = time.time() + 300
+        while (len(site_seen) < len(sent) or len(page_seen) < len(sent)) and time.time() < deadline:
+            await asyncio.to_thread(poll)
+            await asyncio.sleep(0.1)
+    client.close()
+    site_lat = [site_seen[k] - v[0] for k, v in sent.items() if k in site_seen]
+    page_lat = [page_seen[k] - v[0] for k, v in sent.items() if k in page_seen]
+    return site_lat, page_lat
+
+
 def freshness_run(base: Settings, rate: float = 5000, seconds: float = 20) -> dict[str, Any]:
     """Freshness under steady load with the default 1 s flush interval."""
     settings = base.with_(group_id="bench-fresh", db="bench_fresh", flush_interval=1.0)

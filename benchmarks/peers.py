@@ -21,6 +21,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -34,7 +35,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pymongo import MongoClient
 
 from benchmarks.common import cpu_seconds, embedded, header, side_venv, write_results
-from benchmarks.hits import freshness_probes
+from benchmarks.hits import freshness_of_both
 from benchmarks.steady import FLUSHED, flush_figures
 from pipeline.kafka.admin import partition_for
 from pipeline.kafka.options import kafka_client_kwargs
@@ -325,8 +326,10 @@ class Run:
         if self.system.startswith("quix"):
             doc = db["peer_stats"].find_one({"_id": "quix"}) or {}
             return int(doc.get("events", 0))
-        ledgers = db[OFFSETS_COLLECTION].find({"group": self.settings.group_id}, {"events": 1})
-        return sum(int(d.get("events", 0)) for d in ledgers)
+        ledgers = db[OFFSETS_COLLECTION].find({"group": self.settings.group_id}, {"events": 1, "topic": 1})
+        # The main ledgers: the site rollups' (``<topic>@sites``) count the same events again, and
+        # every cell is audited after.
+        return sum(int(d.get("events", 0)) for d in ledgers if "@" not in str(d.get("topic")))
 
     def writes(self, db: Any) -> dict[str, Any]:
         """Document writes, write calls (Quix: bulk writes; preagg: flushes) and seconds spent in them."""
@@ -430,43 +433,78 @@ def killed(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[st
     return out
 
 
-def live(base: Settings, shape: str, rate: int, seconds: float) -> dict[str, Any]:
-    """A live stream over ``shape``'s pages at ``rate`` events/s: freshness, flushes, upserts/s, memory."""
-    settings = base.with_(db=f"peers_live_{shape}", group_id=f"peers-live-{shape}", kinds=("hits",))
-    settings = settings.with_stream(HITS, topic=f"peers-live-{shape}")
+def live(base: Settings, shape: str, rate: int, seconds: float, svc: Any = None) -> dict[str, Any]:
+    """A live stream over ``shape``'s pages at ``rate`` events/s: how fresh a site chart and a page
+    are as a reader sees them (probe hits, each on a site of its own), the document writes live
+    traffic needs and makes, the store's CPU, the worker's memory."""
+    tag = shape if base.of(HITS).rollups_ahead else f"{shape}-together"
+    settings = base.with_(
+        db=f"peers_live_{tag}".replace("-", "_"), group_id=f"peers-live-{tag}", kinds=("hits",)
+    )
+    settings = settings.with_stream(HITS, topic=f"peers-live-{tag}")
     web = free_port()
     n = int(rate * seconds)
     background, truth = generate(SHAPES[shape], n, time.time() - 60, seed=11)
     asyncio.run(send_lines(settings, settings.topic("hits"), background[:1], 1))
-    worker = WorkerProcess(settings.with_(web_port=web), f"peers-live-{shape}").start()
+    worker = WorkerProcess(settings.with_(web_port=web), f"peers-live-{tag}").start()
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     ledger = client[settings.db][OFFSETS_COLLECTION]
+    rss: list[float] = []
     try:
         asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120, poll=0.2))
         docs0 = sum(int(d.get("docs", 0)) for d in ledger.find({"group": settings.group_id}))
+        cpu0 = services_cpu(svc) if svc is not None else {}
         began = time.perf_counter()
-        lat = asyncio.run(freshness_probes(settings, rate, seconds, 2, background))
+        site_lat, page_lat = asyncio.run(freshness_of_both(settings, rate, seconds, 2, background))
         took = time.perf_counter() - began
+        cpu1 = services_cpu(svc) if svc is not None else {}
         docs1 = sum(int(d.get("docs", 0)) for d in ledger.find({"group": settings.group_id}))
         with urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10) as r:
             body = r.read().decode()
+        rss = [float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith("preagg_worker_rss_bytes")]
     finally:
         worker.terminate()
         client.close()
-    lat.sort()
-    rss = next(float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith("preagg_worker_rss_bytes"))
     return {
         "shape": shape,
         "live_pages": len({(s, p) for s, p, _ in truth}),
         "rate": rate,
         "seconds": round(took),
-        "freshness_p50_s": round(lat[len(lat) // 2], 2) if lat else None,
-        "freshness_p99_s": round(lat[max(0, int(len(lat) * 0.99) - 1)], 2) if lat else None,
-        "probes": len(lat),
+        **percentiles("site_freshness", site_lat),
+        **percentiles("page_freshness", page_lat),
+        "probes": len(site_lat),
+        # Fresh every second, each second's touched documents written once: a page's day and
+        # month, its site's rollups and top pages (4 a site).
+        "upserts_needed_per_s": needed_writes(background, rate),
         "upserts_per_s": round((docs1 - docs0) / took),
-        "worker_rss_mb": round(rss / 1e6),
+        # CPU seconds per second of the broker's and the store's processes (1.0: one core busy).
+        **{f"{k}_cpu_share": round((cpu1.get(k, v) - v) / took, 2) for k, v in cpu0.items()},
+        "worker_rss_mb": round(rss[0] / 1e6) if rss else None,
         **flush_figures(worker.log_path.read_text(), "hits"),
     }
+
+
+def percentiles(name: str, seconds: list[float]) -> dict[str, float | None]:
+    """p50, p99 and the largest of ``seconds`` (``None`` each: nothing measured)."""
+    xs = sorted(seconds)
+    if not xs:
+        return {f"{name}_p50_s": None, f"{name}_p99_s": None, f"{name}_max_s": None}
+    return {
+        f"{name}_p50_s": round(xs[len(xs) // 2], 2),
+        f"{name}_p99_s": round(xs[max(0, int(len(xs) * 0.99) - 1)], 2),
+        f"{name}_max_s": round(xs[-1], 2),
+    }
+
+
+def needed_writes(events: list[tuple[bytes, bytes | None]], rate: int) -> int:
+    """Document writes a second to count every second's events within that second: the distinct
+    pages of each second, twice (day and month), and 4 per distinct site (rollups, top pages)."""
+    per_second: list[int] = []
+    for i in range(0, len(events) - rate + 1, rate):
+        seen = [json.loads(v) for v, _ in events[i : i + rate]]
+        pages, sites = {(e["site"], e["page"]) for e in seen}, {e["site"] for e in seen}
+        per_second.append(2 * len(pages) + 4 * len(sites))
+    return round(statistics.mean(per_second)) if per_second else 0
 
 
 def summary(name: str, shape: Shape, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -549,6 +587,16 @@ def main() -> None:
     )
     ap.add_argument("--live-rate", type=int, default=5000, help="events/s of the live streams")
     ap.add_argument("--live-seconds", type=float, default=300.0)
+    ap.add_argument(
+        "--rollups-together",
+        action="store_true",
+        help="the grid with PREAGG_HITS_ROLLUPS_AHEAD off (one flush writes every document)",
+    )
+    ap.add_argument(
+        "--live-both",
+        action="store_true",
+        help="each live row also with PREAGG_HITS_ROLLUPS_AHEAD off (one flush writes every document)",
+    )
     ap.add_argument("--out", default="bench-results/peers.json")
     args = ap.parse_args()
     wants_quix = any(s.startswith("quix") for s in args.systems)
@@ -568,6 +616,8 @@ def main() -> None:
     with embedded("preagg-peers-") as (base, svc):
         if args.max_pending_keys:
             base = base.with_(max_pending_keys=args.max_pending_keys)
+        if args.rollups_together:
+            base = base.with_stream(HITS, rollups_ahead=False)
         for name, shape in grid_shapes(args).items():
             lines, truth = generate(shape, args.events, end, visitors=args.visitors or shape.visitors)
             tick = ticks(end, shape)
@@ -626,12 +676,16 @@ def main() -> None:
             if r.get("preagg", {}).get("write_s")
         ]
         for name in args.live:
-            row = live(base, name, args.live_rate, args.live_seconds)
-            if capacity:
-                row["store_capacity_upserts_per_s"] = round(min(capacity))
-                row["share_of_capacity"] = round(row["upserts_per_s"] / min(capacity), 2)
-            print(json.dumps(row), flush=True)
-            results.setdefault("live", []).append(row)
+            for ahead in (True, False) if args.live_both else (True,):
+                row = live(
+                    base.with_stream(HITS, rollups_ahead=ahead), name, args.live_rate, args.live_seconds, svc
+                )
+                row["rollups_ahead"] = ahead
+                if capacity:
+                    row["store_capacity_upserts_per_s"] = round(min(capacity))
+                    row["share_of_capacity"] = round(row["upserts_per_s"] / min(capacity), 2)
+                print(json.dumps(row), flush=True)
+                results.setdefault("live", []).append(row)
     results["grid"] = grid
     write_results(results, args.out)
 

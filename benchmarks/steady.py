@@ -144,7 +144,8 @@ class LedgerSampler(threading.Thread):
         self.stopped = threading.Event()
 
     def committed(self) -> int:
-        return sum(int(d.get("events", 0)) for d in self.coll.find({"group": self.group}, {"events": 1}))
+        found = self.coll.find({"group": self.group}, {"events": 1, "topic": 1})
+        return sum(int(d.get("events", 0)) for d in found if "@" not in str(d.get("topic")))  # main ledgers
 
     def run(self) -> None:
         while not self.stopped.is_set():

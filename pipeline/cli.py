@@ -409,9 +409,7 @@ def _rebuild(s: Settings, args: argparse.Namespace) -> int:
         rows = await ledger_rebuild.plan(s, db, args.topic, args.partition)
         if args.apply:
             await ledger_rebuild.apply(s, db, rows)
-            done = {
-                (r.topic, r.partition): r.new_next for r in rows if r.new_next is not None and not r.refused
-            }
+            done = ledger_rebuild.kafka_positions(rows)
             kafka = await follow_in_kafka(s, done) if done else ""
         return rows
 

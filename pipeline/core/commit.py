@@ -50,6 +50,13 @@ class Fence:
     #: What the partition's plan decided from the worker's own state (hits: the pages it
     #: refused a document past the day's cap), recorded with the intent for a redo.
     decisions: bytes | None = None
+    #: The ledger may not exist yet and starts at ``expected`` (a family's first flush starts
+    #: where its kind's main ledger stands: pipeline/core/families.py).
+    adopt: bool = False
+    #: The families of documents flushed apart from this ledger's over the same partition: the
+    #: main ledger records them, so that a family without a ledger of its own knows it never
+    #: committed (rather than that it was not yet flushed apart).
+    families: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,12 +137,13 @@ class Behind:
     def text(self) -> str:
         """What was found and the way out, for the log and for ``preagg status``."""
         ledger = "no ledger" if self.ledger_seq is None else f"its ledger's sequence is {self.ledger_seq}"
+        topic = self.topic.split("@", 1)[0]  # a family's ledger (pipeline/core/families.py): its topic's
         return (
             f"{self.topic}[{self.partition}]: document {self.collection} {self.doc_id!r} holds flush "
             f"{self.stored_seq} of this partition (mark {self.stored}) but {ledger} and this flush is "
             f"{self.ours_seq} (mark {self.ours}): the ledger is behind the documents (deleted, restored "
             "from an older backup, or the documents restored from a newer one); nothing of the partition "
-            f"is counted until `preagg positions rebuild --topic {self.topic} --partition {self.partition}` "
+            f"is counted until `preagg positions rebuild --topic {topic} --partition {self.partition}` "
             "(then with --apply) rebuilds its ledger from the marks (docs/operations.md)"
         )
 
@@ -249,6 +257,8 @@ class LedgerView:
     at: float = 0.0
     #: Why it is held back, as a worker recorded (``None``: counted, or released by an operator).
     diverged: str | None = None
+    #: The families of documents flushed apart from it (:attr:`Fence.families`), as recorded.
+    families: tuple[str, ...] = ()
 
 
 class LedgerPort(Protocol):

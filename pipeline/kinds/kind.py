@@ -64,6 +64,12 @@ class Stream:
     #: ``transaction``: one MongoDB transaction per batch (bounded in documents); needed
     #: by read-modify-write updates (``DocUpdate.compute``: listens' sketches).
     writes: Literal["idempotent", "transaction"] = "idempotent"
+    #: A family of the kind's documents flushed over the same records on a schedule and a
+    #: ledger of its own (pipeline/core/families.py; hits: the site rollups, ahead of the
+    #: pages), with idempotent writes only. Its dead letters are this stream's.
+    ahead: Stream | None = None
+    #: The family's name in its ledgers and marks.
+    ahead_family: str = "sites"
 
 
 @dataclass(frozen=True)

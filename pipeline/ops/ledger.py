@@ -13,6 +13,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.core.families import family_of
 from pipeline.store.offsets import OFFSETS_COLLECTION
 
 
@@ -28,13 +29,18 @@ class LedgerTotals:
 
 
 async def read_ledger(
-    db: AsyncDatabase[dict[str, Any]], group: str, topics: Iterable[str] | None = None
+    db: AsyncDatabase[dict[str, Any]], group: str, topics: Iterable[str] | None = None, families: bool = False
 ) -> list[dict[str, Any]]:
-    """Ledger documents of ``group`` (optionally only some topics), by topic and partition."""
+    """Ledger documents of ``group`` (optionally only some topics), by topic and partition.
+
+    The ledgers of document families flushed apart (``<topic>@<family>``, pipeline/core/families.py)
+    only with ``families``: their events are the same events, counted once more."""
     query: dict[str, Any] = {"group": group}
     if topics is not None:
         query["topic"] = {"$in": list(topics)}
     docs = [d async for d in db[OFFSETS_COLLECTION].find(query)]
+    if not families:
+        docs = [d for d in docs if family_of(str(d.get("topic", ""))) is None]
     return sorted(docs, key=lambda d: (d["topic"], d["partition"]))
 
 

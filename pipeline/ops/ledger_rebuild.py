@@ -22,6 +22,7 @@ from typing import Any
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.commit import TP
+from pipeline.core.families import base_topic
 from pipeline.core.marks import MARKS, RANGE_BITS, parse_mark_key, range_end_of, sequence_of
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe, group_positions
@@ -52,14 +53,15 @@ class MarksSeen:
 
 
 def scan_marks(marks: Iterable[Mapping[str, Any]], topic: str) -> dict[TP, MarksSeen]:
-    """Per partition of ``topic``, what the documents' ``_a`` fields (``marks``) hold."""
+    """Per partition of ``topic`` and of its families (``<topic>@<family>``), what the documents'
+    ``_a`` fields (``marks``) hold."""
     out: dict[TP, MarksSeen] = {}
     for doc_marks in marks:
         for key, value in doc_marks.items():
             parsed = parse_mark_key(key)
-            if parsed is None or parsed[0] != topic or not isinstance(value, int):
+            if parsed is None or base_topic(parsed[0]) != topic or not isinstance(value, int):
                 continue
-            out.setdefault((topic, parsed[1]), MarksSeen()).add(value)
+            out.setdefault((parsed[0], parsed[1]), MarksSeen()).add(value)
     return out
 
 
@@ -163,19 +165,33 @@ async def collect_marks(db: AsyncDatabase[dict[str, Any]], topic: str) -> dict[T
 async def plan(
     settings: Settings, db: AsyncDatabase[dict[str, Any]], topic: str, partition: int | None
 ) -> list[RebuildRow]:
-    """Each partition of ``topic`` whose documents hold marks: its ledger and what it rebuilds to."""
+    """Each partition of ``topic`` whose documents hold marks: its ledger and what it rebuilds to;
+    and so for each family of its documents flushed apart (``<topic>@<family>``: their own
+    ledgers and marks, read against the same Kafka partition)."""
     seen = await collect_marks(db, topic)
     if partition is not None:
         seen = {tp: s for tp, s in seen.items() if tp[1] == partition}
     conn = KafkaConnection.of(settings)
-    kafka = await group_positions(conn, settings.group_id, sorted(seen))
+    kafka = await group_positions(conn, settings.group_id, sorted({(base_topic(t), p) for t, p in seen}))
     rows = []
     async with PartitionProbe(conn) as probe:
         for tp, s in sorted(seen.items()):
             ledger = await db[OFFSETS_COLLECTION].find_one({"_id": offset_id(settings.group_id, *tp)})
-            bounds = await probe.look(tp[0], tp[1], 0)
-            rows.append(plan_row(tp, s, ledger, kafka[tp][0], bounds.log_end))
+            kafka_tp = (base_topic(tp[0]), tp[1])
+            bounds = await probe.look(*kafka_tp, 0)
+            rows.append(plan_row(tp, s, ledger, kafka[kafka_tp][0], bounds.log_end))
     return rows
+
+
+def kafka_positions(rows: list[RebuildRow]) -> dict[TP, int]:
+    """Kafka's committed offsets that follow rebuilt ledgers: per Kafka partition, the lowest of its
+    ledgers' (its own and its families')."""
+    out: dict[TP, int] = {}
+    for r in rows:
+        if r.new_next is not None and not r.refused:
+            tp = (base_topic(r.topic), r.partition)
+            out[tp] = min(out.get(tp, r.new_next), r.new_next)
+    return out
 
 
 async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: list[RebuildRow]) -> None:
@@ -185,7 +201,7 @@ async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: lis
         for r in rows:
             if r.refused or r.new_next is None or r.new_seq is None:
                 continue
-            last = await record_before(probe, r.topic, r.partition, r.new_next)
+            last = await record_before(probe, base_topic(r.topic), r.partition, r.new_next)
             rebuilt = {
                 "at": time.time(),
                 "from": {"next": r.ledger_next, "seq": r.ledger_seq},

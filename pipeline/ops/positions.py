@@ -20,6 +20,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
+from pipeline.core.families import base_topic, family_of
 from pipeline.core.incarnation import Fingerprint
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe, commit_group_offsets
@@ -161,6 +162,19 @@ async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: lis
             continue
         reset = {"reset": {"at": time.time(), "from": r.ledger_next, "to": r.new_next}}
         await move_ledger(settings, db, (r.topic, r.partition), r.new_next, r.new_last, "reset", reset)
+        # The partition's families of documents flushed apart (their site rollups) count from
+        # there too, each keeping its sequence (pipeline/core/families.py).
+        for name in await family_topics(settings, db, r.topic, r.partition):
+            await move_ledger(settings, db, (name, r.partition), r.new_next, r.new_last, "reset", reset)
+
+
+async def family_topics(
+    settings: Settings, db: AsyncDatabase[dict[str, Any]], topic: str, partition: int
+) -> list[str]:
+    """The topic names of ``topic``'s family ledgers of one partition (``<topic>@<family>``)."""
+    found = db[OFFSETS_COLLECTION].find({"group": settings.group_id, "partition": partition}, {"topic": 1})
+    names = {str(d.get("topic", "")) async for d in found}
+    return sorted(n for n in names if family_of(n) is not None and base_topic(n) == topic)
 
 
 async def follow_in_kafka(settings: Settings, offsets: Mapping[tuple[str, int], int]) -> str:

@@ -138,7 +138,7 @@ class IdempotentCommit:
             # (A write concern error raises even beside a duplicate key: findAndModify's is read first.)
             try:
                 doc = await offsets.find_one_and_update(
-                    flt, upd, upsert=f.expected is None, return_document=ReturnDocument.AFTER
+                    flt, upd, upsert=f.expected is None or f.adopt, return_document=ReturnDocument.AFTER
                 )
             except DuplicateKeyError as exc:
                 check_durable(exc, f"the intent of {f.topic}[{f.partition}]")

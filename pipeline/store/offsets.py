@@ -58,6 +58,7 @@ def ledger_view(doc: Mapping[str, Any]) -> LedgerView:
         None
         if diverged is None
         else str(diverged.get("reason", "held back") if isinstance(diverged, Mapping) else diverged),
+        tuple(str(f) for f in doc.get("families") or ()),
     )
 
 
@@ -107,6 +108,7 @@ def intent_update(
                 "group": group,
                 "topic": fence.topic,
                 "partition": fence.partition,
+                **({"families": list(fence.families)} if fence.families else {}),
                 "pending": {
                     "flush": flush_id,
                     "end": fence.next,

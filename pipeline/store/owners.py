@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pipeline.core.families import base_topic
 from pipeline.store.client import Db, transaction
 from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
 
@@ -57,9 +58,14 @@ async def adopt(
     """
     coll = db[OFFSETS_COLLECTION]
     wanted = list(topics)
-    old = [d async for d in coll.find({"group": from_group, "topic": {"$in": wanted}})]
-    mine = {d["topic"] async for d in coll.find({"group": group, "topic": {"$in": wanted}}, {"topic": 1})}
-    clash = sorted({d["topic"] for d in old} & mine)
+    # A topic's ledgers and its families' (``<topic>@<family>``: pipeline/core/families.py).
+    old = [d async for d in coll.find({"group": from_group}) if base_topic(str(d.get("topic"))) in wanted]
+    mine = {
+        base_topic(str(d.get("topic")))
+        async for d in coll.find({"group": group}, {"topic": 1})
+        if base_topic(str(d.get("topic"))) in wanted
+    }
+    clash = sorted({base_topic(d["topic"]) for d in old} & mine)
     if clash:
         raise ValueError(f"group {group!r} already has ledgers of {', '.join(clash)}: nothing moved")
     now = time.time()

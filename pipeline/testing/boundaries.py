@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.core.families import family_topic
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops import ledger_rebuild
 from pipeline.ops.lease import Lease, LeaseHeld
@@ -77,10 +78,16 @@ def lag_then_failover(
     proxy: MongoFaultProxy, start: int, answered: int, say: Callable[[str], None], timeout: float = 120.0
 ) -> threading.Thread:
     """The hits shard lags from its ``start``-th write; in a thread, once ``answered`` lagged writes
-    were answered with a write concern error (or ``timeout`` s passed), it fails over."""
+    were answered with a write concern error (or ``timeout`` s after the lag began), it fails over.
+
+    Counted from the lag's start, not the schedule's: a failover before the lag began rolled back
+    nothing, and the lag that came after lasted to the end (majority reads kept showing the old
+    documents, so every flush of the shard met its own marks as "not applied", forever)."""
     proxy.lag_after(start, hits_collections)
 
     def run() -> None:
+        while proxy.lag_armed is not None:
+            time.sleep(0.1)
         deadline = time.monotonic() + timeout
         while proxy.injected["write_concern_error"] < answered and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -156,7 +163,10 @@ def ledger_drill(
 async def _ledgers(settings: Settings, topic: str) -> list[dict[str, Any]]:
     client = mongo_client(settings.mongo_url or "")
     try:
-        return [d async for d in client[settings.db][OFFSETS_COLLECTION].find({"topic": topic})]
+        return [
+            d
+            async for d in client[settings.db][OFFSETS_COLLECTION].find({"topic": {"$in": ledgers_of(topic)}})
+        ]
     finally:
         await client.close()
 
@@ -164,7 +174,7 @@ async def _ledgers(settings: Settings, topic: str) -> list[dict[str, Any]]:
 async def _drop_ledgers(settings: Settings, topic: str) -> None:
     client = mongo_client(settings.mongo_url or "")
     try:
-        await client[settings.db][OFFSETS_COLLECTION].delete_many({"topic": topic})
+        await client[settings.db][OFFSETS_COLLECTION].delete_many({"topic": {"$in": ledgers_of(topic)}})
     finally:
         await client.close()
 
@@ -180,7 +190,12 @@ async def _restore(settings: Settings, snapshot: list[dict[str, Any]]) -> None:
 
 async def _held(settings: Settings, topic: str) -> list[int]:
     docs = await _ledgers(settings, topic)
-    return sorted(int(d["partition"]) for d in docs if BEHIND in d)
+    return sorted({int(d["partition"]) for d in docs if BEHIND in d})
+
+
+def ledgers_of(topic: str) -> list[str]:
+    """The ledgers' topic names of ``topic``: its own and its site rollups' (pipeline/core/families.py)."""
+    return [topic, family_topic(topic, "sites")]
 
 
 async def _rebuild(settings: Settings, topic: str) -> list[ledger_rebuild.RebuildRow]:
@@ -189,9 +204,7 @@ async def _rebuild(settings: Settings, topic: str) -> list[ledger_rebuild.Rebuil
         db = client[settings.db]
         rows = await ledger_rebuild.plan(settings, db, topic, None)
         await ledger_rebuild.apply(settings, db, rows)
-        await follow_in_kafka(
-            settings, {(r.topic, r.partition): r.new_next for r in rows if r.new_next is not None}
-        )
+        await follow_in_kafka(settings, ledger_rebuild.kafka_positions(rows))
         return rows
     finally:
         await client.close()

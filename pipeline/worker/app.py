@@ -27,6 +27,7 @@ from faust.types import TP
 from pipeline.core.clock import DecisionClock
 from pipeline.core.commit import WorkerSink
 from pipeline.core.errors import PreaggError
+from pipeline.core.families import FamilySink, family_topic
 from pipeline.core.fields import check_mode
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe
@@ -43,6 +44,7 @@ from pipeline.worker.flush_loop import FlushLoop
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.guard import LedgerGuard, lost_metric
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
+from pipeline.worker.joint import Ack, JointAck
 from pipeline.worker.metrics import refused_commits_metric
 from pipeline.worker.policy import FlushHooks, FlushPolicy, no_fault
 from pipeline.worker.progress import Tally, report_progress
@@ -79,16 +81,26 @@ def build_app(settings: Settings, make_store: MakeStore) -> tuple[faust.App, lis
     streams = [(kind, kind.stream(ctx, settings.of(kind))) for kind in load_kinds(settings.kinds)]
     topics = [settings.of(kind).topic for kind, _ in streams]
     flushers: list[Flusher[Any]] = []
+    flushed_topics: list[str] = []  # each flusher's topic
     loop = FlushLoop(
-        flushers, topics, settings.flush_interval, settings.backlog_flush_interval, lambda: app.consumer
+        flushers,
+        flushed_topics,
+        settings.flush_interval,
+        settings.backlog_flush_interval,
+        lambda: app.consumer,
     )
-    wiring = StreamWiring(app, settings, store.sink, guard, clock, loop.sealed, fault)
+    wiring = StreamWiring(app, settings, store.sink, guard, clock, loop.seal, fault)
+    joints: list[JointAck] = []
     for (kind, stream), topic in zip(streams, topics, strict=True):
-        flushers.append(wiring.flusher(kind.name, stream))
-        _subscribe(app, topic, settings.partitions, flushers[-1])
+        readers = wiring.flushers(kind.name, stream, joints)
+        flushers.extend(readers)
+        flushed_topics.extend(topic for _ in readers)
+        _subscribe(app, topic, settings.partitions, readers)
     assignments = Assignments(
         app, flushers, guard, store.record_assignment, store.sink.exactly_once, loop.settled
     )
+    assignments.joints = joints
+    loop.apart = bool(joints)
     assignments.install()
     bound_revoke_drain(app, flushers, settings.rebalance_timeout / 2)
     on_exit(lambda timeout: leave_group(app, timeout))
@@ -157,7 +169,7 @@ class StreamWiring:
         sink: WorkerSink,
         guard: LedgerGuard,
         clock: DecisionClock,
-        sealed: asyncio.Event,
+        sealed: Callable[[], None],
         fault: Callable[[str], None] | None,
     ) -> None:
         self.app, self.settings, self.sink, self.guard = app, settings, sink, guard
@@ -186,7 +198,27 @@ class StreamWiring:
             await self.guard.lost(tp, start, min(first, end))  # a redo of records retention deleted
         return records
 
-    def flusher(self, name: str, stream: Stream) -> Flusher[Any]:
+    def flushers(self, name: str, stream: Stream, joints: list[JointAck]) -> list[Flusher[Any]]:
+        """The stream's flusher, and with a family of documents flushed ahead of it, that family's
+        first (:mod:`pipeline.core.families`): both read every record, acked once both committed it."""
+        ahead = stream.ahead
+        if ahead is None or stream.writes != "idempotent" or not self.sink.exactly_once:
+            return [self.flusher(name, stream)]
+        joint = JointAck(self.ack)
+        joints.append(joint)
+        family = FamilySink(self.sink, stream.ahead_family)
+        self.guard.families.append(family)
+        main = FamilySink(self.sink, None, (stream.ahead_family,))
+        return [
+            self.flusher(family_topic(name, stream.ahead_family), ahead, joint.party(1), family),
+            self.flusher(name, stream, joint.party(0), main),
+        ]
+
+    def flusher(
+        self, name: str, stream: Stream, ack: Ack | None = None, family: FamilySink | None = None
+    ) -> Flusher[Any]:
+        """One flusher of ``stream``; a family's (``family`` of a name) sends no dead letters: the
+        stream's own flusher reads the same records and decides alike (pipeline/core/clock.py)."""
         s = self.settings
         marked = stream.writes == "idempotent"
         # Idempotent writes have no transaction to keep small: a batch is sealed by the
@@ -196,18 +228,19 @@ class StreamWiring:
             if marked
             else CommitBound(s.commit_max_docs, s.commit_max_bytes, s.commit_target_seconds)
         )
+        sink: WorkerSink | FamilySink = self.sink if family is None else family
         return Flusher(
             name,
             stream.factory,
-            self.sink,
-            self.send_dead,
-            self.ack,
+            sink,
+            self.send_dead if family is None or family.family is None else _no_dead_letters,
+            ack or self.ack,
             FlushPolicy(s.max_pending_keys, s.fields_per_update, marked=marked),
             bound,
             FlushHooks(
                 fault=self.fault or no_fault,
-                on_sealed=self.sealed.set,
-                on_stuck=self.sink.note_stuck,
+                on_sealed=self.sealed,
+                on_stuck=sink.note_stuck,
                 before_plan=stream.before_plan,
                 before_plan_label=stream.before_plan_label,
                 after_commit=stream.after_commit,
@@ -218,19 +251,26 @@ class StreamWiring:
         )
 
 
-def _subscribe(app: faust.App, topic_name: str, partitions: int, flusher: Flusher[Any]) -> None:
-    """Subscribe to ``topic_name`` and hand its records to ``flusher``, a partition's list at a time."""
+async def _no_dead_letters(letters: Sequence[DeadLetter]) -> None:
+    """A family's flusher: its refusals are its stream's, sent by the stream's own flusher."""
+
+
+def _subscribe(app: faust.App, topic_name: str, partitions: int, readers: Sequence[Flusher[Any]]) -> None:
+    """Subscribe to ``topic_name`` and hand its records to each of ``readers`` in turn, a
+    partition's list at a time (a family ahead first: its flush is the one a chart waits for)."""
     topic = app.topic(topic_name, key_serializer="raw", value_serializer="raw", partitions=partitions)
     app.topics.add(topic)
 
     async def handle(tp: TP, records: Sequence[Record]) -> None:
         # The record is its own ack handle; its timestamp is Kafka's milliseconds (-1: none).
-        await flusher.receive_many(
-            (tp.topic, tp.partition), [(r.offset, r.value, r, max(r.timestamp, 0)) for r in records]
-        )
+        taken = [(r.offset, r.value, r, max(r.timestamp, 0)) for r in records]
+        for flusher in readers:
+            if not await flusher.receive_many((tp.topic, tp.partition), taken):
+                return  # abandoned by a rebalance: read again after it, by every reader alike
 
     def taken(tp: TP) -> int | None:
-        return flusher.consumed.get((tp.topic, tp.partition))
+        got = [f.consumed.get((tp.topic, tp.partition)) for f in readers]
+        return None if None in got else min(n for n in got if n is not None)
 
     deliver_batches(app, topic_name, handle, taken)
 

@@ -18,6 +18,7 @@ import faust
 
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.guard import LedgerGuard
+from pipeline.worker.joint import JointAck
 from pipeline.worker.rebalance import last_join
 from pipeline.worker.retrying import retried
 
@@ -43,6 +44,8 @@ class Assignments:
         self.settled = settled
         #: In the group with an assignment: ``/health/ready`` may say yes.
         self.joined = asyncio.Event()
+        #: The joint acks of kinds read by two flushers: told which partitions are still held.
+        self.joints: list[JointAck] = []
         # Kept while running, so that they are not collected.
         self._tasks: list[asyncio.Future[None]] = []
 
@@ -58,6 +61,8 @@ class Assignments:
         self.settled.clear()  # partitions found at their end (backlog.behind): ask the new ones
         for f in self.flushers:
             f.forget_positions(f.positions.assigned())
+        for joint in self.joints:
+            joint.keep((tp.topic, tp.partition) for tp in assigned)
         if self.check and assigned:
             tps = [(tp.topic, tp.partition) for tp in assigned]
             self._tasks.append(asyncio.ensure_future(self.check_ledgers(tps)))

@@ -70,10 +70,11 @@ class PendingBatch(Generic[A]):
     #: One aggregate per source partition (idempotent writes), made by :attr:`factory`.
     by_tp: dict[TP, A] | None = None
     factory: Callable[[], A] | None = None
-    #: The decoders' clock, pinned to :attr:`decided_at` while this batch ingests.
+    #: The decoders' clock, pinned to each record's Kafka time while this batch ingests it.
     clock: DecisionClock | None = None
-    #: The batch's "now" (epoch seconds, taken at its first message): every lateness and
-    #: future-skew decision of the batch reads it, and its intent records it for a redo.
+    #: The batch's "now" (epoch seconds, taken at its first message): the lateness and
+    #: future-skew decisions of records without a Kafka time read it, and its intent records
+    #: it for a redo.
     decided_at: float = 0.0
     #: Per partition, what its aggregate's plan decided from the worker's own state
     #: (``Aggregator.decisions``, hits: page-cap refusals): recorded with the intent.
@@ -113,7 +114,9 @@ class PendingBatch(Generic[A]):
         ingest, part = aggregate.ingest, tp[1]
         keys, docs = len(aggregate), aggregate.documents()
         if clock is not None:
-            clock.at = self.decided_at
+            # The record's own Kafka time when it has one: every reader of the record (a flush, its
+            # redo, a family of documents running ahead of the others) decides alike.
+            clock.at = ts / 1000 if ts > 0 else self.decided_at
         try:
             for i, raw in enumerate(lines):
                 try:

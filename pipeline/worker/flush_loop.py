@@ -34,11 +34,18 @@ class FlushLoop:
         self.flushers, self.topics = flushers, topics
         self.interval, self.backlog_interval = interval, backlog_interval
         self.consumer = consumer
-        #: Set when a batch is sealed at its commit bound: the loop commits it at once.
-        self.sealed = asyncio.Event()
+        #: One per schedule: set when a batch is sealed at its commit bound (:meth:`seal`).
+        self._wakers: list[asyncio.Event] = []
+        #: A schedule per flusher (a kind's documents flushed apart), else one for all.
+        self.apart = False
         #: Unread partitions found at their end (backlog.behind); cleared at each assignment.
         self.settled: set[tuple[str, int]] = set()
         self._task: asyncio.Task[None] | None = None
+
+    def seal(self) -> None:
+        """A batch was sealed at its commit bound: every schedule commits its sealed batches at once."""
+        for waker in self._wakers:
+            waker.set()
 
     def install(self, app: faust.App) -> None:
         """Start with the app, end once Faust has every delivered message acked."""
@@ -60,20 +67,33 @@ class FlushLoop:
         return await behind(self.consumer(), topic, f.consumed, self.settled) > BACKLOG_MESSAGES
 
     async def forever(self) -> None:
+        """The flushers one after another on one schedule; with a family of documents flushed
+        apart (:attr:`apart`), one schedule per flusher, so that a slow commit (the pages of a
+        busy site) never holds another's flushes (its site rollups)."""
+        if self.apart:
+            await asyncio.gather(
+                *(self.schedule([f], [t]) for f, t in zip(self.flushers, self.topics, strict=True))
+            )
+        else:
+            await self.schedule(self.flushers, self.topics)
+
+    async def schedule(self, flushers: Sequence[Flusher[Any]], topics: Sequence[str]) -> None:
         # Counted from start to start: waiting a full interval after a slow flush ended would
         # add the flush's duration to every event's wait (freshness). A flush longer than the
         # interval is followed at once by the next, never by a queue of missed ones.
         loop = asyncio.get_running_loop()
+        sealed = asyncio.Event()
+        self._wakers.append(sealed)
         next_at = loop.time() + self.interval
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.sealed.wait(), max(0.0, next_at - loop.time()))
-            self.sealed.clear()
+                await asyncio.wait_for(sealed.wait(), max(0.0, next_at - loop.time()))
+            sealed.clear()
             if loop.time() < next_at:
-                for f in self.flushers:
+                for f in flushers:
                     await f.run_flush(sealed_only=True)
                 continue
-            for f, topic in zip(self.flushers, self.topics, strict=True):
+            for f, topic in zip(flushers, topics, strict=True):
                 f.deferring = await self.catching_up(f, topic)
                 await f.run_flush(sealed_only=f.deferring)
             next_at = max(next_at + self.interval, loop.time())

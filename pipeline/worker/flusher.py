@@ -162,7 +162,7 @@ class Flusher(Generic[A]):
         """Take one Kafka message (see :meth:`receive_many`)."""
         await self.receive_many(tp, [(offset, value, ack, ts)])
 
-    async def receive_many(self, tp: TP, messages: Sequence[Incoming]) -> None:
+    async def receive_many(self, tp: TP, messages: Sequence[Incoming]) -> bool:
         """Take Kafka messages of one partition, in offset order: check the partition, ingest each.
 
         ``ts`` of a message is the record's timestamp in milliseconds (the ledger
@@ -170,10 +170,12 @@ class Flusher(Generic[A]):
         ledger when its position was just loaded and whenever the consumer's position
         moves backwards, which within one partition's messages in offset order can only
         happen at the first. Backpressure and the commit bound are checked per message,
-        so a list behaves exactly as its messages one by one.
+        so a list behaves exactly as its messages one by one. ``False``: the flusher was
+        abandoned meanwhile (a rebalance past its drain bound), and the rest of the list was
+        not taken: it is read again after the rebalance.
         """
         if not messages:
-            return
+            return True
         epoch = self._epoch
         if self.sink.exactly_once:
             if not self.positions.known(tp):
@@ -183,18 +185,18 @@ class Flusher(Generic[A]):
             if (fresh or first < self.consumed.get(tp, 0)) and not await self.gate.same_log(tp):
                 self.gate.fresh.discard(tp)
             if self._epoch != epoch:
-                return  # abandoned while the store was asked: the records are read again after it
+                return False  # abandoned while the store was asked: the records are read again after it
             if tp in self.diverged:
                 self.stats.held_back += len(messages)
                 await self._ack([m[2] for m in messages])  # for Kafka only: the ledger says "not counted"
-                return
+                return True
             if fresh:
                 self.gate.fresh.discard(tp)
                 stored = self.positions.get(tp)
                 if stored is not None and first > stored and self.gate.checks is not None:
                     await self.gate.gap(tp, stored, first)
                     if self._epoch != epoch:
-                        return
+                        return False
         bound, limit = self.bound, self.max_pending_keys
         held = self._held_keys()  # sealed and in-flight batches change only while this awaits
         mark = self.batch.events
@@ -203,7 +205,7 @@ class Flusher(Generic[A]):
             if len(self.sealed) >= MAX_SEALED or held + b.pending_keys() >= limit:
                 await self._backpressure()
                 if self._epoch != epoch:
-                    return  # abandoned (rebalance past its drain bound): not ingested, not acked
+                    return False  # abandoned (rebalance past its drain bound): not ingested, not acked
                 b, held, mark = self.batch, self._held_keys(), self.batch.events
             before = b.documents()
             self.ingest(tp, offset, value, ack, ts)
@@ -218,8 +220,9 @@ class Flusher(Generic[A]):
                 # commit (I/O) go on meanwhile.
                 await asyncio.sleep(0)
                 if self._epoch != epoch:
-                    return
+                    return False
                 mark = self.batch.events
+        return True
 
     async def load_positions(self, tps: Sequence[TP]) -> None:
         """Read stored positions (retried); with idempotent writes, cut-short flushes written again first."""

@@ -34,6 +34,7 @@ from faust.types import TP
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from pipeline.core.commit import LedgerPort
+from pipeline.core.families import FamilySink
 from pipeline.core.incarnation import Fingerprint, Verdict, judge
 from pipeline.kafka.probe import PartitionProbe, group_positions
 from pipeline.worker.exits import exit_to_resume
@@ -71,6 +72,20 @@ class LedgerGuard:
         #: Offsets deleted from Kafka before they were counted, by topic (``preagg_offsets_lost_total``).
         self.offsets_lost: Counter[str] = Counter()
         self._losses_seen: set[tuple[str, int, int, int]] = set()
+        #: The ledgers of document families flushed apart (pipeline/core/families.py): Kafka's
+        #: committed offsets must follow the lowest position of a partition's ledgers.
+        self.families: list[FamilySink] = []
+
+    async def positions(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        """Per partition, the position below which every ledger of it has counted."""
+        stored = await self.sink.load_positions(tps)
+        for family in self.families:
+            theirs = (await family.ledgers(tps)).positions
+            for tp, n in theirs.items():
+                mine = stored.get(tp)
+                if n is not None and mine is not None:
+                    stored[tp] = min(mine, n)
+        return stored
 
     async def check(self, tp: tuple[str, int]) -> Verdict:
         """Is the partition Kafka serves the one its ledger describes?"""
@@ -78,6 +93,10 @@ class LedgerGuard:
         if ledger is not None and ledger.behind is not None:
             # Its documents hold marks the ledger never gave out (found by a flush): held back.
             return Verdict("diverged", ledger.behind)
+        for family in self.families:  # so found of a family's ledger: the partition is held back too
+            theirs = await family.ledger(tp)
+            if theirs is not None and theirs.behind is not None:
+                return Verdict("diverged", theirs.behind)
         stored = None if ledger is None else ledger.next
         if ledger is None or stored is None:
             return judge(None, None, None)
@@ -135,7 +154,7 @@ class LedgerGuard:
         the gap check does when a record shows it; the log's first offset past ``next``: data
         lost before it was counted (:meth:`lost`).
         """
-        stored = await self.sink.load_positions(list(tps))
+        stored = await self.positions(list(tps))
         known = {tp: n for tp, n in stored.items() if n is not None}
         kafka = await group_positions(self.probe.conn, self.sink.group, list(known))
         ahead = []
@@ -181,7 +200,7 @@ class LedgerGuard:
         """
         consumer = self.app.consumer
         assigned = sorted(consumer.assignment())
-        stored_all = await self.sink.load_positions([(t.topic, t.partition) for t in assigned])
+        stored_all = await self.positions([(t.topic, t.partition) for t in assigned])
         lows = await consumer.earliest_offsets(*assigned)
         targets = {
             t: max(pos, lows.get(t, 0))

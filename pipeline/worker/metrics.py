@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pipeline.core.families import family_of
 from pipeline.worker.accounting import LATENCY_BUCKETS
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.memory import rss_bytes
@@ -241,8 +242,8 @@ class WorkerCollector(Collector):
                 family.add_metric(name, value(f))
             events.add_metric(name, s.events)
             skipped.add_metric(name, s.skipped)
-            for reason, n in sorted(s.rejected.items()):
-                rejected.add_metric([f.stream, reason], n)
+            for reason, n in sorted(s.rejected.items()) if family_of(f.stream) is None else ():
+                rejected.add_metric([f.stream, reason], n)  # a family's are its stream's
             flushes.add_metric(name, s.flushes)
             retries.add_metric(name, s.retries)
             docs.add_metric(name, s.docs)

@@ -27,10 +27,12 @@ from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.query import hits_series, top_pages
 from pipeline.kinds.hits.query_props import prop_counts
+from pipeline.ops.lag import wait_caught_up
 from pipeline.serve.process import ServeProcess
 from pipeline.settings import Settings
 from pipeline.testing.audit import audit_hits, audit_rollups
 from pipeline.testing.traffic import generate
+from pipeline.worker.process import WorkerProcess
 
 from .helpers import cli, produce, run_worker_to_end, with_db
 from .test_serve import call, q
@@ -263,3 +265,32 @@ def test_page_cap_and_query_policy_bound_the_page_documents(settings: Settings) 
     assert top[f.rollups.top_daily.pages]["%other"] == 270
     status = cli(settings, "status")
     assert "crawl.test" in status and "270 hits" in status, status
+
+
+def test_site_rollups_flushed_ahead_of_pages_count_exactly_on_two_workers_keyless(settings: Settings) -> None:
+    """PREAGG_HITS_ROLLUPS_AHEAD: every record read by two flushers per worker, the site rollups'
+    (their own ledger and marks, ``hits@sites``) and the pages'; keyless lines on two workers. The
+    documents are those of one flush of both: every page cell exact, every rollup the sum of its
+    pages; each main ledger records the family, and both ledgers end where the log ends."""
+    f = hits_fields(settings.schema)
+    ahead = settings.with_stream(HITS, rollups_ahead=True)
+    traffic = generate(3000, end=END.timestamp(), days=2, seed=31)
+    asyncio.run(produce(ahead, [(line, None) for line, _ in traffic.lines], pack=5))
+    workers = [WorkerProcess(ahead, f"ahead-{i}").start() for i in range(2)]
+    try:
+        asyncio.run(wait_caught_up(ahead, [ahead.topic("hits")], timeout=180))
+    finally:
+        codes = [w.terminate() for w in workers]
+    assert codes == [0, 0], [w.log_path.read_text()[-2000:] for w in workers]
+    assert with_db(ahead, lambda db: audit_hits(db, traffic.per_minute, f, limit=10**6)) == []
+    assert with_db(ahead, lambda db: audit_rollups(db, f)) == []
+
+    async def ledgers(db: Any) -> list[dict[str, Any]]:
+        return [d async for d in db["preagg_offsets"].find({"group": ahead.group_id})]
+
+    found = with_db(ahead, ledgers)
+    main = {d["partition"]: d for d in found if d["topic"] == ahead.topic("hits")}
+    sites = {d["partition"]: d for d in found if d["topic"] == f"{ahead.topic('hits')}@sites"}
+    assert main and set(sites) == set(main)
+    assert all(d.get("families") == ["sites"] for d in main.values()), main
+    assert all(sites[p]["next"] == main[p]["next"] for p in main), (main, sites)

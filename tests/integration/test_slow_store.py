@@ -39,13 +39,16 @@ PACK = 20
 
 
 def scrape(port: int) -> dict[str, float]:
-    """Unlabelled-by-partition gauges of the worker's /metrics, by series name."""
+    """Unlabelled-by-partition gauges of the worker's /metrics, by series name: the highest of the
+    hits flushers' (the pages' and the site rollups', ``hits@sites``, which reads the records first
+    and so may be the one that waits)."""
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out = {}
+    out: dict[str, float] = {}
     for line in body.splitlines():
-        if line.startswith("preagg_") and 'stream="hits"' in line:
+        if line.startswith("preagg_") and ('stream="hits"' in line or 'stream="hits@sites"' in line):
             name, value = line.rsplit(" ", 1)
-            out[name.split("{")[0]] = float(value)
+            key = name.split("{")[0]
+            out[key] = max(out.get(key, float(value)), float(value))
     return out
 
 

@@ -18,6 +18,7 @@ from pipeline.core.times import minute_of
 from pipeline.core.uniques import Budget
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.decode import HitDecoder
+from pipeline.kinds.hits.families import PAGES, SITES, Family, of_family
 from pipeline.kinds.hits.layout import HitsFields
 from pipeline.kinds.hits.planning import plan_hits
 from pipeline.kinds.hits.planning.inputs import (
@@ -52,6 +53,11 @@ __all__ = [
 ]
 
 
+#: Leads the recorded decisions of a flush that wrote the pages' family only (8 bytes, as a
+#: refusal's key: :func:`decode_refusals` reads whole keys).
+PAGES_ONLY = b"\x00pages\x00\x00"
+
+
 class HitCounts:
     """The initialize/agg/result aggregator of hits for one flush window.
 
@@ -67,6 +73,7 @@ class HitCounts:
         "counts",
         "days",
         "decoder",
+        "family",
         "fields",
         "prop_keys",
         "props",
@@ -88,8 +95,11 @@ class HitCounts:
         caps: PageCaps | None = None,
         visitor_keys: Callable[[int], bytes] | None = None,
         visitor_budget: Budget | None = None,
+        family: Family = None,
     ) -> None:
         self.decoder = decoder
+        #: Which documents this window writes (:data:`Family`).
+        self.family = family
         #: Pages per day and top pages (:mod:`pipeline.kinds.hits.sites.caps`), shared by a worker's windows.
         self.caps = caps if caps is not None else unlimited()
         #: The page-cap refusals of the last plan (:meth:`decisions`), and those a redo assumes.
@@ -125,6 +135,8 @@ class HitCounts:
         if isinstance(got, Rejection):
             return got
         (site, page, ts, props), who = got
+        if self.family == SITES:  # the rollups need no page: one key per site and minute
+            page = ""
         minute = minute_of(ts)
         key = (site, page, minute)
         counts = self.counts
@@ -200,20 +212,24 @@ class HitCounts:
         now = datetime.now(UTC)
         today = datetime(now.year, now.month, now.day)
         self._refused = set()
-        return plan_hits(
-            self.counts,
+        return of_family(
+            self.family,
             self.fields,
-            self.props,
-            self.prop_keys,
-            self.calendars,
-            self.caps,
-            today,
-            refused=self._assumed,
-            record=self._refused,
-            visits=self.visits,
-            visitor_keys=self.visitor_keys,
-            budget=self.visitor_budget,
-            writer=next(iter(self.visit_partitions)) if len(self.visit_partitions) == 1 else None,
+            plan_hits(
+                self.counts,
+                self.fields,
+                self.props,
+                self.prop_keys,
+                self.calendars,
+                self.caps,
+                today,
+                refused=self._assumed,
+                record=self._refused,
+                visits=self.visits,
+                visitor_keys=self.visitor_keys,
+                budget=self.visitor_budget,
+                writer=next(iter(self.visit_partitions)) if len(self.visit_partitions) == 1 else None,
+            ),
         )
 
     def decisions(self) -> bytes | None:
@@ -221,11 +237,24 @@ class HitCounts:
         document of their own (past the day's cap), and the visitor sketches it wrote as
         registers (:func:`~pipeline.core.uniques.holder_key`). A flush's intent records it, so
         that a redo of its range on another worker decides exactly so (docs/exactly-once.md)."""
-        return encode_refusals(self._refused) if self._refused else None
+        refused = encode_refusals(self._refused) if self._refused else b""
+        if self.family == PAGES:
+            return PAGES_ONLY + refused
+        return refused or None
 
     def assume(self, decisions: bytes | None) -> None:
-        """Plan as the flush that recorded ``decisions`` did (``None``: it refused no page)."""
-        self._assumed = decode_refusals(decisions or b"")
+        """Plan as the flush that recorded ``decisions`` did (``None``: it refused no page).
+
+        A redo by the pages' flusher of a flush that wrote every document (recorded before
+        the site rollups ran ahead: its decisions lack :data:`PAGES_ONLY`) writes every
+        document too; the rollups' ledger starts after it (pipeline/core/families.py)."""
+        raw = decisions or b""
+        if self.family == PAGES:
+            if raw.startswith(PAGES_ONLY):
+                raw = raw[len(PAGES_ONLY) :]
+            else:
+                self.family = None
+        self._assumed = decode_refusals(raw)
 
 
 def encode_refusals(keys: Iterable[bytes]) -> bytes:

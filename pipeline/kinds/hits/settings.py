@@ -122,6 +122,13 @@ class HitsSettings(StreamSettings):
     #: is a transaction that reads and rewrites the holder; a live day is folded once it
     #: ends. 0: never (the rollups keep theirs; ``preagg retention run`` still folds).
     visitors_fold_after: float = 3.0
+    #: Flush the site rollups (what a site chart reads: a few documents per site and day) on a
+    #: schedule and a ledger of their own, ahead of the pages' documents, so that a live site
+    #: chart is fresh within seconds however many pages are live, while the pages' documents
+    #: follow at the store's pace (docs/design.md, "Site rollups ahead of pages"). Each event
+    #: is then decoded twice. Off (the default until the fault drills pass with it on): one
+    #: flush writes both, and the site chart waits for the pages. With idempotent writes only.
+    rollups_ahead: bool = False
 
 
 #: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.

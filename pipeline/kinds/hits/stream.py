@@ -13,6 +13,7 @@ from pipeline.kinds.hits import layout
 from pipeline.kinds.hits.aggregate import HitCounts
 from pipeline.kinds.hits.budget import values_per_name
 from pipeline.kinds.hits.decode import HitDecoder
+from pipeline.kinds.hits.families import PAGES, SITES
 from pipeline.kinds.hits.props import PropKeys, namespace_limit
 from pipeline.kinds.hits.salt import VisitorKeys
 from pipeline.kinds.hits.settings import HitsSettings
@@ -113,8 +114,25 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         if agg.visits:
             await visitor_keys.load()  # once: the deployment's secret (created by the first worker)
 
+    ahead = None
+    if s.rollups_ahead:
+        rollup_caps, rollup_budget = PageCaps(0, s.top_pages_bytes), Budget()
+
+        async def before_rollups(agg: HitCounts) -> None:
+            await sites.refresh()
+            if agg.props:
+                await prop_keys.resolve(agg.prop_pairs())
+            if agg.visits:
+                await visitor_keys.load()
+
+        ahead = Stream(
+            lambda: HitCounts(decoder, fields, prop_keys, sites, rollup_caps, key_of, rollup_budget, SITES),
+            before_plan=before_rollups,
+            before_plan_label="sites' zones, name store and visitor secret",
+        )
+    family = PAGES if ahead is not None else None
     return Stream(
-        lambda: HitCounts(decoder, fields, prop_keys, sites, caps, key_of, visitor_budget),
+        lambda: HitCounts(decoder, fields, prop_keys, sites, caps, key_of, visitor_budget, family),
         before_plan=before_plan,
         before_plan_label="sites' zones, page caps, name store and visitor secret",
         metrics=lambda: [
@@ -127,4 +145,5 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         ],
         background=background,
         after_commit=after_commit if running else None,
+        ahead=ahead,
     )
