@@ -172,7 +172,12 @@ def test_store_restored_from_backup_resumes_from_its_positions(settings: Setting
     rc = w.terminate()
     log = w.log_path.read_text()
     assert rc == EXIT_FENCED, log[-3000:]
-    assert "Kafka's committed offsets are ahead of what MongoDB counted" in log, log[-3000:]
+    # Seen at the assignment, or by the first record a flusher takes (with the site rollups
+    # flushed apart, theirs may come first): either way Kafka is pointed back at MongoDB.
+    assert (
+        "Kafka's committed offsets are ahead of what MongoDB counted" in log
+        or "Kafka's committed offsets now follow MongoDB's" in log
+    ), log[-3000:]
     run_worker_to_end(settings, "resumes")
     problems, events = audit(settings, traffic)
     assert problems == [] and events == len(traffic.lines)

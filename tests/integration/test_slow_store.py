@@ -156,7 +156,9 @@ def test_store_down_20s_pauses_at_bound_rebalances_then_resumes_exactly(tmp_path
     assert rc == 0, log[-3000:]
     assert rc2 == [EXIT_SHUTDOWN_DEADLINE], second.log_path.read_text()[-3000:]
     said = second.log_path.read_text()
-    assert "left the consumer group" in said or "not leaving the group as its leader" in said, said[-3000:]
+    # Left by preagg, or by aiokafka's own stop of the consumer before it (then "not running").
+    left = ("left the consumer group", "not leaving the group as its leader", "its consumer is not running")
+    assert any(line in said for line in left), said[-3000:]
     # Rebalanced while the store was down: the first worker held every partition before it came back.
     assert alone, "the group did not rebalance during the outage"
     assert "rebalance: uncommitted batches not committed within 5s" in log, log[-3000:]
