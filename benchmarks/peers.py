@@ -37,6 +37,7 @@ from pymongo import MongoClient
 from benchmarks.common import cpu_seconds, embedded, header, side_venv, write_results
 from benchmarks.hits import freshness_of_both
 from benchmarks.steady import FLUSHED, flush_figures
+from pipeline.core.families import family_of
 from pipeline.kafka.admin import partition_for
 from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kafka.producer import send_lines
@@ -329,7 +330,7 @@ class Run:
         ledgers = db[OFFSETS_COLLECTION].find({"group": self.settings.group_id}, {"events": 1, "topic": 1})
         # The main ledgers: the site rollups' (``<topic>@sites``) count the same events again, and
         # every cell is audited after.
-        return sum(int(d.get("events", 0)) for d in ledgers if "@" not in str(d.get("topic")))
+        return sum(int(d.get("events", 0)) for d in ledgers if family_of(str(d.get("topic"))) is None)
 
     def writes(self, db: Any) -> dict[str, Any]:
         """Document writes, write calls (Quix: bulk writes; preagg: flushes) and seconds spent in them."""

@@ -36,6 +36,7 @@ import orjson
 from pymongo import MongoClient
 
 from benchmarks.common import embedded, step, write_results
+from pipeline.core.families import family_of
 from pipeline.core.times import minute_of
 from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named
@@ -145,7 +146,9 @@ class LedgerSampler(threading.Thread):
 
     def committed(self) -> int:
         found = self.coll.find({"group": self.group}, {"events": 1, "topic": 1})
-        return sum(int(d.get("events", 0)) for d in found if "@" not in str(d.get("topic")))  # main ledgers
+        return sum(
+            int(d.get("events", 0)) for d in found if family_of(str(d.get("topic"))) is None
+        )  # main ledgers
 
     def run(self) -> None:
         while not self.stopped.is_set():

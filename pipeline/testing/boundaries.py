@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.families import family_topic
+from pipeline.kinds.hits.families import SITES
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops import ledger_rebuild
 from pipeline.ops.lease import Lease, LeaseHeld
@@ -195,7 +196,7 @@ async def _held(settings: Settings, topic: str) -> list[int]:
 
 def ledgers_of(topic: str) -> list[str]:
     """The ledgers' topic names of ``topic``: its own and its site rollups' (pipeline/core/families.py)."""
-    return [topic, family_topic(topic, "sites")]
+    return [topic, family_topic(topic, SITES)]
 
 
 async def _rebuild(settings: Settings, topic: str) -> list[ledger_rebuild.RebuildRow]:

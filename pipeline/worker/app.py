@@ -35,6 +35,7 @@ from pipeline.kinds import Stream, StreamContext, load_kinds, stream_topics, unk
 from pipeline.settings import Settings
 from pipeline.worker.assignment import Assignments
 from pipeline.worker.bounds import CommitBound
+from pipeline.worker.committer import SendDead
 from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, install
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.exits import EXIT_FENCED, exit_now, on_exit
@@ -209,16 +210,24 @@ class StreamWiring:
         family = FamilySink(self.sink, stream.ahead_family)
         self.guard.families.append(family)
         main = FamilySink(self.sink, None, (stream.ahead_family,))
+        # The family's refusals are its stream's, sent by the stream's own flusher: both read
+        # the same records and decide alike (pipeline/core/clock.py).
         return [
-            self.flusher(family_topic(name, stream.ahead_family), ahead, joint.party(1), family),
+            self.flusher(
+                family_topic(name, stream.ahead_family), ahead, joint.party(1), family, _no_dead_letters
+            ),
             self.flusher(name, stream, joint.party(0), main),
         ]
 
     def flusher(
-        self, name: str, stream: Stream, ack: Ack | None = None, family: FamilySink | None = None
+        self,
+        name: str,
+        stream: Stream,
+        ack: Ack | None = None,
+        sink: WorkerSink | FamilySink | None = None,
+        send_dead: SendDead | None = None,
     ) -> Flusher[Any]:
-        """One flusher of ``stream``; a family's (``family`` of a name) sends no dead letters: the
-        stream's own flusher reads the same records and decides alike (pipeline/core/clock.py)."""
+        """One flusher of ``stream`` (by default on the worker's sink, acks and dead letters)."""
         s = self.settings
         marked = stream.writes == "idempotent"
         # Idempotent writes have no transaction to keep small: a batch is sealed by the
@@ -228,12 +237,12 @@ class StreamWiring:
             if marked
             else CommitBound(s.commit_max_docs, s.commit_max_bytes, s.commit_target_seconds)
         )
-        sink: WorkerSink | FamilySink = self.sink if family is None else family
+        sink = sink or self.sink
         return Flusher(
             name,
             stream.factory,
             sink,
-            self.send_dead if family is None or family.family is None else _no_dead_letters,
+            send_dead or self.send_dead,
             ack or self.ack,
             FlushPolicy(s.max_pending_keys, s.fields_per_update, marked=marked),
             bound,
@@ -252,7 +261,7 @@ class StreamWiring:
 
 
 async def _no_dead_letters(letters: Sequence[DeadLetter]) -> None:
-    """A family's flusher: its refusals are its stream's, sent by the stream's own flusher."""
+    """A family's flusher sends none (see :meth:`StreamWiring.flushers`)."""
 
 
 def _subscribe(app: faust.App, topic_name: str, partitions: int, readers: Sequence[Flusher[Any]]) -> None:

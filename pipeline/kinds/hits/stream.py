@@ -146,4 +146,5 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         background=background,
         after_commit=after_commit if running else None,
         ahead=ahead,
+        ahead_family=SITES,
     )
