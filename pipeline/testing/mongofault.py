@@ -265,6 +265,8 @@ class MongoFaultProxy:
         self.replicated_before: set[tuple[int, int]] = set()
         #: Cursors opened by majority reads of lagging collections: their later batches are rewritten too.
         self.majority_cursors: dict[int, tuple[str, str]] = {}
+        #: Failovers so far: a pre-image read while one rolled back belongs to no lag.
+        self.failovers = 0
 
     @property
     def url(self) -> str:
@@ -328,6 +330,7 @@ class MongoFaultProxy:
         async def restore() -> int:
             assert self._rival is not None
             images, self.preimages = self.preimages, {}
+            self.failovers += 1
             self.majority_cursors.clear()
             for (db, coll, _id), before in images.items():
                 if before is None:
@@ -340,19 +343,29 @@ class MongoFaultProxy:
         return asyncio.run_coroutine_threadsafe(roll_back(), loop).result(60)
 
     async def capture(self, db: str, collection: str, ids: list[Any], queries: list[dict[str, Any]]) -> None:
-        """Remember the documents a lagged write is about to touch, as the majority has them."""
+        """Remember the documents a lagged write is about to touch, as the majority has them.
+
+        Nothing is kept once a failover began meanwhile: a pre-image stored after the rollback
+        emptied them would make majority reads show the document as it was, for ever after (every
+        flush of it then met its own marks as "not applied", and the drill stalled)."""
         assert self._rival is not None
+        epoch = self.failovers
         for _ in range(200):  # writes forwarded before the lag land first (10 s at most)
             if not self.replicated_before & self.in_flight:
                 break
             await asyncio.sleep(0.05)
         coll = self._rival[db][collection]
+        found: dict[tuple[str, str, Any], dict[str, Any] | None] = {}
         for _id in ids:
             if (db, collection, _id) not in self.preimages:
-                self.preimages[(db, collection, _id)] = await coll.find_one({"_id": _id})
+                found[(db, collection, _id)] = await coll.find_one({"_id": _id})
         for q in queries:
             async for d in coll.find(q):
-                self.preimages.setdefault((db, collection, d["_id"]), d)
+                found.setdefault((db, collection, d["_id"]), d)
+        if epoch != self.failovers or self.failing_over:
+            return
+        for key, before in found.items():
+            self.preimages.setdefault(key, before)
 
     def as_majority_sees(self, db: str, collection: str, docs: list[Any]) -> list[Any]:
         """``docs`` of a majority read: lagged documents as they were before the lag (absent: left out)."""
@@ -600,9 +613,10 @@ class _Connection:
                     ids.append(q["_id"])
                 else:
                     queries.append(q)
+        # Lagged before its pre-images are read: a failover starting meanwhile waits for it.
+        self.proxy.lagged_in_flight.add((id(self), msg.request_id))
         await self.proxy.capture(db, collection, ids, queries)
         self.unreplicated.add(msg.request_id)
-        self.proxy.lagged_in_flight.add((id(self), msg.request_id))
 
     async def _outgoing(self, msg: Msg) -> bytes | None:
         """The altered request to forward, :data:`ANSWERED` when the proxy answered it, ``None``: as sent."""
