@@ -126,9 +126,9 @@ class HitsSettings(StreamSettings):
     #: schedule and a ledger of their own, ahead of the pages' documents, so that a live site
     #: chart is fresh within seconds however many pages are live, while the pages' documents
     #: follow at the store's pace (docs/design.md, "Site rollups ahead of pages"). Each event
-    #: is then decoded twice. Off (the default until the fault drills pass with it on): one
-    #: flush writes both, and the site chart waits for the pages. With idempotent writes only.
-    rollups_ahead: bool = False
+    #: is then decoded twice. Off: one flush writes both, and the site chart waits for the
+    #: pages. With idempotent writes only.
+    rollups_ahead: bool = True
 
 
 #: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.
