@@ -11,6 +11,7 @@ from pipeline.core.clock import DecisionClock
 from pipeline.core.commit import Fence, LedgerView
 from pipeline.core.families import FamilySink, base_topic, family_of, family_topic
 from pipeline.core.marks import MARKS
+from pipeline.core.rejection import Rejection
 from pipeline.kinds.hits.aggregate import PAGES_ONLY, HitCounts
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.families import PAGES, SITES, Family
@@ -178,3 +179,26 @@ def test_a_record_is_decided_at_its_kafka_time_whatever_the_batch_instant() -> N
         batch.ingest_message(P0, 1, [future], None, None, ts=0)  # no Kafka time: the batch's instant
         verdicts.append([d.offset for d in batch.dead])
     assert verdicts == [[1], []]
+
+
+class CountingDecoder(HitDecoder):
+    """A hits decoder that counts the lines it really decodes."""
+
+    calls = 0
+
+    def decode_event(self, raw: bytes) -> Any:
+        self.calls += 1
+        return super().decode_event(raw)
+
+
+def test_a_decoder_read_by_both_families_decodes_each_record_once_per_decision_instant() -> None:
+    now = [float(NOW)]
+    dec = CountingDecoder(1000, 300, clock=lambda: now[0])
+    dec.share()
+    lines = [hit(f"/p{i}", NOW - 10 * i) for i in range(5)] + [b"not json", hit("/soon", NOW + 200)]
+    first = [dec.decode_visit(raw) for raw in lines]  # the rollups' reader
+    second = [dec.decode_visit(raw) for raw in lines]  # the pages' reader takes its answers
+    assert second == first and dec.calls == len(lines)
+    assert not isinstance(first[-1], Rejection)
+    now[0] = NOW - 200.0  # another instant decides anew: the same line is now too far ahead
+    assert isinstance(dec.decode_visit(lines[-1]), Rejection) and dec.calls == len(lines) + 1

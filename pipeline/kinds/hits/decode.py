@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,12 @@ Props = tuple[tuple[str, str], ...]
 """A hit's custom properties as (name, value) pairs, values as text."""
 
 Hit = tuple[str, str, float, Props]
+
+Visit = tuple[Hit, str | None] | Rejection
+"""A decoded hit and its visitor, or why it is refused."""
+
+#: Answers a decoder shared by two readers keeps for the second (:meth:`HitDecoder.share`).
+SHARED_MAX = 50_000
 
 
 def prop_text(value: object) -> str:
@@ -66,6 +73,16 @@ class HitDecoder(TimedDecoder):
         self.pages = pages or PageRules()
         #: Whether :meth:`decode_visit` reads the visitor (``PREAGG_HITS_VISITORS``).
         self.visitors = visitors
+        #: Answers kept for the second reader of the same records (:meth:`share`).
+        self._kept: OrderedDict[tuple[bytes, float], Visit] | None = None
+
+    def share(self) -> None:
+        """Two readers decode every record, one after the other (the site rollups flushed ahead
+        of the pages): the first one's answers are kept, by line and decision instant, for the
+        second to take instead of decoding again. Decoding is a pure function of both (each
+        reader decides with the record's own Kafka time), so the answer is the same. Bounded:
+        past :data:`SHARED_MAX` kept answers the oldest are dropped, and decoded again."""
+        self._kept = OrderedDict()
 
     def event_of_line(self, shipped: Shipped, raw: bytes) -> dict[str, Any] | Rejection:
         """A JSON event (its site from the map when it has none) or an access-log line as an event."""
@@ -91,9 +108,21 @@ class HitDecoder(TimedDecoder):
         got = self.decode_visit(raw)
         return got if isinstance(got, Rejection) else got[0]
 
-    def decode_visit(self, raw: bytes) -> tuple[Hit, str | None] | Rejection:
+    def decode_visit(self, raw: bytes) -> Visit:
         """The hit and its visitor (:func:`~pipeline.kinds.hits.visitors.identity`; ``None``:
         unknown, or a crawler), or why it is refused."""
+        kept = self._kept
+        if kept is None:
+            return self._decode_visit(raw)
+        key = (raw, self.clock())
+        got = kept.pop(key, None)
+        if got is None:
+            got = kept[key] = self._decode_visit(raw)
+            if len(kept) > SHARED_MAX:
+                kept.popitem(last=False)
+        return got
+
+    def _decode_visit(self, raw: bytes) -> Visit:
         got = self.decode_event(raw)
         if isinstance(got, Rejection):
             return got

@@ -116,6 +116,7 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
 
     ahead = None
     if s.rollups_ahead:
+        decoder.share()  # both flushers read every record: decoded once
         rollup_caps, rollup_budget = PageCaps(0, s.top_pages_bytes), Budget()
 
         async def before_rollups(agg: HitCounts) -> None:
