@@ -6,9 +6,15 @@ applied twice, two workers' writes in either order, or a flush written again by 
 partition's next owner leave the same sketch: the register-wise maximum of HyperLogLog is
 idempotent and commutative, and so is a set union.
 
-* ``x: [hash, ...]`` (``$addToSet``): the explicit form, the 64-bit hashes themselves (as
-  signed 64-bit integers, about 12 bytes each), written while the writer has written at most
-  :data:`EXPLICIT_MAX` to the holder. One path per holder whatever the number of hashes;
+* ``x: [chunk, ...]`` (``$addToSet``): the explicit form, the 64-bit hashes themselves,
+  written while the writer has written at most :data:`EXPLICIT_MAX` to the holder. Each
+  element is one flush's hashes for the holder packed in one binary value
+  (:func:`explicit_chunk`: 8 bytes a hash, sorted, so that the same flush written again adds
+  nothing); a reader takes the union of every chunk's hashes. Holders written before chunks
+  hold the hashes themselves, as signed 64-bit integers, and readers take both. One stored
+  element per flush instead of one per visitor: a store's update cost grows with the
+  elements a document holds (on the embedded store a page day with 128 hashes in its array
+  cost 2.2 ms an update, 0.33 ms with the same bytes in one value). One path per holder;
 * ``r.<word>: mask`` (``$bit or``, in a document of its own: the caller's choice): HyperLogLog
   registers (:data:`P` = 14: 16,384 registers, standard error 1.04 / √16384 = 0.81%), written
   for the hashes that come after. A register is a *thermometer* of :data:`LANE_BITS` bits
@@ -50,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import xxhash
+from bson import Binary
 
 from pipeline.core import hll
 from pipeline.core.hll import Sketch
@@ -93,9 +100,26 @@ def register_of(h: int, p: int = P) -> tuple[int, int]:
     return index, (64 - p) - bits.bit_length() + 1
 
 
-def explicit_fields(holder: str, hashes: Iterable[int]) -> dict[str, list[int]]:
-    """The ``$addToSet`` path and values that add ``hashes`` to the explicit form of ``holder``."""
-    return {f"{holder}.{EXPLICIT}": sorted(signed(h) for h in hashes)}
+def explicit_chunk(hashes: Iterable[int]) -> Binary:
+    """Hashes (signed or not) as one element of an explicit form: sorted signed 64-bit little-endian."""
+    return Binary(np.array(sorted({signed(unsigned(h)) for h in hashes}), dtype="<i8").tobytes())
+
+
+def explicit_hashes(values: Iterable[Any]) -> set[int]:
+    """The hashes (signed) of a stored explicit form: its chunks' and, written before chunks, its integers."""
+    out: set[int] = set()
+    for v in values:
+        if isinstance(v, bytes):
+            out.update(np.frombuffer(v, dtype="<i8").tolist())
+        else:
+            out.add(int(v))
+    return out
+
+
+def explicit_fields(holder: str, hashes: Iterable[int]) -> dict[str, list[Any]]:
+    """The ``$addToSet`` path and value that add ``hashes`` to the explicit form of ``holder``:
+    one chunk (:func:`explicit_chunk`)."""
+    return {f"{holder}.{EXPLICIT}": [explicit_chunk(hashes)]}
 
 
 def register_words(hashes: Iterable[int], p: int = P) -> dict[int, int]:
@@ -145,7 +169,7 @@ class Fields:
 
     max: dict[str, Any]
     words: dict[int, int]
-    add_to_set: dict[str, list[int]]
+    add_to_set: dict[str, list[Any]]
 
 
 def holder_key(collection: str, doc_id: Any, holder: str) -> bytes:
@@ -226,7 +250,7 @@ def _gather(
     for holder in holders:
         if not holder:
             continue
-        hashes.update(holder.get(EXPLICIT) or ())
+        hashes.update(explicit_hashes(holder.get(EXPLICIT) or ()))
         overflow = overflow or bool(holder.get(OVERFLOW))
         if holder.get(FOLDED) is not None:
             folds.append(bytes(holder[FOLDED]))
@@ -301,7 +325,7 @@ def union(
     returned (a rebuilt holder's ``x`` then stays empty, and its size bounded)."""
     hashes, reg, overflow = _gather(holders, registers, p)
     if not overflow and len(hashes) <= explicit_max:
-        return {EXPLICIT: sorted(hashes)}, {}
+        return {EXPLICIT: [explicit_chunk(hashes)] if hashes else []}, {}
     return {OVERFLOW: True}, _words(_folded(reg, hashes, p))
 
 

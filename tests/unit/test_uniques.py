@@ -16,9 +16,11 @@ from pipeline.core.uniques import (
     P,
     estimate,
     explicit_fields,
+    explicit_hashes,
     register_of,
     register_words,
     signed,
+    union,
     unsigned,
 )
 from pipeline.kinds.hits.visitors import VisitorFieldError, day_key, ident_hash, identity, keyed_hash
@@ -106,13 +108,25 @@ def test_a_writer_that_forgets_writes_at_most_the_bound_again() -> None:
         part = hashes[restart * 1_000 : (restart + 1) * 1_000]
         for at in range(0, len(part), 25):
             apply_share(doc, b.fields("c", 1, "v", set(part[at : at + 25])))
-    assert len(doc["v"]["x"]) <= 3 * EXPLICIT_MAX
+    assert len(explicit_hashes(doc["v"]["x"])) <= 3 * EXPLICIT_MAX
     got = estimate([doc["v"]], [doc["v"].get("r")])
     assert abs(got.value - 3_000) <= 0.05 * 3_000
 
 
-def test_explicit_fields_are_one_set_of_signed_hashes() -> None:
-    assert explicit_fields("vh.3", [5, 2**64 - 1]) == {"vh.3.x": [-1, 5]}
+def test_explicit_fields_are_one_chunk_of_signed_hashes_whatever_their_order() -> None:
+    """One stored element per flush and holder; the same hashes in any order and with repeats make
+    the same chunk, so that ``$addToSet`` of a flush written again adds nothing."""
+    (chunk,) = explicit_fields("vh.3", [5, 2**64 - 1])["vh.3.x"]
+    assert explicit_fields("vh.3", [2**64 - 1, 5, 5]) == {"vh.3.x": [chunk]}
+    assert explicit_hashes([chunk]) == {-1, 5}
+
+
+def test_an_explicit_form_of_chunks_and_of_integers_written_before_them_reads_as_one_set() -> None:
+    older = {"x": [signed(2**64 - 1), 7]}  # a holder written before chunks
+    newer = {"x": [7, *explicit_fields("v", [5, 2**64 - 1, 9])["v.x"]]}
+    assert (estimate([older, newer]).value, estimate([older, newer]).exact) == (4, True)
+    holder, words = union([older, newer])
+    assert words == {} and explicit_hashes(holder["x"]) == {-1, 5, 7, 9}
 
 
 def test_registers_are_thermometers_whose_or_is_the_maximum() -> None:

@@ -21,12 +21,14 @@ from typing import Any
 from bson import Binary
 
 from pipeline.core.uniques import (
+    EXPLICIT,
     INLINE,
     OVERFLOW,
     SHARED,
     WRITERS,
     Budget,
     explicit_fields,
+    explicit_hashes,
     holder_key,
     merged_blob,
     register_ranks,
@@ -105,8 +107,8 @@ def add_visitors(
         key = holder_key(upd.collection, upd.id, path)
         forced = None if assumed is None else key in assumed
         if not budget.registers(upd.collection, upd.id, path, len(hashes), forced):
-            for path_, values in explicit_fields(path, hashes).items():
-                upd.add_to_set[path_] = sorted({*upd.add_to_set.get(path_, ()), *values})
+            had = explicit_hashes(upd.add_to_set.get(f"{path}.{EXPLICIT}", ()))
+            upd.add_to_set.update(explicit_fields(path, hashes | had))
             continue
         if record is not None:
             record.add(key)
