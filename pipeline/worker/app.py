@@ -47,7 +47,7 @@ from pipeline.worker.guard import LedgerGuard, lost_metric
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.joint import Ack, JointAck
 from pipeline.worker.metrics import refused_commits_metric
-from pipeline.worker.policy import FlushHooks, FlushPolicy, no_fault
+from pipeline.worker.policy import FlushHooks, FlushPolicy, ignored, no_fault
 from pipeline.worker.progress import Tally, report_progress
 from pipeline.worker.rebalance import bound_revoke_drain, leave_group, membership, track_leadership
 from pipeline.worker.refused import RefusedCommits
@@ -253,6 +253,7 @@ class StreamWiring:
                 before_plan=stream.before_plan,
                 before_plan_label=stream.before_plan_label,
                 after_commit=stream.after_commit,
+                on_writing=stream.on_writing or ignored,
             ),
             checks=self.guard,
             read_range=self.read_range,

@@ -365,12 +365,16 @@ class Flusher(Generic[A]):
             self._flush_task = asyncio.current_task()
             if not sealed_only and not self.sealed:
                 self._seal()
-            if self.sealed:
+            writing = bool(self.sealed)
+            if writing:
                 self.stats.flush_started_at = time.time()
+                self.hooks.on_writing(True)
             try:
                 await self._flush_sealed()
             finally:
                 self.stats.flush_started_at = None
+                if writing:
+                    self.hooks.on_writing(False)
 
     async def _flush_sealed(self) -> None:
         """Commit the sealed batches in order (the lock is held)."""

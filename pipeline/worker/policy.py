@@ -39,6 +39,10 @@ def _nothing() -> None:
     """Nobody to tell."""
 
 
+def ignored(writing: bool) -> None:
+    """Nobody asked."""
+
+
 @dataclass(frozen=True)
 class FlushHooks:
     """Calls a flusher makes into the worker and its kind."""
@@ -56,3 +60,6 @@ class FlushHooks:
     before_plan_label: str = "before plan"
     #: Told each aggregate of a batch once it is committed (hits: seal top pages once settled).
     after_commit: Callable[[Any], None] | None = None
+    #: Told when the flusher starts writing its batches (``True``) and when it is done
+    #: (hits: the stored visitor numbers wait while a commit is written).
+    on_writing: Callable[[bool], None] = ignored

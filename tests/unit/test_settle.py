@@ -9,7 +9,7 @@ from pymongo.errors import WriteConcernError
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.sites.caps import Period
 from pipeline.kinds.hits.sites.fold import VisitorFolder
-from pipeline.kinds.hits.sites.settle import MAX_TRIES, Settler
+from pipeline.kinds.hits.sites.settle import HELD_EVERY, MAX_TRIES, Settler
 
 
 def test_a_live_period_is_never_folded_until_it_settles() -> None:
@@ -68,3 +68,24 @@ def test_outcomes_are_one_counter_by_outcome() -> None:
     (metric,) = fold_metrics(folder)
     assert metric.name == "preagg_visitor_folds"
     assert {s.labels["outcome"]: s.value for s in metric.samples} == {"folded": 3, "moving": 1}
+
+
+def test_while_a_commit_is_written_a_period_waits_for_it_or_for_the_held_interval() -> None:
+    """Held (the stream writing a commit), a settled period waits: the next commit of a backlog
+    writes its documents again. It is due once the commit is done, or every HELD_EVERY
+    seconds of commits that never stop."""
+    now = [0.0]
+
+    async def action(period: Period) -> str:
+        return "done"
+
+    settler = Settler(action, "testing", 3.0, 60.0, clock=lambda: now[0])
+    settler.touched([("a.test", 1)], [])
+    settler.held = True
+    now[0] = 100.0  # settled, and open for more than a minute: held all the same
+    assert settler.due() == []
+    settler.held = False
+    assert settler.due() == [("a.test", "d", 1)]
+    settler.held = True
+    now[0] = HELD_EVERY + 1.0  # commits without end: due every HELD_EVERY seconds
+    assert settler.due() == [("a.test", "d", 1)]

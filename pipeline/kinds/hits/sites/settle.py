@@ -4,7 +4,8 @@ folds share.
 A flush tells which site days and months it wrote (:meth:`Settler.touched`). Once a period
 has gone :attr:`Settler.settle` seconds without a write from this worker, or every
 :attr:`Settler.open_every` seconds while it is written without pause (0: never while open),
-the action runs on it. An action answers an outcome: ``"moving"`` (documents still being
+the action runs on it (while the stream writes a commit, :attr:`Settler.held`, only every
+:data:`HELD_EVERY` seconds). An action answers an outcome: ``"moving"`` (documents still being
 written elsewhere, a write conflict) is tried again later, a bounded number of times; any
 other outcome is final until the period's next write brings it back. Memory is bounded: past
 :data:`MAX_WAITING` periods the oldest are forgotten (their documents stay as written).
@@ -32,6 +33,8 @@ EVERY = 1.0
 MAX_WAITING = 100_000
 #: Tries of one period that keeps answering ``"moving"``.
 MAX_TRIES = 20
+#: While :attr:`Settler.held`, seconds between two actions on a period written meanwhile.
+HELD_EVERY = 300.0
 
 #: What an action did with a period: ``"moving"`` is tried again.
 Action = Callable[[Period], Awaitable[str]]
@@ -63,6 +66,11 @@ class Settler:
         self._waiting: OrderedDict[Period, _Waiting] = OrderedDict()
         #: Outcomes, and ``forgotten``, ``gave_up``, ``failed``.
         self.counts: Counter[str] = Counter()
+        #: Set while the stream writes a commit: a period is then due every :data:`HELD_EVERY`
+        #: seconds only, not once it settles. A backlog's commits follow each other, so each
+        #: period "settled" after one and was acted on while the next wrote its documents again
+        #: (on a store that serves one request at a time, each delaying the other).
+        self.held = False
 
     def touched(self, days: Iterable[tuple[str, int]], months: Iterable[tuple[str, int]]) -> None:
         """A flush wrote these periods: act on them once they settle."""
@@ -75,9 +83,13 @@ class Settler:
             self.counts["forgotten"] += 1
 
     def due(self) -> list[Period]:
-        """Periods not written for ``settle`` seconds, or written for ``open_every`` without pause."""
+        """Periods not written for ``settle`` seconds, or written for ``open_every`` without pause;
+        while :attr:`held`, written for :data:`HELD_EVERY` without pause."""
         now = self.clock()
-        settled, still_open = now - self.settle, now - self.open_every if self.open_every > 0 else -1.0
+        if self.held:
+            settled, still_open = -1.0, now - max(self.open_every, HELD_EVERY)
+        else:
+            settled, still_open = now - self.settle, now - self.open_every if self.open_every > 0 else -1.0
         return [p for p, w in self._waiting.items() if w.touched <= settled or w.since <= still_open]
 
     async def run_once(self) -> None:
