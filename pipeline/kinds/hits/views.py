@@ -45,7 +45,8 @@ _VISITORS = (
     (
         "visitors",
         {"bsonType": ["int", "long", "null"], "minimum": 0},
-        "unique visitors of the period (null until a worker first counts them, within a minute)",
+        "unique visitors of the period (null until a worker first counts them, within a minute; "
+        "five while it writes commit after commit)",
     ),
     (
         "visitors_exact",

@@ -2,8 +2,9 @@
 
 A sketch (:mod:`pipeline.core.uniques`) is merged by update operators from many writers and
 read by our codec only. Once a period a worker wrote has settled (or every minute while it is
-written without pause), the worker reads the sketches of the documents it wrote visitors to
-(the site's rollup and each page's day and month), estimates each, and stores the number in
+written without pause, every five while the worker writes commit after commit), the worker
+reads the sketches of the documents it wrote visitors to (the site's rollup and each page's day
+and month), estimates each, and stores the number in
 ``visitor_count`` with ``visitors_exact`` beside it.
 
 Written with ``$max`` (and exactness with ``$min``), so that two workers counting the same
