@@ -35,7 +35,7 @@ from pipeline.kinds import Stream, StreamContext, load_kinds, stream_topics, unk
 from pipeline.settings import Settings
 from pipeline.worker.assignment import Assignments
 from pipeline.worker.bounds import CommitBound
-from pipeline.worker.committer import SendDead
+from pipeline.worker.committer import SendDead, sent_elsewhere
 from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, install
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.exits import EXIT_FENCED, exit_now, on_exit
@@ -214,7 +214,7 @@ class StreamWiring:
         # the same records and decide alike (pipeline/core/clock.py).
         return [
             self.flusher(
-                family_topic(name, stream.ahead_family), ahead, joint.party(1), family, _no_dead_letters
+                family_topic(name, stream.ahead_family), ahead, joint.party(1), family, sent_elsewhere
             ),
             self.flusher(name, stream, joint.party(0), main),
         ]
@@ -259,10 +259,6 @@ class StreamWiring:
             read_range=self.read_range,
             clock=self.clock,
         )
-
-
-async def _no_dead_letters(letters: Sequence[DeadLetter]) -> None:
-    """A family's flusher sends none (see :meth:`StreamWiring.flushers`)."""
 
 
 def _subscribe(app: faust.App, topic_name: str, partitions: int, readers: Sequence[Flusher[Any]]) -> None:

@@ -35,6 +35,11 @@ from pipeline.worker.retry import Retrier
 log = logging.getLogger("preagg.flush")
 
 SendDead = Callable[[Sequence[DeadLetter]], Awaitable[None]]
+
+
+async def sent_elsewhere(letters: Sequence[DeadLetter]) -> None:
+    """The dead letters of a reader whose records another reader also reads and refuses alike (a
+    family of documents flushed apart): that one sends and logs them, this one neither."""
 #: Acks the handles of committed messages, in the order they were received.
 Ack = Callable[[Sequence[object]], Awaitable[object]]
 #: Reads a partition's records ``[start, end)`` outside the group (``start`` ``None``: from the
@@ -119,7 +124,7 @@ class BatchCommitter(Generic[A]):
         if batch.dead and not batch.dead_sent:
             await self.retry.run("dead-letter send", lambda: self.send_dead(batch.dead), batch.events)
             batch.dead_sent = True
-            self.accounting.dead(batch.dead)
+            self.accounting.dead(batch.dead if self.send_dead is not sent_elsewhere else ())
         result = Committed()
         commit_seconds = 0.0
         if fences:

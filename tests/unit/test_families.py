@@ -4,8 +4,11 @@ with its own ledger and marks; records are acked once both committed them; both 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
+
+import pytest
 
 from pipeline.core.clock import DecisionClock
 from pipeline.core.commit import Fence, LedgerView
@@ -18,6 +21,7 @@ from pipeline.kinds.hits.families import PAGES, SITES, Family
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.sites.caps import PageCaps
 from pipeline.worker.batch import new_batch
+from pipeline.worker.committer import sent_elsewhere
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.joint import JointAck
 from pipeline.worker.policy import FlushPolicy
@@ -202,3 +206,17 @@ def test_a_decoder_read_by_both_families_decodes_each_record_once_per_decision_i
     assert not isinstance(first[-1], Rejection)
     now[0] = NOW - 200.0  # another instant decides anew: the same line is now too far ahead
     assert isinstance(dec.decode_visit(lines[-1]), Rejection) and dec.calls == len(lines) + 1
+
+
+def test_a_familys_refusals_are_logged_once_by_the_reader_that_sends_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both readers refuse a bad record alike; the family's reader neither sends nor logs it."""
+    caplog.set_level(logging.WARNING, logger="preagg.flush")
+    for send, logged in ((sent_elsewhere, 0), (None, 1)):
+        caplog.clear()
+        f = flusher(MarkStore(), SITES, 10)
+        if send is not None:
+            f.committer.send_dead = send
+        asyncio.run(feed(f, {P0: [(0, b"not json"), (1, hit("/a", NOW - 60))]}))
+        assert sum("rejected" in r.getMessage() for r in caplog.records) == logged
