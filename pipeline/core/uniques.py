@@ -25,9 +25,12 @@ idempotent and commutative, and so is a set union.
 * ``o: true`` (``$max``): set with the first registers: from then on some hashes are only in ``r``.
 
 Or the registers are one source partition's (:func:`merged_blob`): the codec bytes of
-:mod:`pipeline.core.hll`, read, maxed and set by the partition's one writer, its partition
-listed in the holder's ``w`` (``$addToSet``). One field per holder and partition instead of a
-path per word touched; :func:`estimate` reads both forms.
+:mod:`pipeline.core.hll`, read, maxed and set by the partition's one writer. One field per
+holder and partition instead of a path per word touched. Every partition's are fields of one
+document per holder (``<partition>: bytes``, :class:`Parts`), listed in the holder's ``w`` as
+:data:`PARTS`: each field has one writer, so a worker flushing several partitions writes their
+fields in one statement (documents written before kept one per partition, listed by their
+partition's number). :func:`estimate` reads every form.
 
 A site rollup's day (month) holder keeps each partition's registers in itself instead
 (``b.<partition>``: :data:`INLINE`, the same codec bytes read, maxed and set by the
@@ -76,10 +79,22 @@ BUDGET_HOLDERS = 200_000
 EXPLICIT, REGISTERS, OVERFLOW, WRITERS, FOLDED, INLINE = "x", "r", "o", "w", "f", "b"
 #: What a writer of the shared register document lists in its holder's ``w``.
 SHARED = -1
+#: What a writer of the partitions' register document (:class:`Parts`) lists in ``w``.
+PARTS = -2
+
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The partitions' register document's registers as stored: (partition, codec bytes) in the
+    document's order (an equality on the stored sub-document must keep it)."""
+
+    fields: tuple[tuple[str, bytes], ...]
+
 
 #: Stored registers as a query reads them: the shared form's words (word -> thermometer
-#: mask), or one partition's codec bytes (:mod:`pipeline.core.hll`).
-Registers = Mapping[Any, Any] | bytes
+#: mask), one partition's codec bytes (:mod:`pipeline.core.hll`), or the partitions' (:class:`Parts`).
+Registers = Mapping[Any, Any] | bytes | Parts
 
 
 def signed(h: int) -> int:
@@ -256,11 +271,12 @@ def _gather(
             folds.append(bytes(holder[FOLDED]))
         folds.extend(bytes(blob) for blob in (holder.get(INLINE) or {}).values())
     for found in itertools.chain(registers, folds):
-        if isinstance(found, bytes):
-            blob = hll.decode(found)
-            if blob.reg is not None:
-                np.maximum(reg, blob.reg, out=reg)
-                overflow = True
+        if isinstance(found, (bytes, Parts)):
+            for part in found.fields if isinstance(found, Parts) else (("", found),):
+                blob = hll.decode(part[1])
+                if blob.reg is not None:
+                    np.maximum(reg, blob.reg, out=reg)
+                    overflow = True
             continue
         for word, mask in (found or {}).items():
             w, mask = int(word), int(mask)

@@ -49,6 +49,10 @@ class DocUpdate:
     #: in ``w``), so that a reader finding the pointer finds the document
     #: (:mod:`pipeline.kinds.hits.sites.fold`).
     before: bool = False
+    #: The compute's fields are its one source partition's own: no other partition's update
+    #: writes them (a partition's visitor registers). Several partitions' such updates of one
+    #: document merge (:func:`merge_sources`), each share keeping its compute.
+    owned: bool = False
 
     @property
     def merging(self) -> bool:
@@ -171,6 +175,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
                     u.max if first else {},
                     add_to_set={k: v for op, k, v in chunk if op == "add_to_set"},
                     before=u.before,
+                    owned=u.owned and first,
                 )
             )
     return out
@@ -178,7 +183,7 @@ def split_wide(updates: list[DocUpdate], max_fields: int) -> list[DocUpdate]:
 
 def mergeable(u: DocUpdate) -> bool:
     """Can another partition's update of the same document be added into this one?"""
-    return u.compute is None and not u.set
+    return (u.compute is None or u.owned) and not u.set
 
 
 def _merged(shares: list[DocUpdate]) -> DocUpdate:
@@ -211,15 +216,36 @@ def _merged(shares: list[DocUpdate]) -> DocUpdate:
         sources.update(dict.fromkeys(u.sources))
     m.sources = tuple(sources)
     m.shares = tuple(shares)
+    computes = [s.compute for s in shares if s.compute is not None]
+    if computes:
+        m.compute, m.owned = _all_of(computes), True
     return m
+
+
+def _all_of(
+    computes: list[Callable[[dict[str, Any] | None], dict[str, Any]]],
+) -> Callable[[dict[str, Any] | None], dict[str, Any]]:
+    """The partitions' computes of one merged update: each sets its own fields."""
+
+    def compute(found: dict[str, Any] | None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for c in computes:
+            fields = c(found)
+            if out.keys() & fields.keys():
+                raise ValueError(f"partitions' computes both set {sorted(out.keys() & fields.keys())}")
+            out.update(fields)
+        return out
+
+    return compute
 
 
 def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpdate]:
     """One update per document: the same document's updates from several partitions added up.
 
     Counters add, bit masks OR, ``$setOnInsert`` values (the same for one document) are
-    kept once, and the sources are the union. An update that cannot be added (a
-    read-modify-write, a ``$set``) stays apart. Keyless streams touch a document from
+    kept once, read-modify-writes of fields each partition owns run side by side, and the
+    sources are the union. An update that cannot be added (another read-modify-write, a
+    ``$set``) stays apart. Keyless streams touch a document from
     every partition in one flush: this keeps it at one write.
 
     A merged update wider than ``max_fields`` (when not 0) is left as its partitions'

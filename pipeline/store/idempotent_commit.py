@@ -257,14 +257,18 @@ class IdempotentCommit:
     ) -> list[DocUpdate]:
         """Resolve the read-modify-write updates of idempotent writes (by ``_id``, chunked reads).
 
-        Only for fields one source partition writes alone (a partition's visitor registers, in a
-        document of their own or in a site rollup's ``b.<partition>``,
+        Only for fields one source partition writes alone (a partition's visitor registers, in
+        the partitions' register document or in a site rollup's ``b.<partition>``,
         :mod:`pipeline.kinds.hits.visits`): their writer is the partition's owner, and a zombie's
-        older flush is refused by the marks the result is set under. Read again at every
+        older flush is refused by the marks the result is set under. A merged update of several
+        partitions' such fields resolves each share against the same read, so that a share sent
+        apart (its document held the others' marks) sets what the merged one would have. Read again at every
         attempt (a retry, a redo), so the result holds what is stored then; a maximum, it is
         the same whether or not an earlier attempt applied.
         """
-        several = next((u for u in updates if u.compute is not None and len(u.sources) > 1), None)
+        several = next(
+            (u for u in updates if u.compute is not None and len(u.sources) > 1 and not u.owned), None
+        )
         if several is not None:
             raise ValueError(
                 f"a read-modify-write of {several.collection} {several.id!r} from several partitions"
@@ -277,8 +281,7 @@ class IdempotentCommit:
             if u.compute is None:
                 out.append(u)
                 continue
-            fields = u.compute(stored.get((u.collection, u.id)))
-            out.append(replace(u, set={**u.set, **fields}, compute=None))
+            out.append(_resolved(u, stored.get((u.collection, u.id))))
             if absent is not None and self.sink.first_inserts and (u.collection, u.id) not in stored:
                 absent.add((u.collection, u.id))
         return out
@@ -416,3 +419,16 @@ class IdempotentCommit:
         ]
         if lost:
             raise FenceConflict(lost)
+
+
+def _resolved(u: DocUpdate, found: dict[str, Any] | None) -> DocUpdate:
+    """``u`` with its compute's fields set from ``found``; a merged update's shares resolved too."""
+    if not u.shares:
+        return replace(u, set={**u.set, **(u.compute(found) if u.compute else {})}, compute=None)
+    shares = tuple(_resolved(s, found) for s in u.shares)
+    fields: dict[str, Any] = {}
+    for s in shares:
+        if fields.keys() & s.set.keys():
+            raise ValueError(f"partitions' computes of {u.collection} {u.id!r} set the same fields")
+        fields.update(s.set)
+    return replace(u, set={**u.set, **fields}, compute=None, shares=shares)

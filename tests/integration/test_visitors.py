@@ -201,8 +201,8 @@ def test_retention_deletes_the_registers_of_the_hours_it_prunes(settings: Settin
         hours_before,
         days_before,
     )
-    # each source partition's registers in a document of its own (one field, read, maxed, set)
-    assert registers(f"{hourly}\\.[0-9]+\\|[0-9]+\\|") == hours_before
+    # the partitions' registers in one document per holder (a field each, read, maxed, set)
+    assert registers(f"{hourly}\\.[0-9]+\\|-2\\|") == hours_before
     before = _query(s, *span, "--by", "day")
     later = (days[-1] + timedelta(days=401)).isoformat()  # past the hourly tier (400 days)
     dry = cli(s, "retention", "run", "--dry-run", "--today", later)
@@ -295,13 +295,14 @@ def test_a_settled_site_day_is_one_document_to_read(settings: Settings, tmp_path
 
 def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None:
     """A flush writing between a fold's reads and its writes (a partition's registers maxed and set,
+    in a document of their own or as its field of the partitions' document,
     its holder listing a partition, or a partition's registers set in the holder): the fold does
     not apply (a write conflict, or a condition unmet), the answer holds the flush's visitors;
     tried again, it folds them all."""
     from bson import Binary
     from pymongo.errors import PyMongoError
 
-    from pipeline.core.uniques import estimate, merged_blob, register_ranks
+    from pipeline.core.uniques import PARTS, estimate, merged_blob, register_ranks
     from pipeline.kinds.hits.layout import hits_fields, register_fields, register_id
     from pipeline.kinds.hits.registers import read_registers, register_ids
     from pipeline.kinds.hits.sites.fold import fold_holder
@@ -320,6 +321,13 @@ def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None
             {"_id": mine, rf.blob: Binary(merged_blob(None, register_ranks(a)))}
         )
 
+        if what == "parts":  # the partitions' register document, partition 0's field in it
+            mine = register_id(c, doc_id, v, PARTS)
+            await db[rf.collection].delete_many({"_id": {"$regex": f"^{c}\\|{v}\\|[01]\\|"}})
+            await db[c].update_one({"_id": doc_id}, {"$set": {f"{v}.w": [PARTS]}})
+            await db[rf.collection].insert_one(
+                {"_id": mine, rf.parts: {"0": Binary(merged_blob(None, register_ranks(a)))}}
+            )
         if what == "inline":  # the partitions' registers in the holder itself
             await db[c].update_one(
                 {"_id": doc_id},
@@ -333,6 +341,9 @@ def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None
                 await db[c].update_one(
                     {"_id": doc_id}, {"$inc": {"n": 1}, "$set": {f"{v}.b.1": Binary(blob)}}
                 )
+            elif what == "parts":  # partition 1's flush: its field of the partitions' document
+                blob = merged_blob(None, register_ranks(b))
+                await db[rf.collection].update_one({"_id": mine}, {"$set": {f"{rf.parts}.1": Binary(blob)}})
             elif what == "registers":  # partition 0's next flush: read, maxed, set
                 stored = await db[rf.collection].find_one({"_id": mine})
                 blob = merged_blob(bytes(stored[rf.blob]), register_ranks(b))
@@ -356,7 +367,7 @@ def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None
         left = await db[rf.collection].count_documents({"_id": {"$in": [mine, other]}})
         return first, mid, second, await answer(), left
 
-    for what in ("registers", "listing", "inline"):
+    for what in ("registers", "listing", "inline", "parts"):
         first, mid, second, after, left = with_db(settings, lambda db, w=what: scenario(db, w))
         assert first != "folded", (what, first)
         assert abs(mid - truth) <= 0.03 * truth, (what, mid, truth)

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from pipeline.core.uniques import (
     EXPLICIT_MAX,
+    PARTS,
     Budget,
     P,
+    Parts,
     estimate,
     explicit_fields,
     explicit_hashes,
@@ -245,9 +247,9 @@ def test_a_partitions_registers_are_one_field_read_maxed_and_set() -> None:
     )
 
 
-def test_one_partitions_visitors_go_to_its_own_register_documents() -> None:
+def test_one_partitions_visitors_go_to_its_field_of_the_partitions_register_document() -> None:
     """A plan of one source partition writes each busy holder's registers as a read-modify-write of
-    its own document, and lists the partition in the holder (``w``) for readers."""
+    its own field of the partitions' document, which the holder lists (``w``: PARTS) for readers."""
     from collections import Counter
 
     from pipeline.kinds.hits.aggregate import plan_hits
@@ -263,10 +265,11 @@ def test_one_partitions_visitors_go_to_its_own_register_documents() -> None:
     regs = [u for u in plan if u.collection == "hits_visitor_registers"]
     page = next(u for u in plan if u.collection == "hits_daily")
     assert regs and all(u.compute is not None and not u.bit_or and u.before for u in regs)
-    assert register_id("hits_daily", page.id, "v", 3) in {u.id for u in regs}
-    assert page.add_to_set["v.w"] == [3] and page.max["v.o"] is True
-    stored = regs[0].compute(None)["b"]
-    assert regs[0].compute({"b": stored}) == {"b": stored}  # read, maxed, set: idempotent
+    assert register_id("hits_daily", page.id, "v", PARTS) in {u.id for u in regs}
+    assert page.add_to_set["v.w"] == [PARTS] and page.max["v.o"] is True
+    assert all(u.owned for u in regs)  # partition 3's own field: merged with the others'
+    stored = regs[0].compute(None)["p.3"]
+    assert regs[0].compute({"p": {"3": stored}}) == {"p.3": stored}  # read, maxed, set: idempotent
     shared = plan_hits(
         counts, hits_fields(), visits=visits, visitor_keys=lambda o: b"k" * 32, budget=Budget()
     )
@@ -376,4 +379,53 @@ def test_a_site_rollups_registers_stay_in_it_one_field_per_partition() -> None:
     assert folded(holder, []) == folded({}, [bytes(first["v.b.3"])])
     far = plan(INLINE_PARTITIONS)  # past the bound: documents of their own, listed
     far_day = next(u for u in far if u.collection == rd.collection)
-    assert far_day.compute is None and far_day.add_to_set["v.w"] == [INLINE_PARTITIONS]
+    assert far_day.compute is None and far_day.add_to_set["v.w"] == [PARTS]
+
+
+def test_partitions_registers_merge_into_one_write_per_holder() -> None:
+    """Two partitions' plans of the same busy page: one register update per holder, whose compute
+    sets each partition's field; each share resolved alone sets the same fields (a share sent
+    apart after its document held the other's marks), and the stored parts read as the union."""
+    from collections import Counter
+
+    from pipeline.core.updates import merge_sources
+    from pipeline.kinds.hits.aggregate import plan_hits
+    from pipeline.kinds.hits.layout import hits_fields, register_fields
+    from pipeline.kinds.hits.registers import registers_filter, stored_registers
+    from pipeline.store.idempotent_commit import _resolved
+
+    rng = random.Random(17)
+    slot = 29_000_000 // 15
+    a, b = ({rng.getrandbits(128) for _ in range(400)} for _ in range(2))
+    plans = []
+    for writer, idents in ((3, a), (5, b)):
+        plan = plan_hits(
+            Counter({("s", "/", slot * 15): len(idents)}),
+            hits_fields(),
+            visits={("s", "/", slot): idents},
+            visitor_keys=lambda o: b"k" * 32,
+            budget=Budget(),
+            writer=writer,
+        )
+        for u in plan:
+            u.sources = (("hits", writer),)
+        plans.extend(plan)
+    merged = merge_sources(plans)
+    rf = register_fields()
+    regs = [u for u in merged if u.collection == rf.collection]
+    assert regs and len(regs) == len({u.id for u in regs})  # one write per holder
+    assert all(u.sources == (("hits", 3), ("hits", 5)) and u.owned for u in regs)
+    one = _resolved(regs[0], None)
+    assert set(one.set) == {"p.3", "p.5"} and one.compute is None
+    assert [s.set for s in one.shares] == [{"p.3": one.set["p.3"]}, {"p.5": one.set["p.5"]}]
+    stored = {"_id": one.id, "p": {"3": one.set["p.3"], "5": one.set["p.5"]}}
+    parts = stored_registers(stored, rf)
+    as_read = {"p": {k: bytes(v) for k, v in stored["p"].items()}}
+    assert isinstance(parts, Parts) and registers_filter(rf, parts) == as_read
+    # the rollup's day: each partition's registers in it, counters added, one write
+    day = [u for u in merged if u.collection == hits_fields().rollups.daily.collection]
+    assert len(day) == 1 and day[0].inc and set(_resolved(day[0], None).set) >= {"v.b.3", "v.b.5"}
+    got = estimate([{"o": True}], [parts])
+    truth = len(a | b)
+    assert not got.exact and abs(got.value - truth) <= 0.05 * truth
+    assert estimate([{"o": True}], [bytes(stored["p"]["3"]), bytes(stored["p"]["5"])]) == got

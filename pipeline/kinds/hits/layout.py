@@ -151,6 +151,7 @@ class RegisterFields:
     collection: str
     registers: str
     blob: str
+    parts: str
 
 
 @cache
@@ -161,8 +162,9 @@ def register_fields(mode: FieldMode = "compact") -> RegisterFields:
 
 def register_id(collection: str, doc_id: str | int, holder: str, writer: int | None = None) -> str:
     """``_id`` of the registers of one holder of one document: ``<collection>|<holder>|<_id>`` (the
-    shared form), or one source partition's, ``<collection>|<holder>|<partition>|<_id>`` (a hits
-    ``_id`` starts with a date and a slash: the two never meet)."""
+    shared form), or ``<collection>|<holder>|<writer>|<_id>``: the partitions' document
+    (``writer`` :data:`~pipeline.core.uniques.PARTS`, -2) or, written before it, one source
+    partition's (a hits ``_id`` starts with a date and a slash: the forms never meet)."""
     if writer is None:
         return f"{collection}|{holder}|{doc_id}"
     return f"{collection}|{holder}|{writer}|{doc_id}"

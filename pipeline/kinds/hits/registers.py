@@ -12,7 +12,7 @@ from typing import Any
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.core.uniques import SHARED, WRITERS, Registers, unlisted_shared
+from pipeline.core.uniques import SHARED, WRITERS, Parts, Registers, unlisted_shared
 from pipeline.kinds.hits.layout import RegisterFields, register_id
 from pipeline.store.reads import find_in
 
@@ -22,7 +22,8 @@ IDS_PER_READ = 500
 
 def register_ids(collection: str, doc_id: Any, holder: str, stored: Mapping[str, Any] | None) -> list[str]:
     """``_id`` of every register document of a stored holder that has registers: those it lists
-    (``w``: partitions, and :data:`~pipeline.core.uniques.SHARED` for the shared one), and the
+    (``w``: :data:`~pipeline.core.uniques.PARTS` for the partitions' one, partitions for those
+    written before it, :data:`~pipeline.core.uniques.SHARED` for the shared one), and the
     shared one of a holder written before writers listed it
     (:func:`~pipeline.core.uniques.unlisted_shared`). None for a holder whose registers are all
     in it (``f``, ``b``)."""
@@ -35,6 +36,9 @@ def register_ids(collection: str, doc_id: Any, holder: str, stored: Mapping[str,
 
 def stored_registers(doc: Mapping[str, Any], rf: RegisterFields) -> Registers:
     """A register document's registers as :func:`~pipeline.core.uniques.estimate` reads them."""
+    parts = doc.get(rf.parts)
+    if parts is not None:
+        return Parts(tuple((k, bytes(v)) for k, v in parts.items()))
     blob = doc.get(rf.blob)
     if blob is not None:
         return bytes(blob)
@@ -56,7 +60,9 @@ async def read_registers(
 
 
 def registers_filter(rf: RegisterFields, registers: Registers) -> dict[str, Any]:
-    """The equality on a register document's registers as read (either form)."""
+    """The equality on a register document's registers as read (any form)."""
+    if isinstance(registers, Parts):
+        return {rf.parts: dict(registers.fields)}
     if isinstance(registers, bytes):
         return {rf.blob: registers}
     return {rf.registers: registers or None}

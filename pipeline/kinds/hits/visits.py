@@ -7,8 +7,8 @@ keyed hashes to every holder the hit's counters go to: the page's day (``visitor
 hour of the day (``hourly_visitors.<h>``), the page's month, the site's day, hour and month.
 Each holder gets ``$addToSet`` and ``$max`` fields (:mod:`pipeline.core.uniques`): explicit
 hashes while small, registers once this worker has written
-:data:`~pipeline.core.uniques.EXPLICIT_MAX` to it, in a document of their own per partition,
-listed in the holder's ``w`` and written before it (``DocUpdate.before``); a site rollup's day
+:data:`~pipeline.core.uniques.EXPLICIT_MAX` to it, a field per partition in a document of their
+own, listed in the holder's ``w`` and written before it (``DocUpdate.before``); a site rollup's day
 and month keep them in the holder itself (``b.<partition>``), so that a chart reads one
 document a day.
 """
@@ -24,6 +24,7 @@ from pipeline.core.uniques import (
     EXPLICIT,
     INLINE,
     OVERFLOW,
+    PARTS,
     SHARED,
     WRITERS,
     Budget,
@@ -71,10 +72,12 @@ def add_visitors(
     charts read).
 
     ``writer``: the one source partition of these visits (an idempotent-writes batch plans each
-    partition apart): each holder's registers are then that partition's document, one codec
-    field read, maxed and set (:func:`~pipeline.core.uniques.merged_blob`), and the holder lists
-    the partition (``w``, ``$addToSet``) so that a reader finds it by ``_id``. ``None`` (several
-    partitions in one aggregate): the shared document, ``$bit or`` of its words.
+    partition apart): each holder's registers are then that partition's field of the partitions'
+    document, codec bytes read, maxed and set (:func:`~pipeline.core.uniques.merged_blob`), an
+    update the flush merges with its other partitions' (``owned``: one write per holder, not
+    one per partition), and the holder lists the document (``w``:
+    :data:`~pipeline.core.uniques.PARTS`) so that a reader finds it by ``_id``. ``None``
+    (several partitions in one aggregate): the shared document, ``$bit or`` of its words.
 
     ``inline``: the holders that keep a partition's registers in themselves (``b.<writer>``,
     read, maxed and set by the holder's own update, :data:`INLINE_PARTITIONS` at most): a site
@@ -115,10 +118,11 @@ def add_visitors(
         upd.max[f"{path}.{OVERFLOW}"] = True
         if writer is not None and writer < INLINE_PARTITIONS and inline is not None and inline(upd, path):
             upd.compute = _chained(upd.compute, _maxed(f"{path}.{INLINE}.{writer}", register_ranks(hashes)))
+            upd.owned = True
             continue
         # The holder lists the registers' document, written first (``before``): a fold that
         # empties ``w`` between the two leaves the listing, never a document unlisted.
-        upd.add_to_set[f"{path}.{WRITERS}"] = [SHARED if writer is None else writer]
+        upd.add_to_set[f"{path}.{WRITERS}"] = [SHARED if writer is None else PARTS]
         if writer is None:
             words = register_words(hashes)
             bit_or = {f"{rf.registers}.{w}": m for w, m in words.items()}
@@ -131,10 +135,11 @@ def add_visitors(
         out.append(
             DocUpdate(
                 rf.collection,
-                register_id(upd.collection, upd.id, path, writer),
+                register_id(upd.collection, upd.id, path, PARTS),
                 {},
-                compute=_maxed(rf.blob, register_ranks(hashes)),
+                compute=_maxed(f"{rf.parts}.{writer}", register_ranks(hashes)),
                 before=True,
+                owned=True,
             )
         )
     return out
