@@ -71,8 +71,8 @@ class Stream:
     #: ledger of its own (pipeline/core/families.py; hits: the site rollups, ahead of the
     #: pages), with idempotent writes only. Its dead letters are this stream's.
     ahead: Stream | None = None
-    #: The family's name in its ledgers and marks.
-    ahead_family: str = "sites"
+    #: The family's name in its ledgers and marks (named by the kind whenever ``ahead`` is).
+    ahead_family: str = ""
 
 
 @dataclass(frozen=True)

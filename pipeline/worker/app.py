@@ -35,7 +35,6 @@ from pipeline.kinds import Stream, StreamContext, load_kinds, stream_topics, unk
 from pipeline.settings import Settings
 from pipeline.worker.assignment import Assignments
 from pipeline.worker.bounds import CommitBound
-from pipeline.worker.committer import SendDead, sent_elsewhere
 from pipeline.worker.consumer import Record, WorkerConsumer, deliver_batches, install
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.exits import EXIT_FENCED, exit_now, on_exit
@@ -205,6 +204,8 @@ class StreamWiring:
         ahead = stream.ahead
         if ahead is None or stream.writes != "idempotent" or not self.sink.exactly_once:
             return [self.flusher(name, stream)]
+        if not stream.ahead_family:
+            raise ValueError(f"{name}: a family of documents flushed ahead needs a name (ahead_family)")
         joint = JointAck(self.ack)
         joints.append(joint)
         family = FamilySink(self.sink, stream.ahead_family)
@@ -214,7 +215,7 @@ class StreamWiring:
         # the same records and decide alike (pipeline/core/clock.py).
         return [
             self.flusher(
-                family_topic(name, stream.ahead_family), ahead, joint.party(1), family, sent_elsewhere
+                family_topic(name, stream.ahead_family), ahead, joint.party(1), family, sends_dead=False
             ),
             self.flusher(name, stream, joint.party(0), main),
         ]
@@ -225,9 +226,10 @@ class StreamWiring:
         stream: Stream,
         ack: Ack | None = None,
         sink: WorkerSink | FamilySink | None = None,
-        send_dead: SendDead | None = None,
+        sends_dead: bool = True,
     ) -> Flusher[Any]:
-        """One flusher of ``stream`` (by default on the worker's sink, acks and dead letters)."""
+        """One flusher of ``stream`` (by default on the worker's sink and acks); ``sends_dead``
+        ``False``: another reader of the same records sends and logs their dead letters."""
         s = self.settings
         marked = stream.writes == "idempotent"
         # Idempotent writes have no transaction to keep small: a batch is sealed by the
@@ -242,7 +244,7 @@ class StreamWiring:
             name,
             stream.factory,
             sink,
-            send_dead or self.send_dead,
+            self.send_dead if sends_dead else None,
             ack or self.ack,
             FlushPolicy(s.max_pending_keys, s.fields_per_update, marked=marked),
             bound,

@@ -37,9 +37,6 @@ log = logging.getLogger("preagg.flush")
 SendDead = Callable[[Sequence[DeadLetter]], Awaitable[None]]
 
 
-async def sent_elsewhere(letters: Sequence[DeadLetter]) -> None:
-    """The dead letters of a reader whose records another reader also reads and refuses alike (a
-    family of documents flushed apart): that one sends and logs them, this one neither."""
 #: Acks the handles of committed messages, in the order they were received.
 Ack = Callable[[Sequence[object]], Awaitable[object]]
 #: Reads a partition's records ``[start, end)`` outside the group (``start`` ``None``: from the
@@ -55,7 +52,9 @@ class StreamPorts(Generic[A]):
     stream: str
     factory: Callable[[], A]
     sink: Sink
-    send_dead: SendDead
+    #: ``None``: another reader of the same records refuses them alike, and sends and logs them
+    #: (a family of documents flushed apart); this one neither.
+    send_dead: SendDead | None
     ack: Ack
     read_range: ReadRange | None = None
     clock: DecisionClock | None = None
@@ -121,10 +120,7 @@ class BatchCommitter(Generic[A]):
         rss = rss_bytes()
         fences = [replace(f, rss=rss) for f in fences]
         plan = split_wide(plan, self.policy.max_fields_per_update)
-        if batch.dead and not batch.dead_sent:
-            await self.retry.run("dead-letter send", lambda: self.send_dead(batch.dead), batch.events)
-            batch.dead_sent = True
-            self.accounting.dead(batch.dead if self.send_dead is not sent_elsewhere else ())
+        await self._send_dead(batch)
         result = Committed()
         commit_seconds = 0.0
         if fences:
@@ -241,6 +237,15 @@ class BatchCommitter(Generic[A]):
                 flush_id,
             )
         return found
+
+    async def _send_dead(self, batch: PendingBatch[A]) -> None:
+        """The batch's dead letters, sent (retried) and logged once, before its store commit."""
+        send = self.send_dead
+        if batch.dead and not batch.dead_sent:
+            if send is not None:
+                await self.retry.run("dead-letter send", lambda: send(batch.dead), batch.events)
+                self.accounting.dead(batch.dead)
+            batch.dead_sent = True
 
     def plan(self, batch: PendingBatch[A]) -> list[DocUpdate]:
         """The batch's document updates; with idempotent writes, each knows its source partitions."""

@@ -71,7 +71,7 @@ class Flusher(Generic[A]):
         stream: str,
         factory: Callable[[], A],
         sink: Sink,
-        send_dead: SendDead,
+        send_dead: SendDead | None,
         ack: Ack,
         policy: FlushPolicy,
         bound: CommitBound | None = None,
