@@ -145,6 +145,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_mb(pid: int) -> float | None:
+    """The highest resident memory of one process so far, in MB (Linux ``VmHWM``; ``None``: gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    kb = next((int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmHWM:")), None)
+    return None if kb is None else round(kb / 1024, 1)
+
+
 def side_venv(venv: Path, packages: list[str], what: str) -> Path:
     """The interpreter of a benchmark's own virtual environment (a peer, not a preagg dependency).
 

@@ -34,7 +34,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pymongo import MongoClient
 
-from benchmarks.common import cpu_seconds, embedded, header, side_venv, write_results
+from benchmarks.common import cpu_seconds, embedded, header, peak_rss_mb, side_venv, write_results
 from benchmarks.hits import freshness_of_both
 from benchmarks.steady import FLUSHED, flush_figures
 from pipeline.core.families import family_of
@@ -366,6 +366,7 @@ def measure(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[s
     began = time.perf_counter()
     run.start()
     cpu = 0.0
+    peak: float | None = None
     try:
         deadline = began + timeout
         total = 0
@@ -383,6 +384,7 @@ def measure(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[s
                 break
             time.sleep(0.25)
         took = time.perf_counter() - began
+        peak = peak_rss_mb(run.pid)
         s1 = services_cpu(run.svc)
         services = {name: round(s1[name] - s0.get(name, 0.0), 1) for name in s1}
     finally:
@@ -396,6 +398,7 @@ def measure(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[s
         "done": total >= want,
         "cpu_s_process": round(cpu, 1),
         "cpu_us_per_event": round(cpu / events * 1e6, 1),
+        "peak_rss_mb": peak,
         **{f"cpu_s_{name}": v for name, v in services.items()},
         **run.writes(db),
         **audit,
