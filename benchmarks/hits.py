@@ -16,7 +16,7 @@ import asyncio
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from datetime import time as dtime
 from pathlib import Path
@@ -133,6 +133,38 @@ def pipeline_run(
     }
 
 
+async def _offer(
+    p: EventProducer,
+    background: Sequence[tuple[bytes, bytes | None]],
+    rate: float,
+    seconds: float,
+    probes_per_s: float,
+    probe: Callable[[float], tuple[bytes, bytes]],
+    poll: Callable[[], None],
+    poll_every: float,
+    sleep: float,
+) -> None:
+    """Send ``background`` at ``rate`` events/s for ``seconds``, and a probe event (made by
+    ``probe`` from its send time, flushed at once) ``probes_per_s`` times a second; ``poll`` the
+    store every ``poll_every`` seconds meanwhile."""
+    step = 1 / rate
+    t0 = time.time()
+    i, next_probe, next_poll = 0, t0, t0
+    while time.time() - t0 < seconds:
+        now = time.time()
+        while i < len(background) and t0 + i * step <= now:
+            await p.send_raw(*background[i])
+            i += 1
+        if now >= next_probe:
+            await p.send_raw(*probe(now))
+            await p.flush()
+            next_probe += 1 / probes_per_s
+        if now >= next_poll:
+            await asyncio.to_thread(poll)
+            next_poll = time.time() + poll_every
+        await asyncio.sleep(sleep)
+
+
 async def freshness_probes(
     settings: Settings,
     rate: float,
@@ -155,27 +187,14 @@ async def freshness_probes(
             page = d[f.metadata][f.page]
             seen.setdefault(page, time.time())
 
+    def probe(now: float) -> tuple[bytes, bytes]:
+        page = f"/probe/{len(sent)}"
+        sent[page] = now
+        return orjson.dumps({"site": "probe", "page": page, "ts": now}), hit_key("probe", page)
+
     async with EventProducer(settings, settings.topic("hits"), pack_size=100) as p:
         bg = background if background is not None else realtime_events(int(rate * seconds), seed=5, span=60)
-        step = 1 / rate
-        t0 = time.time()
-        i = 0
-        next_probe = t0
-        while time.time() - t0 < seconds:
-            now = time.time()
-            while i < len(bg) and t0 + i * step <= now:
-                await p.send_raw(*bg[i])
-                i += 1
-            if now >= next_probe:
-                page = f"/probe/{len(sent)}"
-                await p.send_raw(
-                    orjson.dumps({"site": "probe", "page": page, "ts": now}), hit_key("probe", page)
-                )
-                await p.flush()
-                sent[page] = time.time()
-                next_probe += 1 / probes_per_s
-            await asyncio.to_thread(poll)
-            await asyncio.sleep(0.02)
+        await _offer(p, bg, rate, seconds, probes_per_s, probe, poll, 0.0, 0.02)
         deadline = time.time() + 15
         while len(seen) < len(sent) and time.time() < deadline:
             await asyncio.to_thread(poll)
@@ -210,26 +229,14 @@ async def freshness_of_both(
                 for d in coll.find({"_id": {"$in": list(waiting)}}, {"_id": 1}):
                     seen.setdefault(waiting[d["_id"]], time.time())
 
+    def probe(now: float) -> tuple[bytes, bytes]:
+        site = f"probe-{len(sent)}.example"
+        day = datetime.fromtimestamp(now, UTC).date()
+        sent[site] = (now, site_daily_id(day, site), daily_id(day, site, "/"))
+        return orjson.dumps({"site": site, "page": "/", "ts": now}), hit_key(site, "/")
+
     async with EventProducer(settings, settings.topic("hits"), pack_size=100) as p:
-        step = 1 / rate
-        t0 = time.time()
-        i, next_probe, next_poll = 0, t0, t0
-        while time.time() - t0 < seconds:
-            now = time.time()
-            while i < len(background) and t0 + i * step <= now:
-                await p.send_raw(*background[i])
-                i += 1
-            if now >= next_probe:
-                site = f"probe-{len(sent)}.example"
-                day = datetime.fromtimestamp(now, UTC).date()
-                await p.send_raw(orjson.dumps({"site": site, "page": "/", "ts": now}), hit_key(site, "/"))
-                await p.flush()
-                sent[site] = (time.time(), site_daily_id(day, site), daily_id(day, site, "/"))
-                next_probe += 1 / probes_per_s
-            if now >= next_poll:
-                await asyncio.to_thread(poll)
-                next_poll = time.time() + 0.1
-            await asyncio.sleep(0.005)
+        await _offer(p, background, rate, seconds, probes_per_s, probe, poll, 0.1, 0.005)
         deadline = time.time() + 300
         while (len(site_seen) < len(sent) or len(page_seen) < len(sent)) and time.time() < deadline:
             await asyncio.to_thread(poll)
