@@ -13,6 +13,7 @@ flusher, which speaks of Kafka's partitions, and the store.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -99,7 +100,8 @@ class FamilySink:
         if self.family is None:
             return Ledgers(positions, pending)
         missing = [tp for tp in tps if positions.get(tp) is None and tp not in pending]
-        older = [tp for tp in missing if not await self._recorded(tp)]
+        recorded = await asyncio.gather(*(self._recorded(tp) for tp in missing))  # at once, not in turn
+        older = [tp for tp, known in zip(missing, recorded, strict=True) if not known]
         if older:
             main = await self.sink.ledgers(older)
             for tp in older:
