@@ -142,11 +142,6 @@ class Sessions:
             return Resume(position, self.seen)
         return Resume(oldest.first, oldest.seen)
 
-    def open_visits(self) -> Iterable[Visit]:
-        """The open visits (any order)."""
-        for vs in self._open.values():
-            yield from vs
-
     def _schedule(self, key: tuple[str, int], v: Visit) -> None:
         self._tie += 1
         heapq.heappush(self._due, (v.end + self.timeout, self._tie, key, id(v)))

@@ -83,7 +83,6 @@ SHARED = -1
 PARTS = -2
 
 
-
 @dataclass(frozen=True)
 class Parts:
     """The partitions' register document's registers as stored: (partition, codec bytes) in the

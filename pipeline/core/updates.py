@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -228,15 +228,20 @@ def _all_of(
     """The partitions' computes of one merged update: each sets its own fields."""
 
     def compute(found: dict[str, Any] | None) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for c in computes:
-            fields = c(found)
-            if out.keys() & fields.keys():
-                raise ValueError(f"partitions' computes both set {sorted(out.keys() & fields.keys())}")
-            out.update(fields)
-        return out
+        return disjoint_fields(c(found) for c in computes)
 
     return compute
+
+
+def disjoint_fields(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The fields of several partitions' read-modify-writes of one document, which set fields
+    apart (each its own); the same field twice is a ``ValueError``, never a silent pick."""
+    out: dict[str, Any] = {}
+    for fields in parts:
+        if out.keys() & fields.keys():
+            raise ValueError(f"partitions' computes both set {sorted(out.keys() & fields.keys())}")
+        out.update(fields)
+    return out
 
 
 def merge_sources(updates: list[DocUpdate], max_fields: int = 0) -> list[DocUpdate]:

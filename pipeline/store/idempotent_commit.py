@@ -38,7 +38,7 @@ from pipeline.core.marks import (
     missing_sources,
     sequence_of,
 )
-from pipeline.core.updates import DocUpdate
+from pipeline.core.updates import DocUpdate, disjoint_fields
 from pipeline.store.errors import DuplicateKeyUnresolved, check_durable
 from pipeline.store.offsets import (
     BEHIND,
@@ -426,9 +426,5 @@ def _resolved(u: DocUpdate, found: dict[str, Any] | None) -> DocUpdate:
     if not u.shares:
         return replace(u, set={**u.set, **(u.compute(found) if u.compute else {})}, compute=None)
     shares = tuple(_resolved(s, found) for s in u.shares)
-    fields: dict[str, Any] = {}
-    for s in shares:
-        if fields.keys() & s.set.keys():
-            raise ValueError(f"partitions' computes of {u.collection} {u.id!r} set the same fields")
-        fields.update(s.set)
+    fields = disjoint_fields(s.set for s in shares)
     return replace(u, set={**u.set, **fields}, compute=None, shares=shares)

@@ -35,8 +35,6 @@ from pipeline.worker.retry import Retrier
 log = logging.getLogger("preagg.flush")
 
 SendDead = Callable[[Sequence[DeadLetter]], Awaitable[None]]
-
-
 #: Acks the handles of committed messages, in the order they were received.
 Ack = Callable[[Sequence[object]], Awaitable[object]]
 #: Reads a partition's records ``[start, end)`` outside the group (``start`` ``None``: from the
