@@ -217,7 +217,7 @@ class StreamWiring:
             self.flusher(
                 family_topic(name, stream.ahead_family), ahead, joint.party(1), family, sends_dead=False
             ),
-            self.flusher(name, stream, joint.party(0), main),
+            self.flusher(name, stream, joint.party(0), main, let_go=True),
         ]
 
     def flusher(
@@ -227,9 +227,11 @@ class StreamWiring:
         ack: Ack | None = None,
         sink: WorkerSink | FamilySink | None = None,
         sends_dead: bool = True,
+        let_go: bool = False,
     ) -> Flusher[Any]:
         """One flusher of ``stream`` (by default on the worker's sink and acks); ``sends_dead``
-        ``False``: another reader of the same records sends and logs their dead letters."""
+        ``False``: another reader of the same records sends and logs their dead letters; ``let_go``:
+        it lets go of records at its memory bound, for the other reader of its consumer to go on."""
         s = self.settings
         marked = stream.writes == "idempotent"
         # Idempotent writes have no transaction to keep small: a batch is sealed by the
@@ -260,6 +262,7 @@ class StreamWiring:
             checks=self.guard,
             read_range=self.read_range,
             clock=self.clock,
+            let_go=let_go,
         )
 
 

@@ -177,6 +177,17 @@ class WorkerConsumer(faust_aiokafka.Consumer):
             notify(self._waiting_for_ack)
         return dropped
 
+    def release(self, topic: str, partition: int, start: int) -> int:
+        """Stop waiting for the delivered lists of a partition from ``start`` on: a reader let
+        go of them, unacked, and the partition is read again from its committed offset after
+        the rebalance (:mod:`pipeline.worker.letgo`). Returns the lists released."""
+        with ack_lock:
+            gone = [k for k in self._standing if k[0] == topic and k[1] == partition and k[2] >= start]
+            for key in gone:
+                self._unacked_messages.discard(self._standing.pop(key))
+            notify(self._waiting_for_ack)
+        return len(gone)
+
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - needs a broker
         """Faust's fetch loop (``Consumer._drain_messages``), one handler call per partition and fetch."""
         handlers = batch_handlers(self.app)

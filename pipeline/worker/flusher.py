@@ -41,6 +41,7 @@ from pipeline.worker.bounds import CommitBound
 from pipeline.worker.committer import Ack, BatchCommitter, ReadRange, SendDead, StreamPorts
 from pipeline.worker.cursors import Positions
 from pipeline.worker.gate import PartitionChecks, PartitionGate
+from pipeline.worker.letgo import Incoming, LetGoReader
 from pipeline.worker.policy import FlushHooks, FlushPolicy
 from pipeline.worker.retry import Retrier
 
@@ -53,8 +54,6 @@ MAX_SEALED = 2
 #: Events taken from one list of messages between two yields to the event loop.
 YIELD_EVERY = 5000
 
-#: One Kafka message as a flusher takes it: offset, value, ack handle, timestamp (ms, 0 if none).
-Incoming = tuple[int, bytes | None, object, int]
 
 
 class Flusher(Generic[A]):
@@ -79,6 +78,7 @@ class Flusher(Generic[A]):
         checks: PartitionChecks | None = None,
         read_range: ReadRange | None = None,
         clock: DecisionClock | None = None,
+        let_go: bool = False,
     ) -> None:
         self.stream = stream
         self.policy = policy
@@ -124,6 +124,9 @@ class Flusher(Generic[A]):
         self._epoch = 0
         #: The task running :meth:`flush` now (what :meth:`abandon` cancels).
         self._flush_task: asyncio.Task[None] | None = None
+        #: A reader that shares its consumer with a family flushed ahead lets go of records at
+        #: its memory bound instead of stopping the consumer (:mod:`pipeline.worker.letgo`).
+        self.let_go = LetGoReader(self, read_range) if let_go and read_range is not None else None
 
     # -- what others read ---------------------------------------------------------
 
@@ -177,6 +180,8 @@ class Flusher(Generic[A]):
         if not messages:
             return True
         epoch = self._epoch
+        if self.let_go is not None and self.let_go.ranges.holds(tp, messages[0][0]):
+            return await self.let_go.let_go_of(tp, messages, epoch)
         if self.sink.exactly_once:
             if not self.positions.known(tp):
                 await self.load_positions([tp])
@@ -197,12 +202,14 @@ class Flusher(Generic[A]):
                     await self.gate.gap(tp, stored, first)
                     if self._epoch != epoch:
                         return False
-        bound, limit = self.bound, self.max_pending_keys
+        bound, limit, let_go = self.bound, self.max_pending_keys, self.let_go
         held = self._held_keys()  # sealed and in-flight batches change only while this awaits
         mark = self.batch.events
-        for offset, value, ack, ts in messages:
+        for i, (offset, value, ack, ts) in enumerate(messages):
             b = self.batch
             if len(self.sealed) >= MAX_SEALED or held + b.pending_keys() >= limit:
+                if let_go is not None and let_go.take(tp, messages[i:]):
+                    return True
                 await self._backpressure()
                 if self._epoch != epoch:
                     return False  # abandoned (rebalance past its drain bound): not ingested, not acked
@@ -270,6 +277,20 @@ class Flusher(Generic[A]):
             self.sealed.append(self.batch)
             self.batch = new_batch(self._factory, self.marked, self.clock)
 
+    def has_room(self) -> bool:
+        """Whether a message taken now stays under the memory bound."""
+        return len(self.sealed) < MAX_SEALED and self.pending_keys() < self.max_pending_keys
+
+    @property
+    def epoch(self) -> int:
+        """Bumped by :meth:`abandon`: what was read before it is not taken any more."""
+        return self._epoch
+
+    def release(self) -> dict[TP, int]:
+        """Forget what was let go of (a rebalance or a stop): Kafka's committed offsets are below it,
+        so it is read again from there. Returns each partition's first offset let go of."""
+        return {} if self.let_go is None else self.let_go.release()
+
     def forget_positions(self, tps: Sequence[TP]) -> None:
         """After a rebalance: drop cached positions of partitions with nothing pending."""
         pending = set(self.batch.offsets).union(*(b.offsets for b in self.sealed))
@@ -336,6 +357,8 @@ class Flusher(Generic[A]):
         the re-read records skip). Messages delivered before this are not ingested.
         """
         self._epoch += 1
+        if self.let_go is not None:
+            self.let_go.stop()
         dropped = self.uncommitted_events()
         task = self._flush_task
         if task is not None and not task.done() and task is not asyncio.current_task():

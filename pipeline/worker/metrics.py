@@ -139,6 +139,24 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
     ),
     (
         "counter",
+        "preagg_records_let_go",
+        "Records a reader let go of at its memory bound, for the other reader of its consumer to go on",
+        lambda f: f.let_go.ranges.let_go if f.let_go is not None else 0,
+    ),
+    (
+        "counter",
+        "preagg_records_read_again",
+        "Records let go of and read again from Kafka once there was room",
+        lambda f: f.let_go.ranges.reread if f.let_go is not None else 0,
+    ),
+    (
+        "gauge",
+        "preagg_records_behind",
+        "Records let go of and not read again yet (offsets; at most PREAGG_MAX_PENDING_KEYS)",
+        lambda f: f.let_go.ranges.behind() if f.let_go is not None else 0,
+    ),
+    (
+        "counter",
         "preagg_held_back_messages",
         "Messages of diverged partitions, not counted",
         lambda f: f.stats.held_back,

@@ -57,6 +57,7 @@ def bound_revoke_drain(app: faust.App, flushers: list[Flusher[Any]], bound: floa
         )
 
     async def bounded(consumer: Any, logger: Any) -> None:
+        release(consumer, flushers)
         if app.should_stop or not app.conf.stream_wait_empty:
             await waits(consumer, logger)
             return
@@ -74,6 +75,22 @@ def bound_revoke_drain(app: faust.App, flushers: list[Flusher[Any]], bound: floa
                 now.cancel()
 
     app._consumer_wait_empty = bounded  # type: ignore[method-assign]
+
+
+def release(consumer: Any, flushers: list[Flusher[Any]]) -> None:
+    """Records a reader let go of are not waited for: nothing acked them, so the partitions'
+    next owner reads them again from Kafka's committed offsets."""
+    for f in flushers:
+        for (topic, partition), start in f.release().items():
+            lists = cast(WorkerConsumer, consumer).release(topic, partition, start)
+            log.info(
+                "%s[%d]: %s let go of offsets %d on (%d delivered lists); read again after the rebalance",
+                topic,
+                partition,
+                f.stream,
+                start,
+                lists,
+            )
 
 
 async def flush_all(flushers: list[Flusher[Any]]) -> None:

@@ -24,6 +24,9 @@ class FakeFlusher:
         self.abandoned += 1
         return 100
 
+    def release(self) -> dict[tuple[str, int], int]:
+        return {}
+
 
 def test_a_rebalance_commits_at_once_instead_of_waiting_for_the_batch_to_age() -> None:
     """Faust's drain waits for every delivered message's ack. In a backlog the
