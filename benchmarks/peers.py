@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -24,6 +25,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -437,7 +439,9 @@ def killed(run: Run, truth: Counter[Cell], want: int, timeout: float) -> dict[st
     return out
 
 
-def live(base: Settings, shape: str, rate: int, seconds: float, svc: Any = None) -> dict[str, Any]:
+def live(
+    base: Settings, shape: str, rate: int, seconds: float, svc: Any = None, tree: Path | None = None
+) -> dict[str, Any]:
     """A live stream over ``shape``'s pages at ``rate`` events/s: how fresh a site chart and a page
     are as a reader sees them (probe hits, each on a site of its own), the document writes live
     traffic needs and makes, the store's CPU, the worker's memory."""
@@ -450,7 +454,7 @@ def live(base: Settings, shape: str, rate: int, seconds: float, svc: Any = None)
     n = int(rate * seconds)
     background, truth = generate(SHAPES[shape], n, time.time() - 60, seed=11)
     asyncio.run(send_lines(settings, settings.topic("hits"), background[:1], 1))
-    worker = WorkerProcess(settings.with_(web_port=web), f"peers-live-{tag}").start()
+    worker = WorkerProcess(settings.with_(web_port=web), f"peers-live-{tag}", tree).start()
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     ledger = client[settings.db][OFFSETS_COLLECTION]
     rss: list[float] = []
@@ -459,12 +463,13 @@ def live(base: Settings, shape: str, rate: int, seconds: float, svc: Any = None)
         docs0 = sum(int(d.get("docs", 0)) for d in ledger.find({"group": settings.group_id}))
         cpu0 = services_cpu(svc) if svc is not None else {}
         began = time.perf_counter()
+        watch = MetricsWatch(web)
+        watch.start()
         site_lat, page_lat = asyncio.run(freshness_of_both(settings, rate, seconds, 2, background))
         took = time.perf_counter() - began
         cpu1 = services_cpu(svc) if svc is not None else {}
         docs1 = sum(int(d.get("docs", 0)) for d in ledger.find({"group": settings.group_id}))
-        with urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10) as r:
-            body = r.read().decode()
+        body = watch.stop()
         rss = [float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith("preagg_worker_rss_bytes")]
     finally:
         worker.terminate()
@@ -484,8 +489,46 @@ def live(base: Settings, shape: str, rate: int, seconds: float, svc: Any = None)
         # CPU seconds per second of the broker's and the store's processes (1.0: one core busy).
         **{f"{k}_cpu_share": round((cpu1.get(k, v) - v) / took, 2) for k, v in cpu0.items()},
         "worker_rss_mb": round(rss[0] / 1e6) if rss else None,
+        "worker_rss_max_mb": round(watch.most["preagg_worker_rss_bytes"] / 1e6),
+        # The pages' reader letting go of records at its memory bound (pipeline/worker/letgo.py).
+        "records_let_go": round(metric_of(body, "preagg_records_let_go_total")),
+        "records_read_again": round(metric_of(body, "preagg_records_read_again_total")),
+        "records_behind_max": round(watch.most["preagg_records_behind"]),
         **flush_figures(worker.log_path.read_text(), "hits"),
     }
+
+
+def metric_of(body: str, name: str) -> float:
+    """The sum of a metric's samples in a Prometheus text page."""
+    return sum(float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith((name + "{", name + " ")))
+
+
+class MetricsWatch(threading.Thread):
+    """The worker's metrics every 2 s while a live run goes on: the largest of a few gauges."""
+
+    WATCHED = ("preagg_records_behind", "preagg_worker_rss_bytes")
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.done, self.body = port, threading.Event(), ""
+        self.most = dict.fromkeys(self.WATCHED, 0.0)
+
+    def scrape(self) -> None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+            self.body = r.read().decode()
+        for name in self.WATCHED:
+            self.most[name] = max(self.most[name], metric_of(self.body, name))
+
+    def run(self) -> None:
+        while not self.done.wait(2.0):
+            with contextlib.suppress(OSError):  # a slow answer: the next scrape
+                self.scrape()
+
+    def stop(self) -> str:
+        self.done.set()
+        self.join()
+        self.scrape()
+        return self.body
 
 
 def percentiles(name: str, seconds: list[float]) -> dict[str, float | None]:
@@ -601,6 +644,10 @@ def main() -> None:
         action="store_true",
         help="each live row also with PREAGG_HITS_ROLLUPS_AHEAD off (one flush writes every document)",
     )
+    ap.add_argument(
+        "--live-bound", type=int, default=0, help="PREAGG_MAX_PENDING_KEYS of the live runs (0: the default)"
+    )
+    ap.add_argument("--live-tree", type=Path, help="run the live worker from this checkout (an A/B of trees)")
     ap.add_argument("--out", default="bench-results/peers.json")
     args = ap.parse_args()
     wants_quix = any(s.startswith("quix") for s in args.systems)
@@ -681,9 +728,10 @@ def main() -> None:
         ]
         for name in args.live:
             for ahead in (True, False) if args.live_both else (True,):
-                row = live(
-                    base.with_stream(HITS, rollups_ahead=ahead), name, args.live_rate, args.live_seconds, svc
-                )
+                at = base.with_stream(HITS, rollups_ahead=ahead)
+                at = at.with_(max_pending_keys=args.live_bound) if args.live_bound else at
+                row = live(at, name, args.live_rate, args.live_seconds, svc, args.live_tree)
+                row["max_pending_keys"] = at.max_pending_keys
                 row["rollups_ahead"] = ahead
                 if capacity:
                     row["store_capacity_upserts_per_s"] = round(min(capacity))

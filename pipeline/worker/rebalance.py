@@ -57,9 +57,13 @@ def bound_revoke_drain(app: faust.App, flushers: list[Flusher[Any]], bound: floa
         )
 
     async def bounded(consumer: Any, logger: Any) -> None:
-        release(consumer, flushers)
+        # A list let go of stood for the other reader's records of it too: once released, the
+        # wait for acks no longer covers them, so the drain also waits for one flush of all.
+        released = release(consumer, flushers)
         if app.should_stop or not app.conf.stream_wait_empty:
             await waits(consumer, logger)
+            if released:
+                await flush_all(flushers)
             return
         log.info("rebalance: committing what was delivered (at most %.0fs)", bound)
         watchdog = asyncio.ensure_future(give_up(consumer))
@@ -69,6 +73,8 @@ def bound_revoke_drain(app: faust.App, flushers: list[Flusher[Any]], bound: floa
         now = asyncio.ensure_future(flush_all(flushers))
         try:
             await waits(consumer, logger)
+            if released:
+                await asyncio.wait([now])  # ends with it, or with the bound's abandon cancelling it
         finally:
             watchdog.cancel()
             if not now.done():
@@ -77,11 +83,13 @@ def bound_revoke_drain(app: faust.App, flushers: list[Flusher[Any]], bound: floa
     app._consumer_wait_empty = bounded  # type: ignore[method-assign]
 
 
-def release(consumer: Any, flushers: list[Flusher[Any]]) -> None:
+def release(consumer: Any, flushers: list[Flusher[Any]]) -> int:
     """Records a reader let go of are not waited for: nothing acked them, so the partitions'
-    next owner reads them again from Kafka's committed offsets."""
+    next owner reads them again from Kafka's committed offsets. Returns the partitions released."""
+    released = 0
     for f in flushers:
         for (topic, partition), start in f.release().items():
+            released += 1
             lists = cast(WorkerConsumer, consumer).release(topic, partition, start)
             log.info(
                 "%s[%d]: %s let go of offsets %d on (%d delivered lists); read again after the rebalance",
@@ -91,6 +99,7 @@ def release(consumer: Any, flushers: list[Flusher[Any]]) -> None:
                 start,
                 lists,
             )
+    return released
 
 
 async def flush_all(flushers: list[Flusher[Any]]) -> None:

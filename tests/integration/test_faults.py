@@ -212,6 +212,7 @@ def test_seeded_fault_schedules_stay_exact(settings: Settings) -> None:
     assert seen["rival_insert"] > 0 and seen["lost_reply"] > 0 and seen["kill -9"] > 0, (seen, lines)
     assert seen["write_concern_error"] > 0 and seen["rolled_back"] > 0, (seen, lines)
     assert seen["paused lease holder"] > 0 and any(k.startswith("ledger ") for k in seen), (seen, lines)
+    assert any(k.startswith("a memory bound") for k in seen), (seen, lines)
 
 
 def get_json(url: str) -> tuple[int, dict[str, Any]]:

@@ -49,3 +49,37 @@ def test_a_rebalance_commits_at_once_instead_of_waiting_for_the_batch_to_age() -
 
     flushed, abandoned = asyncio.run(scenario())
     assert flushed and abandoned == 0
+
+
+def test_lists_let_go_of_are_released_and_the_drain_waits_for_the_others_flush() -> None:
+    """A list the pages' reader let go of stood for the rollups' records of it too: released, the
+    acks no longer cover those, so the drain waits for the flush itself before the partitions go."""
+
+    async def scenario() -> tuple[list[tuple[str, int, int]], bool]:
+        released: list[tuple[str, int, int]] = []
+
+        class LettingGo(FakeFlusher):
+            def release(self) -> dict[tuple[str, int], int]:
+                return {("hits", 2): 40}
+
+            async def flush(self, sealed_only: bool = False) -> None:
+                await asyncio.sleep(0.01)  # the commit takes a while: the drain must not cut it
+                self.flushed.set()
+
+        flusher = LettingGo()
+
+        async def waits(consumer: Any, logger: Any) -> None:  # nothing left unacked once released
+            return None
+
+        app = SimpleNamespace(
+            _consumer_wait_empty=waits, should_stop=False, conf=SimpleNamespace(stream_wait_empty=True)
+        )
+        consumer = SimpleNamespace(
+            abandon_unacked=lambda: 0, release=lambda *tp_start: released.append(tp_start) or 1
+        )
+        bound_revoke_drain(app, [flusher], bound=60.0)  # type: ignore[arg-type, list-item]
+        await asyncio.wait_for(app._consumer_wait_empty(consumer, None), timeout=60)
+        return released, flusher.flushed.is_set()
+
+    released, flushed = asyncio.run(scenario())
+    assert released == [("hits", 2, 40)] and flushed
