@@ -55,7 +55,6 @@ MAX_SEALED = 2
 YIELD_EVERY = 5000
 
 
-
 class Flusher(Generic[A]):
     """Holds the pending batch of one stream kind, feeds it, seals it, and flushes it in order.
 

@@ -28,6 +28,11 @@ from pipeline.worker.committer import ReadRange
 from pipeline.worker.cursors import Positions
 from pipeline.worker.retry import Retrier
 
+log = logging.getLogger("preagg.flush")
+
+#: Offsets read again from Kafka at a time.
+REREAD_CHUNK = 5000
+
 #: One Kafka message as a flusher takes it: offset, value, ack handle, timestamp (ms, 0 if none).
 Incoming = tuple[int, bytes | None, object, int]
 
@@ -49,11 +54,6 @@ class Reader(Protocol):
     async def receive_many(self, tp: TP, messages: Sequence[Incoming]) -> bool: ...
     async def run_flush(self, sealed_only: bool = False) -> None: ...
     async def load_positions(self, tps: Sequence[TP]) -> None: ...
-
-log = logging.getLogger("preagg.flush")
-
-#: Offsets read again from Kafka at a time.
-REREAD_CHUNK = 5000
 
 
 class Handle(NamedTuple):
