@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 from pymongo import MongoClient
 
 from benchmarks.common import cpu_seconds, embedded, header, peak_rss_mb, side_venv, write_results
@@ -457,7 +458,6 @@ def live(
     worker = WorkerProcess(settings.with_(web_port=web), f"peers-live-{tag}", tree).start()
     client: MongoClient[dict[str, Any]] = MongoClient(settings.mongo_url)
     ledger = client[settings.db][OFFSETS_COLLECTION]
-    rss: list[float] = []
     try:
         asyncio.run(wait_caught_up(settings, [settings.topic("hits")], timeout=120, poll=0.2))
         docs0 = sum(int(d.get("docs", 0)) for d in ledger.find({"group": settings.group_id}))
@@ -470,7 +470,6 @@ def live(
         cpu1 = services_cpu(svc) if svc is not None else {}
         docs1 = sum(int(d.get("docs", 0)) for d in ledger.find({"group": settings.group_id}))
         body = watch.stop()
-        rss = [float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith("preagg_worker_rss_bytes")]
     finally:
         worker.terminate()
         client.close()
@@ -488,7 +487,7 @@ def live(
         "upserts_per_s": round((docs1 - docs0) / took),
         # CPU seconds per second of the broker's and the store's processes (1.0: one core busy).
         **{f"{k}_cpu_share": round((cpu1.get(k, v) - v) / took, 2) for k, v in cpu0.items()},
-        "worker_rss_mb": round(rss[0] / 1e6) if rss else None,
+        "worker_rss_mb": round(metric_of(body, "preagg_worker_rss_bytes") / 1e6) or None,
         "worker_rss_max_mb": round(watch.most["preagg_worker_rss_bytes"] / 1e6),
         # The pages' reader letting go of records at its memory bound (pipeline/worker/letgo.py).
         "records_let_go": round(metric_of(body, "preagg_records_let_go_total")),
@@ -499,8 +498,8 @@ def live(
 
 
 def metric_of(body: str, name: str) -> float:
-    """The sum of a metric's samples in a Prometheus text page."""
-    return sum(float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith((name + "{", name + " ")))
+    """The sum of a metric's samples (every stream's) in a Prometheus text page."""
+    return sum(s.value for f in text_string_to_metric_families(body) for s in f.samples if s.name == name)
 
 
 class MetricsWatch(threading.Thread):

@@ -42,6 +42,19 @@ Ack = Callable[[Sequence[object]], Awaitable[object]]
 ReadRange = Callable[[TP, int | None, int], Awaitable[list[tuple[int, bytes | None, int]]]]
 
 
+async def read_retried(
+    retry: Retrier, reader: ReadRange, tp: TP, start: int | None, end: int, why: str = ""
+) -> list[tuple[int, bytes | None, int]]:
+    """A partition's records ``[start, end)`` read outside the group, retried (logged, metered)."""
+    records: list[tuple[int, bytes | None, int]] = []
+
+    async def read() -> None:
+        records[:] = await reader(tp, start, end)
+
+    await retry.run(f"re-read of {tp[0]}[{tp[1]}] {start}..{end}{why}", read, 0)
+    return records
+
+
 @dataclass(frozen=True)
 class StreamPorts(Generic[A]):
     """What one stream's batches are made with, written to and read again from (the flusher's
@@ -178,14 +191,8 @@ class BatchCommitter(Generic[A]):
         """
         if self.read_range is None:
             raise RuntimeError(f"{tp[0]}[{tp[1]}]: a flush was cut short and this flusher cannot read ranges")
-        reader = self.read_range
         epoch = self.epoch()
-        records: list[tuple[int, bytes | None, int]] = []
-
-        async def read() -> None:
-            records[:] = await reader(tp, cut.start, cut.end)
-
-        await self.retry.run(f"re-read of {tp[0]}[{tp[1]}] {cut.start}..{cut.end}", read, 0)
+        records = await read_retried(self.retry, self.read_range, tp, cut.start, cut.end)
         batch = new_batch(self.factory, True, self.clock)
         if cut.decided_at is not None:  # an intent that recorded its decisions
             batch.decided_at = cut.decided_at  # decide as the flush did (pipeline.core.clock)

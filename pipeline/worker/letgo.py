@@ -24,7 +24,7 @@ from typing import NamedTuple, Protocol
 
 from pipeline.core.commit import TP
 from pipeline.worker.accounting import FlushStats
-from pipeline.worker.committer import ReadRange
+from pipeline.worker.committer import ReadRange, read_retried
 from pipeline.worker.cursors import Positions
 from pipeline.worker.retry import Retrier
 
@@ -199,7 +199,7 @@ class LetGoReader:
                 await f.run_flush()
                 continue
             tp, start, end = todo
-            records = await self._read(tp, start, end)
+            records = await read_retried(f.retry, self.read_range, tp, start, end, " (let go of)")
             if f.epoch != epoch or ranges.start.get(tp) != start:
                 continue
             if not f.positions.known(tp):
@@ -207,15 +207,6 @@ class LetGoReader:
                 continue
             ranges.advance(tp, start, self._take_again(tp, records, end))
             self._room.set()
-
-    async def _read(self, tp: TP, start: int, end: int) -> list[tuple[int, bytes | None, int]]:
-        records: list[tuple[int, bytes | None, int]] = []
-
-        async def read() -> None:
-            records[:] = await self.read_range(tp, start, end)
-
-        await self.flusher.retry.run(f"re-read of {tp[0]}[{tp[1]}] {start}..{end} (let go of)", read, 0)
-        return records
 
     def _take_again(self, tp: TP, records: Sequence[tuple[int, bytes | None, int]], end: int) -> int:
         """Ingest records read again while there is room; returns the offset to go on from."""
