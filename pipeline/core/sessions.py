@@ -135,6 +135,16 @@ class Sessions:
             closed.append(v)
         return closed
 
+    def open_visits(self) -> list[list[Visit]]:
+        """The visits open now, a visitor's together (what :mod:`pipeline.core.open_visits` saves)."""
+        return list(self._open.values())
+
+    def restore(self, v: Visit) -> None:
+        """Hold ``v`` open again, as saved: it closes as it would have."""
+        key = (v.site, v.visitor)
+        self._open.setdefault(key, []).append(v)
+        self._schedule(key, v)
+
     def resume(self, position: int) -> Resume:
         """Where a replay must start to rebuild the visits open now, ``position`` being the next hit's."""
         oldest = min((v for vs in self._open.values() for v in vs), key=lambda v: v.first, default=None)
