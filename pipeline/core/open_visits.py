@@ -151,7 +151,7 @@ def _visits(doc: dict[str, Any], n: int) -> tuple[float | None, list[Visit]]:
     if len(block):
         _check(block, len(sites), len(pages), n)
     # Columns as Python lists once (``tolist``), not numpy scalars a visit at a time.
-    c = {name: block[name].tolist() for name in ROW.names}
+    c = {name: block[name].tolist() for name in ROW.names or ()}
     visits = [
         Visit(
             sites[c["site"][i]],

@@ -220,9 +220,7 @@ def tally(
         hist.setdefault((v.site, day), [0] * (len(DURATION_BUCKETS) + 1))[bucket(v.duration)] += 1
         pages.setdefault((v.site, day, v.entry), [0, 0])[0] += 1
         pages.setdefault((v.site, day, v.exit), [0, 0])[1] += 1
-    totals = {
-        k: VisitTotals(int(a[0]), int(a[1]), int(a[2]), a[3], tuple(hist[k])) for k, a in acc.items()
-    }
+    totals = {k: VisitTotals(int(a[0]), int(a[1]), int(a[2]), a[3], tuple(hist[k])) for k, a in acc.items()}
     return totals, {k: (e, x) for k, (e, x) in pages.items()}
 
 
