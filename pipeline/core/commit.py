@@ -10,7 +10,7 @@ adapter is imported here: a second store implements this module, not MongoDB's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -19,6 +19,11 @@ from pipeline.core.updates import DocUpdate
 
 #: A Kafka partition as the flushers key it: ``(topic, partition)``.
 TP = tuple[str, int]
+
+Forward = Callable[[Mapping[TP, int]], Awaitable[None]]
+"""Sends a flush's records to another stage once its intent is recorded, given the flush's
+sequence per source partition (the names a receiver takes each record once by): before any
+document is written, so that a flush whose sends are not all acknowledged never commits."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,7 @@ class Sink(Protocol):
         flush_id: str,
         token: str | None = None,
         marked: bool = False,
+        forward: Forward | None = None,
     ) -> Committed: ...
 
     async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from pipeline.core.commit import TP, Committed, Failure, Fence, Ledgers, LedgerView, Sink
+from pipeline.core.commit import TP, Committed, Failure, Fence, Forward, Ledgers, LedgerView, Sink
 from pipeline.core.updates import DocUpdate
 
 #: Between a topic and its family in a family's partition names.
@@ -121,10 +121,11 @@ class FamilySink:
         flush_id: str,
         token: str | None = None,
         marked: bool = False,
+        forward: Forward | None = None,
     ) -> Committed:
         for u in updates:
             self._rename(u)
-        return await self.sink.commit(updates, self._fences(fences), flush_id, token, marked)
+        return await self.sink.commit(updates, self._fences(fences), flush_id, token, marked, forward=forward)
 
     async def outcome(self, fences: Sequence[Fence], flush_id: str) -> bool:
         return await self.sink.outcome(self._fences(fences), flush_id)

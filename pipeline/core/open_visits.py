@@ -25,6 +25,7 @@ import bson
 import numpy as np
 from bson import Binary
 
+from pipeline.core.errors import PreaggError
 from pipeline.core.sessions import Sessions, Visit
 
 #: Bumped when the form changes; a part of another version is refused, never guessed at.
@@ -52,7 +53,7 @@ ROW = np.dtype(
 MAX_PART_BYTES = 8 * 1024 * 1024
 
 
-class OpenVisitsError(ValueError):
+class OpenVisitsError(PreaggError, ValueError):
     """A saved part that is not a form this code wrote: what is wrong with it."""
 
 

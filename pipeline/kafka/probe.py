@@ -83,12 +83,17 @@ async def commit_group_offsets(
 
 
 async def topic_partitions(c: AIOKafkaConsumer, topic: str) -> list[int]:
-    """The partitions Kafka has for ``topic`` (empty when it does not exist), metadata refreshed once."""
+    """The partitions Kafka has for ``topic`` (empty when it does not exist), metadata refreshed once.
+
+    A consumer that was assigned partitions refreshes the metadata of their topics only, so a
+    topic it never read is then asked for with every topic's metadata."""
     parts = c.partitions_for_topic(topic)
     if parts is None:
         await c._client.force_metadata_update()
-        parts = c.partitions_for_topic(topic) or set()
-    return sorted(parts)
+        parts = c.partitions_for_topic(topic)
+    if parts is None:
+        parts = (await c._client.fetch_all_metadata()).partitions_for_topic(topic)
+    return sorted(parts or ())
 
 
 async def read_to_end(

@@ -89,6 +89,11 @@ def stream_topics(settings: Settings) -> list[str]:
     return [settings.of(k).topic for k in load_kinds(settings.kinds)]
 
 
+def written_topics(settings: Settings) -> list[str]:
+    """The topics the kinds of ``settings.kinds`` write besides dead letters (:meth:`Kind.topics`)."""
+    return [t for k in load_kinds(settings.kinds) for t in k.topics(settings.of(k))]
+
+
 def named(settings: Settings, tag: str) -> Settings:
     """A copy whose database, topics and group carry ``tag``: runs that share servers stay apart."""
     out = settings.with_(
@@ -97,7 +102,9 @@ def named(settings: Settings, tag: str) -> Settings:
         group_id=f"preagg-{tag}",
     )
     for kind in load_kinds(settings.kinds):
-        out = out.with_stream(kind, topic=f"{kind.name}-{tag}")
+        s = settings.of(kind)
+        named_apart = {name: f"{getattr(s, name)}-{tag}" for name in kind.topic_settings}
+        out = out.with_stream(kind, topic=f"{kind.name}-{tag}", **named_apart)
     return out
 
 
@@ -112,4 +119,5 @@ __all__ = [
     "named",
     "stream_topics",
     "unknown_variables",
+    "written_topics",
 ]

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from pipeline.core.cli_params import Commands, QueryCommand
     from pipeline.core.routes import Route
+    from pipeline.core.visit_hits import VisitHit
 
 
 class Decoder(Protocol):
@@ -73,6 +74,11 @@ class Stream:
     ahead: Stream | None = None
     #: The family's name in its ledgers and marks (named by the kind whenever ``ahead`` is).
     ahead_family: str = ""
+    #: What an aggregate's flush forwards to :attr:`forward_topic` for another stage, once its
+    #: intent is recorded (hits: identified hits, for visits; pipeline/core/visit_hits.py).
+    #: With idempotent writes only.
+    forwarded: Callable[[Any], list[VisitHit]] | None = None
+    forward_topic: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,9 @@ class Kind(Generic[S]):
     #: Bare log-line formats the kind's decoder reads besides JSON events (hits: ``clf``);
     #: ``PREAGG_<KIND>_FORMAT`` may name them, and shippers' envelopes may carry such lines.
     line_formats: tuple[str, ...] = ()
+    #: Settings naming topics the kind writes (:meth:`topics`): a run named apart
+    #: (:func:`pipeline.kinds.named`) names them apart too.
+    topic_settings: tuple[str, ...] = ()
 
     def input_format(self, s: S) -> str:
         """The topic's input format (``PREAGG_<KIND>_FORMAT``), refused if the kind cannot read it."""
@@ -123,6 +132,11 @@ class Kind(Generic[S]):
     def stream(self, ctx: StreamContext, s: S) -> Stream:
         """The aggregator factory (and extra steps) of one worker."""
         raise NotImplementedError
+
+    def topics(self, s: S) -> list[str]:
+        """Topics the kind writes besides dead letters (hits: forwarded hits), which ``preagg
+        setup`` creates with its input topic (default: none)."""
+        return []
 
     def indexes(self, mode: FieldMode) -> list[Index]:
         """Secondary indexes of the kind's collections (``_id`` needs none)."""

@@ -21,7 +21,7 @@ from pipeline.core.errors import InputError
 from pipeline.core.fields import FieldMode, Index, ShardKey, View, check_mode, hashed_id
 from pipeline.kafka.admin import TopicSpec, ensure_topics, missing_topics
 from pipeline.kafka.options import KafkaConnection
-from pipeline.kinds import load_kinds, stream_topics
+from pipeline.kinds import load_kinds, stream_topics, written_topics
 from pipeline.settings import Settings
 from pipeline.store.client import primary
 from pipeline.store.meta import (
@@ -73,7 +73,9 @@ def shard_keys(settings: Settings, mode: FieldMode) -> list[ShardKey]:
 async def setup_kafka(settings: Settings) -> list[str]:
     """Create missing topics; lines saying what was created."""
     conn = KafkaConnection.of(settings)
-    created = await ensure_topics(conn, stream_topics(settings), TopicSpec.of(settings))
+    created = await ensure_topics(
+        conn, [*stream_topics(settings), *written_topics(settings)], TopicSpec.of(settings)
+    )
     created += await ensure_topics(conn, [settings.deadletter_topic], TopicSpec.of(settings, partitions=1))
     return [f"kafka: created topic {t}" for t in created]
 
@@ -114,7 +116,7 @@ async def setup(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) ->
 
 async def missing(settings: Settings, client: AsyncMongoClient[dict[str, Any]]) -> list[str]:
     """What a worker of these settings needs and does not find (topics, collections)."""
-    wanted = [*stream_topics(settings), settings.deadletter_topic]
+    wanted = [*stream_topics(settings), *written_topics(settings), settings.deadletter_topic]
     topics = await missing_topics(KafkaConnection.of(settings), wanted)
     db = primary(client, settings.db)
     existing = set(await db.list_collection_names())

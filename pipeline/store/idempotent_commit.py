@@ -28,6 +28,7 @@ from pipeline.core.commit import (
     Committed,
     Fence,
     FenceConflict,
+    Forward,
     LedgerBehind,
 )
 from pipeline.core.marks import (
@@ -67,17 +68,29 @@ class IdempotentCommit:
     def __init__(self, sink: SinkState) -> None:
         self.sink = sink
 
-    async def commit(self, updates: Sequence[DocUpdate], fences: Sequence[Fence], flush_id: str) -> Committed:
+    async def commit(
+        self,
+        updates: Sequence[DocUpdate],
+        fences: Sequence[Fence],
+        flush_id: str,
+        forward: Forward | None = None,
+    ) -> Committed:
         """Intent, marked writes, finish: each step idempotent, each statement with its own deadline.
 
         Run again after any failure (by the flusher's retry loop, or by the partition's next
         owner from the recorded intent), it writes nothing twice: the intent is found as this
         flush's, documents already holding a mark answer "duplicate key", a finished ledger
         says the flush is done.
+
+        ``forward`` gets the flush's sequence on each partition not finished yet, after the
+        intent and before any document: the intent's sequence names one range for good, so a
+        flush run again sends what it sent before under the same names.
         """
         seqs, done = await self._intent(fences, flush_id)
         if fences and len(done) == len(fences):
             return Committed(already=True)
+        if forward is not None:
+            await forward({tp: sequence_of(v) for tp, v in seqs.items() if tp not in done})
         absent: set[tuple[str, Any]] = set()
         # The read-modify-writes' documents are read whole by ``_read_modified``, which says
         # which are absent: the existence probe leaves them out.

@@ -36,6 +36,7 @@ from pipeline.core.commit import (
     CommitTooLarge,
     Failure,
     Fence,
+    Forward,
     Ledgers,
     LedgerView,
     check_fences,
@@ -159,6 +160,7 @@ class MongoSink:
         flush_id: str,
         token: str | None = None,
         marked: bool = False,
+        forward: Forward | None = None,
     ) -> Committed:
         """Write one flush within :attr:`commit_timeout`; report whether it had already committed.
 
@@ -171,7 +173,12 @@ class MongoSink:
         when another worker moved a partition's stored offset under this batch, and
         :class:`~pipeline.store.errors.CommitTooLarge`, before writing anything, when
         the statements exceed :attr:`max_bytes`.
+
+        ``forward``: sent once the flush's intent is recorded, before its documents; only
+        marked writes record an intent, so another mode refuses it.
         """
+        if forward is not None and not (marked and self.exactly_once):
+            raise ValueError("forwarding a flush's records needs exactly-once marked writes")
         try:
             await reach(self.client, min(REACH_TIMEOUT, self.commit_timeout))
         except PyMongoError as exc:
@@ -180,7 +187,7 @@ class MongoSink:
             with pymongo.timeout(min(REACH_TIMEOUT, self.commit_timeout)):
                 self.sharded = await is_sharded_cluster(self.client)
         if marked and self.exactly_once:
-            return await self.idempotent.commit(updates, fences, flush_id)
+            return await self.idempotent.commit(updates, fences, flush_id, forward)
         if not self.shard_keys_matched():
             updates = [key_on_insert(u) for u in updates]
         with pymongo.timeout(self.commit_timeout):

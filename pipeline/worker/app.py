@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -42,6 +42,7 @@ from pipeline.worker.faults import fault_hook
 from pipeline.worker.faust_conf import faust_settings
 from pipeline.worker.flush_loop import FlushLoop
 from pipeline.worker.flusher import Flusher
+from pipeline.worker.forwarding import Forwarder, ForwardOf, forwarded_metrics
 from pipeline.worker.guard import LedgerGuard, lost_metric
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.joint import Ack, JointAck
@@ -115,6 +116,7 @@ def build_app(settings: Settings, make_store: MakeStore) -> tuple[faust.App, lis
     app.idle_watch = idle  # type: ignore[attr-defined]
     extra_metrics = [stream.metrics for _, stream in streams if stream.metrics is not None]
     extra_metrics.append(lambda: [idle_metric(idle), lost_metric(guard.offsets_lost)])
+    extra_metrics.append(lambda: forwarded_metrics(wiring.forwarders))
     extra_metrics.append(
         lambda: [refused_commits_metric(getattr(app.consumer, "refused_commits", RefusedCommits()).refusals)]
     )
@@ -178,6 +180,8 @@ class StreamWiring:
             settings.deadletter_topic, key_serializer="raw", value_serializer="raw", partitions=1
         )
         self.ranges = PartitionProbe(KafkaConnection.of(settings))
+        #: Each stream's sends to another stage (their counts are metrics).
+        self.forwarders: list[Forwarder] = []
 
     async def send_dead(self, letters: Sequence[DeadLetter]) -> None:
         # A deadline like every store call: an unreachable broker is a logged, retried failure.
@@ -188,6 +192,27 @@ class StreamWiring:
             ]
             for fut in futures:
                 await fut
+
+    def forwarder(self, stream: Stream) -> ForwardOf | None:
+        """What the stream's flushes forward (``Stream.forwarded``), sent to its topic; ``None``: nothing."""
+        if stream.forwarded is None:
+            return None
+        if stream.writes != "idempotent" or not self.sink.exactly_once:
+            raise ValueError(f"{stream.forward_topic}: forwarding needs exactly-once idempotent writes")
+        topic = self.app.topic(stream.forward_topic, key_serializer="raw", value_serializer="raw")
+
+        async def send(value: bytes, partition: int) -> Awaitable[object]:
+            return await topic.send(value=value, partition=partition)
+
+        forwarder = Forwarder(
+            stream.forward_topic,
+            stream.forwarded,
+            send,
+            lambda: self.ranges.partitions(stream.forward_topic),
+            self.settings.commit_timeout,
+        )
+        self.forwarders.append(forwarder)
+        return forwarder.of
 
     async def ack(self, handles: Sequence[object]) -> None:
         cast(WorkerConsumer, self.app.consumer).ack_records(cast(Sequence[Record], handles))
@@ -258,6 +283,7 @@ class StreamWiring:
                 before_plan_label=stream.before_plan_label,
                 after_commit=stream.after_commit,
                 on_writing=stream.on_writing or ignored,
+                forward_of=self.forwarder(stream),
             ),
             checks=self.guard,
             read_range=self.read_range,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Generic
 
 from pipeline.core.clock import DecisionClock
-from pipeline.core.commit import TP, Committed, Fence, FenceConflict, Pending, Sink
+from pipeline.core.commit import TP, Committed, Fence, FenceConflict, Forward, Pending, Sink
 from pipeline.core.envelope import events_of
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
 from pipeline.worker.accounting import Accounting
@@ -131,6 +131,7 @@ class BatchCommitter(Generic[A]):
         rss = rss_bytes()
         fences = [replace(f, rss=rss) for f in fences]
         plan = split_wide(plan, self.policy.max_fields_per_update)
+        forward = self._forward(batch)
         await self._send_dead(batch)
         result = Committed()
         commit_seconds = 0.0
@@ -142,7 +143,9 @@ class BatchCommitter(Generic[A]):
                 hooks.fault("before-commit")
                 token = await self.retry.token()
                 began = time.monotonic()
-                result = await self.sink.commit(plan, fences, flush_id, token, marked=self.marked)
+                result = await self.sink.commit(
+                    plan, fences, flush_id, token, marked=self.marked, forward=forward
+                )
                 commit_seconds = time.monotonic() - began
                 self.retry.released(token)
 
@@ -242,6 +245,13 @@ class BatchCommitter(Generic[A]):
                 flush_id,
             )
         return found
+
+    def _forward(self, batch: PendingBatch[A]) -> Forward | None:
+        """What the batch's flush forwards once its intent is recorded (``None``: nothing)."""
+        forward_of = self.hooks.forward_of
+        if forward_of is None or not batch.by_tp:
+            return None
+        return forward_of({tp[1]: a for tp, a in batch.by_tp.items()})
 
     async def _send_dead(self, batch: PendingBatch[A]) -> None:
         """The batch's dead letters, sent (retried) and logged once, before its store commit."""

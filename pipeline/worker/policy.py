@@ -9,10 +9,11 @@ after a commit. Unit tests leave the hooks they do not need at their defaults.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.core.commit import Forward
 from pipeline.worker.exits import exit_fenced
 from pipeline.worker.retry import OnStuck
 
@@ -63,3 +64,6 @@ class FlushHooks:
     #: Told when the flusher starts writing its batches (``True``) and when it is done
     #: (hits: the stored visitor numbers wait while a commit is written).
     on_writing: Callable[[bool], None] = ignored
+    #: A batch's aggregates by source partition → what its flush forwards to another stage once
+    #: its intent is recorded (:class:`~pipeline.worker.forwarding.Forwarder`); idempotent writes.
+    forward_of: Callable[[Mapping[int, Any]], Forward | None] | None = None

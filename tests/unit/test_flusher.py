@@ -65,6 +65,7 @@ class ModelStore:
         flush_id: str,
         token: str | None = None,
         marked: bool = False,
+        forward: Any = None,
     ) -> Committed:
         docs = len({u.id for u in updates})
         self.tokens.append(token)
@@ -554,6 +555,7 @@ def test_write_conflicts_are_counted_and_retried() -> None:
         flush_id: str,
         token: str | None = None,
         marked: bool = False,
+        forward: Any = None,
     ) -> Committed:
         if next(conflicts, False):
             store.tokens.append(token)
@@ -665,7 +667,13 @@ def test_abandon_drops_uncommitted_batches_unacked_and_cancels_the_commit_in_fli
             self.entered = asyncio.Event()
 
         async def commit(
-            self, updates: Any, fences: Any, flush_id: str, token: str | None = None, marked: bool = False
+            self,
+            updates: Any,
+            fences: Any,
+            flush_id: str,
+            token: str | None = None,
+            marked: bool = False,
+            forward: Any = None,
         ) -> Committed:
             if self.hang:
                 self.entered.set()

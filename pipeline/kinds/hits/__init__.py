@@ -37,6 +37,7 @@ class Hits(Kind[HitsSettings]):
     formats = ("jsonl", "clf")
     about = "web hits: JSON lines, or access logs (clf)"
     line_formats = ("clf",)
+    topic_settings = ("visits_topic",)
 
     def decoder(self, settings: Settings, s: HitsSettings) -> HitDecoder:
         try:
@@ -72,6 +73,9 @@ class Hits(Kind[HitsSettings]):
 
     def collections(self) -> list[str]:
         return [*super().collections(), SITES_COLLECTION, SECRETS_COLLECTION]
+
+    def topics(self, s: HitsSettings) -> list[str]:
+        return [s.visits_topic] if s.visits else []
 
     def shard_keys(self, mode: FieldMode) -> list[ShardKey]:
         return [

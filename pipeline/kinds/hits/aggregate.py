@@ -17,6 +17,7 @@ from pipeline.core.rejection import Rejection
 from pipeline.core.times import minute_of
 from pipeline.core.uniques import Budget
 from pipeline.core.updates import DocUpdate
+from pipeline.core.visit_hits import VisitHit
 from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.families import PAGES, SITES, Family, of_family
 from pipeline.kinds.hits.layout import HitsFields
@@ -33,7 +34,7 @@ from pipeline.kinds.hits.planning.inputs import (
     cap_key,
 )
 from pipeline.kinds.hits.sites.caps import PageCaps, unlimited
-from pipeline.kinds.hits.visitors import ident_hash
+from pipeline.kinds.hits.visitors import ident_hash, keyed_hash
 from pipeline.kinds.hits.visits import Visits
 
 __all__ = [
@@ -75,6 +76,7 @@ class HitCounts:
         "decoder",
         "family",
         "fields",
+        "forward",
         "prop_keys",
         "props",
         "props_pending",
@@ -96,6 +98,7 @@ class HitCounts:
         visitor_keys: Callable[[int], bytes] | None = None,
         visitor_budget: Budget | None = None,
         family: Family = None,
+        forwarding: bool = False,
     ) -> None:
         self.decoder = decoder
         #: Which documents this window writes (:data:`Family`).
@@ -128,6 +131,9 @@ class HitCounts:
         self.visitor_keys = visitor_keys
         #: What this worker wrote to each sketch holder, across its flushes.
         self.visitor_budget = visitor_budget if visitor_budget is not None else Budget()
+        #: With ``forwarding``: every identified hit in arrival order (site, in-memory visitor
+        #: hash, time, page), for the visits stage (:meth:`visit_hits`).
+        self.forward: list[tuple[str, int, float, str]] | None = [] if forwarding else None
 
     def ingest(self, raw: bytes, partition: int = 0) -> Rejection | None:
         """Count one encoded hit; a rejection is returned, not raised."""
@@ -135,6 +141,8 @@ class HitCounts:
         if isinstance(got, Rejection):
             return got
         (site, page, ts, props), who = got
+        if who is not None and self.forward is not None:
+            self.forward.append((site, ident_hash(site, who), ts, page))
         if self.family == SITES:  # the rollups need no page: one key per site and minute
             page = ""
         minute = minute_of(ts)
@@ -173,7 +181,25 @@ class HitCounts:
         return None
 
     def __len__(self) -> int:
-        return len(self.counts) + self.props_pending + self.visit_entries
+        return len(self.counts) + self.props_pending + self.visit_entries + len(self.forward or ())
+
+    def visit_hits(self) -> list[VisitHit]:
+        """The identified hits to forward, in arrival order, each visitor as its keyed hash
+        (:func:`~pipeline.kinds.hits.visitors.keyed_hash` with its local day's key, as the
+        sketches store it): a function of the hits, so a flush written again forwards the same."""
+        if not self.forward:
+            return []
+        if self.visitor_keys is None:
+            raise RuntimeError("forwarded hits need the visitor keys (visitor_keys)")
+        keyed: dict[tuple[int, int], int] = {}
+        out: list[VisitHit] = []
+        for site, ident, ts, page in self.forward:
+            ordinal = self.calendars.calendar(site).day_of(minute_of(ts))[0]
+            h = keyed.get((ordinal, ident))
+            if h is None:
+                h = keyed[ordinal, ident] = keyed_hash(self.visitor_keys(ordinal), ident)
+            out.append(VisitHit(site, h, float(ts), page))
+        return out
 
     def documents(self) -> int:
         """Daily documents touched, twice (each has at most one monthly document), pages' and sites'.

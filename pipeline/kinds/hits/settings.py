@@ -129,6 +129,14 @@ class HitsSettings(StreamSettings):
     #: is then aggregated twice: a backlog is caught up at 0.83-0.93 times the speed. Off: one
     #: flush writes both, and the site chart waits for the pages. With idempotent writes only.
     rollups_ahead: bool = True
+    #: Forward every identified hit (its site, keyed visitor hash, time and page: never the
+    #: address) to ``visits_topic``, packed per destination partition by visitor, for the
+    #: stage that makes visits of them (docs/visits.md; the stage itself is not built yet).
+    #: A flush sends them once its intent is recorded and before its documents, so each
+    #: flush's are named for good. Needs ``visitors`` and exactly-once writes.
+    visits: bool = False
+    #: The topic forwarded hits go to (created by ``preagg setup`` when ``visits`` is on).
+    visits_topic: str = "hits-visits"
 
 
 #: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.

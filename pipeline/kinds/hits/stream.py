@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import date
+from typing import Any
 
 from pipeline.core.uniques import Budget
 from pipeline.kinds.hits import layout
@@ -119,6 +120,9 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         if agg.visits:
             await visitor_keys.load()  # once: the deployment's secret (created by the first worker)
 
+    # Identified hits go to the visits stage from one reader: the site rollups' (the first to
+    # flush), else the one stream.
+    forwarding = visits_forwarding(ctx, s)
     ahead = None
     if s.rollups_ahead:
         decoder.share()  # both flushers read every record: decoded once
@@ -132,13 +136,26 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
                 await visitor_keys.load()
 
         ahead = Stream(
-            lambda: HitCounts(decoder, fields, prop_keys, sites, rollup_caps, key_of, rollup_budget, SITES),
+            lambda: HitCounts(
+                decoder, fields, prop_keys, sites, rollup_caps, key_of, rollup_budget, SITES, s.visits
+            ),
             before_plan=before_rollups,
             before_plan_label="sites' zones, name store and visitor secret",
+            **forwarding,
         )
     family = PAGES if ahead is not None else None
     return Stream(
-        lambda: HitCounts(decoder, fields, prop_keys, sites, caps, key_of, visitor_budget, family),
+        lambda: HitCounts(
+            decoder,
+            fields,
+            prop_keys,
+            sites,
+            caps,
+            key_of,
+            visitor_budget,
+            family,
+            s.visits and ahead is None,
+        ),
         before_plan=before_plan,
         before_plan_label="sites' zones, page caps, name store and visitor secret",
         metrics=lambda: [
@@ -154,4 +171,20 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         on_writing=on_writing if s.visitors else None,
         ahead=ahead,
         ahead_family=SITES,
+        **({} if ahead is not None else forwarding),
     )
+
+
+def visits_forwarding(ctx: StreamContext, s: HitsSettings) -> dict[str, Any]:
+    """The :class:`Stream` fields that forward identified hits (``visits``), checked against the
+    settings it needs; none when off."""
+    if not s.visits:
+        return {}
+    if not s.visitors:
+        raise SettingsError("PREAGG_HITS_VISITS needs PREAGG_HITS_VISITORS: a visit is a visitor's")
+    if ctx.settings.commit_mode != "exactly_once":
+        raise SettingsError(
+            "PREAGG_HITS_VISITS needs PREAGG_COMMIT_MODE=exactly_once: "
+            "hits are forwarded once a flush's intent is recorded"
+        )
+    return {"forwarded": HitCounts.visit_hits, "forward_topic": s.visits_topic}
