@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.open_visits import ROW, OpenVisitsError, restored, saved
 from pipeline.core.sessions import Sessions, Visit
+from pipeline.testing.packed import changed, rows_changed
 
 T = 1800.0
 H = 1_764_000_000.0
@@ -77,20 +78,19 @@ def test_an_empty_state_saves_as_one_part() -> None:
     assert len(s) == 0 and s.seen is None
 
 
-def _one_part(**change: object) -> bytes:
+def _saved() -> bytes:
     s = Sessions(T)
     s.add("s", 1, H, "/", 0)
     s.add("s", 1, H + 60, "/b", 1)
-    doc = bson.decode(saved(s)[0])
-    doc.update(change)
-    return bson.encode(doc)
+    return saved(s)[0]
 
 
-def _rows(**field: object) -> bytes:
-    block = np.frombuffer(bson.decode(_one_part())["rows"], dtype=ROW).copy()
-    for name, value in field.items():
-        block[name] = value
-    return _one_part(rows=bson.Binary(block.tobytes()))
+def _one_part(**change: object) -> bytes:
+    return changed(_saved(), **change)
+
+
+def _rows(**column: object) -> bytes:
+    return rows_changed(_saved(), ROW, **column)
 
 
 @pytest.mark.parametrize(

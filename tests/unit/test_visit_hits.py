@@ -8,7 +8,6 @@ import random
 from collections import Counter
 
 import bson
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 from pipeline.core.forwarded import Forwarded
 from pipeline.core.rejection import Rejection
 from pipeline.core.visit_hits import ROW, Packed, VisitHit, pack, unpack
+from pipeline.testing.packed import changed, rows_changed
 
 H = 1_764_000_000.0
 
@@ -88,18 +88,16 @@ def test_copies_in_any_order_within_a_flush_are_taken_once() -> None:
     assert Counter(got) == Counter(flushes[0] + flushes[1]) and taken.copies > 0
 
 
+def _packed() -> bytes:
+    return pack("hits", 1, 2, [VisitHit("s", 7, H, "/"), VisitHit("s", 8, H + 1, "/b")], lambda s, v: 0)[0][0]
+
+
 def _message(**change: object) -> bytes:
-    raw = pack("hits", 1, 2, [VisitHit("s", 7, H, "/"), VisitHit("s", 8, H + 1, "/b")], lambda s, v: 0)[0][0]
-    doc = bson.decode(raw)
-    doc.update(change)
-    return bson.encode(doc)
+    return changed(_packed(), **change)
 
 
-def _rows(**field: object) -> bytes:
-    block = np.frombuffer(bson.decode(_message())["rows"], dtype=ROW).copy()
-    for name, value in field.items():
-        block[name] = value
-    return _message(rows=bson.Binary(block.tobytes()))
+def _rows(**column: object) -> bytes:
+    return rows_changed(_packed(), ROW, **column)
 
 
 @pytest.mark.parametrize(
