@@ -646,6 +646,9 @@ def main() -> None:
     ap.add_argument(
         "--live-bound", type=int, default=0, help="PREAGG_MAX_PENDING_KEYS of the live runs (0: the default)"
     )
+    ap.add_argument(
+        "--forward-visits", action="store_true", help="preagg forwards identified hits (PREAGG_HITS_VISITS)"
+    )
     ap.add_argument("--live-tree", type=Path, help="run the live worker from this checkout (an A/B of trees)")
     ap.add_argument("--out", default="bench-results/peers.json")
     args = ap.parse_args()
@@ -668,6 +671,8 @@ def main() -> None:
             base = base.with_(max_pending_keys=args.max_pending_keys)
         if args.rollups_together:
             base = base.with_stream(HITS, rollups_ahead=False)
+        if args.forward_visits:  # the visits stage's first half: what forwarding costs a run
+            base = base.with_stream(HITS, visits=True)
         for name, shape in grid_shapes(args).items():
             lines, truth = generate(shape, args.events, end, visitors=args.visitors or shape.visitors)
             tick = ticks(end, shape)
