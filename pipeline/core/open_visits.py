@@ -26,6 +26,7 @@ import numpy as np
 from bson import Binary
 
 from pipeline.core.errors import PreaggError
+from pipeline.core.packed_form import block_problem, fitting, rows_per_document
 from pipeline.core.sessions import Sessions, Visit
 
 #: Bumped when the form changes; a part of another version is refused, never guessed at.
@@ -62,7 +63,7 @@ def saved(sessions: Sessions, max_bytes: int = MAX_PART_BYTES) -> list[bytes]:
     ``max_bytes`` each (at least one part, so that an empty state is saved too; a part holding
     one visitor's visits alone may pass it)."""
     groups = sessions.open_visits()
-    rows = max(1, max_bytes // (2 * ROW.itemsize))  # room for as many bytes of names as of rows
+    rows = rows_per_document(max_bytes, ROW)
     chunks: list[list[list[Visit]]] = [[]]
     held = 0
     for g in groups:
@@ -71,16 +72,11 @@ def saved(sessions: Sessions, max_bytes: int = MAX_PART_BYTES) -> list[bytes]:
             held = 0
         chunks[-1].append(g)
         held += len(g)
-    return [p for chunk in chunks for p in _parts(chunk, sessions.seen, max_bytes)]
 
+    def encode(part: Sequence[list[Visit]], _index: int) -> bytes:
+        return _part([v for g in part for v in g], sessions.seen)
 
-def _parts(groups: list[list[Visit]], seen: float | None, max_bytes: int) -> list[bytes]:
-    """``groups`` (a visitor's visits each) as one part, or halves of them until each fits."""
-    part = _part([v for g in groups for v in g], seen)
-    if len(part) <= max_bytes or len(groups) <= 1:
-        return [part]
-    half = len(groups) // 2
-    return _parts(groups[:half], seen, max_bytes) + _parts(groups[half:], seen, max_bytes)
+    return [p for chunk in chunks for p in fitting(chunk, encode, max_bytes)]
 
 
 def _part(visits: Sequence[Visit], seen: float | None) -> bytes:
@@ -142,12 +138,10 @@ def _visits(doc: dict[str, Any], n: int) -> tuple[float | None, list[Visit]]:
     seen, sites, pages, rows = doc.get("seen"), doc.get("sites"), doc.get("pages"), doc.get("rows")
     if seen is not None and not (isinstance(seen, float) and math.isfinite(seen)):
         raise OpenVisitsError(f"part {n}: seen is {seen!r}, not a finite time")
-    for name, names in (("sites", sites), ("pages", pages)):
-        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
-            raise OpenVisitsError(f"part {n}: {name} is not a list of strings")
-    if not isinstance(rows, bytes) or len(rows) % ROW.itemsize:
-        raise OpenVisitsError(f"part {n}: rows are not whole {ROW.itemsize}-byte visits")
-    assert isinstance(sites, list) and isinstance(pages, list)
+    problem = block_problem(doc, ROW, "visits")
+    if problem:
+        raise OpenVisitsError(f"part {n}: {problem}")
+    assert isinstance(sites, list) and isinstance(pages, list) and isinstance(rows, bytes)
     block = np.frombuffer(rows, dtype=ROW)
     if len(block):
         _check(block, len(sites), len(pages), n)

@@ -27,6 +27,7 @@ import bson
 import numpy as np
 from bson import Binary
 
+from pipeline.core.packed_form import block_problem, fitting, rows_per_document
 from pipeline.core.rejection import Rejection
 
 #: Bumped when the form changes; a message of another version is refused, never guessed at.
@@ -78,29 +79,17 @@ def pack(
     for h in hits:
         by_dest.setdefault(dest(h.site, h.visitor), []).append(h)
     out: dict[int, list[bytes]] = {}
+    rows = rows_per_document(max_bytes, ROW)
+
+    def encode(chunk: Sequence[VisitHit], index: int) -> bytes:
+        return _message(topic, partition, seq, index, chunk)
+
     for d, group in by_dest.items():
         messages: list[bytes] = []
-        for chunk in _chunks(group, max_bytes):
-            messages.extend(_fitting(topic, partition, seq, chunk, max_bytes, messages))
+        for at in range(0, len(group), rows):
+            messages.extend(fitting(group[at : at + rows], encode, max_bytes, len(messages)))
         out[d] = messages
     return out
-
-
-def _chunks(hits: list[VisitHit], max_bytes: int) -> list[list[VisitHit]]:
-    """``hits`` cut by row count, with as many bytes of names as of rows allowed for."""
-    rows = max(1, max_bytes // (2 * ROW.itemsize))
-    return [hits[i : i + rows] for i in range(0, len(hits), rows)]
-
-
-def _fitting(
-    topic: str, partition: int, seq: int, hits: list[VisitHit], max_bytes: int, before: Sequence[bytes]
-) -> list[bytes]:
-    """``hits`` as one message (index: after ``before``), or halves of them until each fits."""
-    one = _message(topic, partition, seq, len(before), hits)
-    if len(one) <= max_bytes or len(hits) <= 1:
-        return [one]
-    first = _fitting(topic, partition, seq, hits[: len(hits) // 2], max_bytes, before)
-    return first + _fitting(topic, partition, seq, hits[len(hits) // 2 :], max_bytes, [*before, *first])
 
 
 def _message(topic: str, partition: int, seq: int, index: int, hits: Sequence[VisitHit]) -> bytes:
@@ -155,14 +144,10 @@ def _problem(doc: dict[str, Any]) -> str | None:
         v = doc.get(name)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             return f"{name} is {v!r}, not a count"
-    for name in ("sites", "pages"):
-        names = doc.get(name)
-        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
-            return f"{name} is not a list of strings"
-    rows = doc.get("rows")
-    if not isinstance(rows, bytes) or len(rows) % ROW.itemsize:
-        return f"rows are not whole {ROW.itemsize}-byte hits"
-    block = np.frombuffer(rows, dtype=ROW)
+    problem = block_problem(doc, ROW, "hits")
+    if problem:
+        return problem
+    block = np.frombuffer(doc["rows"], dtype=ROW)
     if not len(block):
         return "no hits"
     if int(block["site"].max()) >= len(doc["sites"]) or int(block["page"].max()) >= len(doc["pages"]):
