@@ -141,8 +141,9 @@ class HitCounts:
         if isinstance(got, Rejection):
             return got
         (site, page, ts, props), who = got
-        if who is not None and self.forward is not None:
-            self.forward.append((site, ident_hash(site, who), ts, page))
+        ident = None if who is None else ident_hash(site, who)
+        if ident is not None and self.forward is not None:
+            self.forward.append((site, ident, ts, page))
         if self.family == SITES:  # the rollups need no page: one key per site and minute
             page = ""
         minute = minute_of(ts)
@@ -168,13 +169,12 @@ class HitCounts:
                     self.props_pending += 1
                 else:
                     pairs[pair] = n + 1
-        if who is not None:
+        if ident is not None:
             vk = (site, page, minute // SLOT)
             seen = self.visits.get(vk)
             if seen is None:
                 seen = self.visits[vk] = set()
             self.visit_partitions.add(partition)
-            ident = ident_hash(site, who)
             if ident not in seen:
                 seen.add(ident)
                 self.visit_entries += 1
