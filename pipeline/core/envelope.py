@@ -23,6 +23,11 @@ def unpack(value: bytes) -> Iterator[bytes]:
             yield line
 
 
+def whole(value: bytes | None) -> list[bytes]:
+    """One record per message: a stage's own binary messages, never split into lines."""
+    return [value] if value else []
+
+
 def events_of(value: bytes | None) -> list[bytes]:
     """The events of one Kafka message: one (plain clients and log shippers), or many packed."""
     if not value:

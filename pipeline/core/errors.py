@@ -35,3 +35,8 @@ class InputError(PreaggError, ValueError):
     """The command line, a setting or an input is wrong: one line naming what, exit 2."""
 
     exit_code: ClassVar[int] = EXIT_USAGE
+
+
+class Undecidable(PreaggError):
+    """Stored state a worker cannot go on from (its position is not its ledger's): trying again
+    cannot help, so the flusher escalates it as it does a permanent write error."""

@@ -195,7 +195,9 @@ class VisitTotals:
     visits: int
     bounces: int
     views: int
-    duration: float
+    #: The sum of the visits' durations, each rounded to whole seconds: counters add integers,
+    #: so that flushes adding their visits apart sum what one reading would.
+    duration: int
     buckets: tuple[int, ...]
 
 
@@ -207,20 +209,20 @@ def tally(
     A visit counts on the local day it starts (``day_of``: the site's zone), whatever
     midnight or a clock change does during it; its exit page counts on that day too.
     """
-    acc: dict[tuple[str, int], list[float]] = {}
+    acc: dict[tuple[str, int], list[int]] = {}
     hist: dict[tuple[str, int], list[int]] = {}
     pages: dict[tuple[str, int, str], list[int]] = {}
     for v in visits:
         day = day_of(v.site, v.start)
-        a = acc.setdefault((v.site, day), [0, 0, 0, 0.0])
+        a = acc.setdefault((v.site, day), [0, 0, 0, 0])
         a[0] += 1
         a[1] += 1 if v.bounce else 0
         a[2] += v.views
-        a[3] += v.duration
+        a[3] += round(v.duration)
         hist.setdefault((v.site, day), [0] * (len(DURATION_BUCKETS) + 1))[bucket(v.duration)] += 1
         pages.setdefault((v.site, day, v.entry), [0, 0])[0] += 1
         pages.setdefault((v.site, day, v.exit), [0, 0])[1] += 1
-    totals = {k: VisitTotals(int(a[0]), int(a[1]), int(a[2]), a[3], tuple(hist[k])) for k, a in acc.items()}
+    totals = {k: VisitTotals(a[0], a[1], a[2], a[3], tuple(hist[k])) for k, a in acc.items()}
     return totals, {k: (e, x) for k, (e, x) in pages.items()}
 
 

@@ -31,7 +31,7 @@ from pipeline.core.packed_form import block_problem, fitting, rows_per_document
 from pipeline.core.rejection import Rejection
 
 #: Bumped when the form changes; a message of another version is refused, never guessed at.
-VERSION = 1
+VERSION = 2
 
 #: One hit: its visitor (a keyed 64-bit hash, never the address), event time, site and page
 #: (indexes into the message's lists).
@@ -56,13 +56,23 @@ class VisitHit(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Packed:
-    """One forwarded message: whose flush it is part of, and its hits."""
+    """One forwarded message: whose flush it is part of, its hits, and the highest event time of
+    the whole flush (every destination learns how far its source has read)."""
 
     topic: str
     partition: int
     seq: int
     index: int
     hits: list[VisitHit]
+    high: float
+    #: The flush read its source partition to the end the consumer knew: until it sends again,
+    #: the source need not hold the stage's watermark back.
+    at_end: bool = False
+    #: Partitions of the source's topic (0: not known): the stage waits to hear from each.
+    sources: int = 0
+    #: Other partitions of the source's topic the sender held read to their end, with nothing
+    #: left to flush: the stage need not wait for them (a partition without hits sends nothing).
+    idle: tuple[int, ...] = ()
 
 
 def pack(
@@ -72,27 +82,49 @@ def pack(
     hits: Iterable[VisitHit],
     dest: Callable[[str, int], int],
     max_bytes: int = MAX_MESSAGE_BYTES,
+    destinations: Iterable[int] = (),
+    at_end: bool = False,
+    sources: int = 0,
+    idle: Sequence[int] = (),
 ) -> dict[int, list[bytes]]:
     """Per destination partition, the flush's messages in index order (``seq``: the flush's
-    sequence on source ``topic``/``partition``); each at most about ``max_bytes``."""
+    sequence on source ``topic``/``partition``); each at most about ``max_bytes``.
+
+    Each of ``destinations`` without hits gets one message without any: every message carries
+    the flush's highest event time, so that a destination the flush sent nothing to still
+    learns how far the source has read (its watermark moves, its visits close)."""
     by_dest: dict[int, list[VisitHit]] = {}
+    high = -math.inf
     for h in hits:
         by_dest.setdefault(dest(h.site, h.visitor), []).append(h)
+        high = max(high, h.ts)
+    if not by_dest:
+        return {}
+    for d in destinations:
+        by_dest.setdefault(d, [])
     out: dict[int, list[bytes]] = {}
     rows = rows_per_document(max_bytes, ROW)
 
     def encode(chunk: Sequence[VisitHit], index: int) -> bytes:
-        return _message(topic, partition, seq, index, chunk)
+        return _message(topic, partition, seq, index, chunk, (high, at_end, sources, list(idle)))
 
     for d, group in by_dest.items():
         messages: list[bytes] = []
-        for at in range(0, len(group), rows):
+        for at in range(0, max(len(group), 1), rows):
             messages.extend(fitting(group[at : at + rows], encode, max_bytes, len(messages)))
         out[d] = messages
     return out
 
 
-def _message(topic: str, partition: int, seq: int, index: int, hits: Sequence[VisitHit]) -> bytes:
+def _message(
+    topic: str,
+    partition: int,
+    seq: int,
+    index: int,
+    hits: Sequence[VisitHit],
+    flush: tuple[float, bool, int, list[int]],
+) -> bytes:
+    high, at_end, sources, idle = flush
     sites: dict[str, int] = {}
     pages: dict[str, int] = {}
     block = np.array(
@@ -108,6 +140,10 @@ def _message(topic: str, partition: int, seq: int, index: int, hits: Sequence[Vi
         "p": partition,
         "s": seq,
         "i": index,
+        "hi": float(high),
+        "end": at_end,
+        "n": sources,
+        "idle": idle,
         "sites": list(sites),
         "pages": list(pages),
         "rows": Binary(block.tobytes()),
@@ -131,7 +167,9 @@ def unpack(raw: bytes) -> Packed | Rejection:
         VisitHit(sites[c["site"][i]], c["visitor"][i], c["ts"][i], pages[c["page"][i]])
         for i in range(len(block))
     ]
-    return Packed(doc["t"], doc["p"], doc["s"], doc["i"], hits)
+    return Packed(
+        doc["t"], doc["p"], doc["s"], doc["i"], hits, doc["hi"], doc["end"], doc["n"], tuple(doc["idle"])
+    )
 
 
 def _problem(doc: dict[str, Any]) -> str | None:
@@ -140,18 +178,28 @@ def _problem(doc: dict[str, Any]) -> str | None:
         return f"version {doc.get('v')!r}, this code reads {VERSION}"
     if not isinstance(doc.get("t"), str) or not doc["t"]:
         return "no source topic"
-    for name in ("p", "s", "i"):
+    for name in ("p", "s", "i", "n"):
         v = doc.get(name)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             return f"{name} is {v!r}, not a count"
     problem = block_problem(doc, ROW, "hits")
     if problem:
         return problem
+    high = doc.get("hi")
+    if not isinstance(high, float) or not math.isfinite(high):
+        return f"hi is {high!r}, not a finite time"
+    if not isinstance(doc.get("end"), bool):
+        return f"end is {doc.get('end')!r}, not a boolean"
+    idle = doc.get("idle")
+    if not isinstance(idle, list) or not all(
+        isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in idle
+    ):
+        return f"idle is {idle!r}, not a list of partitions"
     block = np.frombuffer(doc["rows"], dtype=ROW)
     if not len(block):
-        return "no hits"
+        return None
     if int(block["site"].max()) >= len(doc["sites"]) or int(block["page"].max()) >= len(doc["pages"]):
         return "a hit names a site or page the message does not list"
-    if not all(math.isfinite(t) for t in block["ts"].tolist()):
-        return "a hit's time is not finite"
+    if not all(math.isfinite(t) and t <= high for t in block["ts"].tolist()):
+        return "a hit's time is not finite, or past the flush's highest"
     return None

@@ -79,6 +79,12 @@ class Stream:
     #: With idempotent writes only.
     forwarded: Callable[[Any], list[VisitHit]] | None = None
     forward_topic: str = ""
+    #: Each Kafka message is one record, never split into lines (a stage's binary messages).
+    whole_messages: bool = False
+    #: Streams of other topics the kind's workers read, as ``(topic, stream)``: a stage fed by
+    #: this one (hits: the visits stage, reading the forwarded hits). Each has a flusher of
+    #: its own, named as its topic, and ledgers of its own.
+    stages: tuple[tuple[str, Stream], ...] = ()
 
 
 @dataclass(frozen=True)

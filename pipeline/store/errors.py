@@ -23,6 +23,7 @@ from pymongo.errors import (
 )
 
 from pipeline.core.commit import CommitTooLarge, Failure
+from pipeline.core.errors import Undecidable
 
 #: Server error codes that a smaller or shorter transaction avoids.
 SHRINK_CODES = frozenset(
@@ -146,6 +147,8 @@ def permanent(exc: BaseException) -> str | None:
     it, and a retry that fixed them would still meet that one. A transaction's
     ``BSONObjectTooLarge`` is the transaction's size (:func:`shrinks`), not a document's.
     """
+    if isinstance(exc, Undecidable):
+        return str(exc)
     if isinstance(exc, BulkWriteError):
         for e in exc.details.get("writeErrors", []):
             name = PERMANENT_CODES.get(int(e.get("code", 0)))

@@ -102,7 +102,9 @@ class IdempotentCommit:
         size = 0
         parts = phases(updates)
         for i, phase in enumerate(parts):
-            size += await self._marked_writes(phase, seqs, frozenset(absent), fault=i == len(parts) - 1)
+            # A fault point in each phase: the last one's "mid-commit", an earlier one's "early-commit".
+            point = "mid-commit" if i == len(parts) - 1 else "early-commit"
+            size += await self._marked_writes(phase, seqs, frozenset(absent), fault=point)
         await self._finish([f for f in fences if (f.topic, f.partition) not in done], flush_id)
         return Committed(
             False,
@@ -304,7 +306,7 @@ class IdempotentCommit:
         updates: Sequence[DocUpdate],
         seqs: dict[TP, int],
         absent: frozenset[tuple[str, Any]] = frozenset(),
-        fault: bool = True,
+        fault: str | None = "mid-commit",
     ) -> int:
         """Unordered bulk writes of the marked upserts, then the ones refused with "duplicate key" resolved.
 
@@ -333,7 +335,7 @@ class IdempotentCommit:
         updates: Sequence[DocUpdate],
         seqs: dict[TP, int],
         keyed: bool,
-        fault: bool = False,
+        fault: str | None = None,
         absent: frozenset[tuple[str, Any]] = frozenset(),
     ) -> tuple[list[DocUpdate], int]:
         """Unordered bulk writes of :attr:`statement_ops` marked upserts per collection; the updates
@@ -380,8 +382,8 @@ class IdempotentCommit:
                             raise
                         self.sink.first_inserted += int(exc.details.get("nInserted", 0))
                         refused.extend(chunk[e["index"]] for e in errors)
-                if fault and n == 0:
-                    self.sink.fault_point("mid-commit")
+                if fault is not None and n == 0:
+                    self.sink.fault_point(fault)
         finally:
             if built is not None:
                 built.cancel()

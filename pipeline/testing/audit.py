@@ -35,9 +35,10 @@ def counters(doc: Mapping[str, Any], skip: tuple[str, ...], prefix: str = "") ->
 
 
 def sketches(f: object) -> tuple[str, ...]:
-    """The unique-visitor fields of a document's names: sketches (``$max`` registers) and the
-    numbers estimated from them (``visitor_count``), none of them counters."""
-    names = ("visitors", "hourly_visitors", "visitor_count", "visitors_exact")
+    """The fields of a document's names that are not hit counters: the unique visitors' sketches
+    (``$max`` registers) and the numbers estimated from them (``visitor_count``), and the visits
+    the visits stage counts (checked against visits' own truth: tests/integration/test_visits.py)."""
+    names = ("visitors", "hourly_visitors", "visitor_count", "visitors_exact", "visits")
     return tuple(name for name in (getattr(f, n, None) for n in names) if name)
 
 

@@ -37,6 +37,8 @@ class Traffic:
     props: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     #: The visitors of each (site, UTC day), when the traffic names them.
     visitors: dict[tuple[str, date], set[str]] = field(default_factory=dict)
+    #: With visitors: every valid hit as (site, page, time, visitor), in event-time order.
+    identified: list[tuple[str, str, float, str]] = field(default_factory=list)
 
     @property
     def valid(self) -> int:
@@ -114,6 +116,7 @@ def generate(
         if visitors:
             who = event["visitor"] = f"u{vrng.randrange(visitors)}"
             out.visitors.setdefault((site, datetime.fromtimestamp(t, UTC).date()), set()).add(who)
+            out.identified.append((site, page, t, who))
         line = orjson.dumps(event)
         out.per_minute[(site, page, int(t // 60))] += 1
         if rng.random() < late_share:  # arrives up to 2 hours late

@@ -26,6 +26,7 @@ from faust.types import TP
 
 from pipeline.core.clock import DecisionClock
 from pipeline.core.commit import WorkerSink
+from pipeline.core.envelope import events_of, whole
 from pipeline.core.errors import PreaggError
 from pipeline.core.families import FamilySink, family_topic
 from pipeline.core.fields import check_mode
@@ -93,10 +94,11 @@ def build_app(settings: Settings, make_store: MakeStore) -> tuple[faust.App, lis
     wiring = StreamWiring(app, settings, store.sink, guard, clock, loop.seal, fault)
     joints: list[JointAck] = []
     for (kind, stream), topic in zip(streams, topics, strict=True):
-        readers = wiring.flushers(kind.name, stream, joints)
-        flushers.extend(readers)
-        flushed_topics.extend(topic for _ in readers)
-        _subscribe(app, topic, settings.partitions, readers)
+        for name, topic_of, of in ((kind.name, topic, stream), *((t, t, st) for t, st in stream.stages)):
+            readers = wiring.flushers(name, of, joints, topic_of)
+            flushers.extend(readers)
+            flushed_topics.extend(topic_of for _ in readers)
+            _subscribe(app, topic_of, settings.partitions, readers)
     assignments = Assignments(
         app, flushers, guard, store.record_assignment, store.sink.exactly_once, loop.settled
     )
@@ -193,8 +195,9 @@ class StreamWiring:
             for fut in futures:
                 await fut
 
-    def forwarder(self, stream: Stream) -> ForwardOf | None:
-        """What the stream's flushes forward (``Stream.forwarded``), sent to its topic; ``None``: nothing."""
+    def forwarder(self, stream: Stream, read: str) -> ForwardOf | None:
+        """What the stream's flushes (of topic ``read``) forward (``Stream.forwarded``), sent to its
+        topic; ``None``: nothing."""
         if stream.forwarded is None:
             return None
         if stream.writes != "idempotent" or not self.sink.exactly_once:
@@ -210,9 +213,18 @@ class StreamWiring:
             send,
             lambda: self.ranges.partitions(stream.forward_topic),
             self.settings.commit_timeout,
+            self.settings.group_id,
+            lambda partition, end: self._at_end(read, partition, end),
+            lambda: self.ranges.partitions(read),
         )
         self.forwarders.append(forwarder)
         return forwarder.of
+
+    def _at_end(self, topic: str, partition: int, end: int) -> bool:
+        """Whether a flush that read ``topic[partition]`` up to ``end`` read all the consumer has seen
+        there (its highwater; unknown: no)."""
+        high = self.app.consumer.highwater(TP(topic, partition))
+        return high is not None and end >= high
 
     async def ack(self, handles: Sequence[object]) -> None:
         cast(WorkerConsumer, self.app.consumer).ack_records(cast(Sequence[Record], handles))
@@ -223,12 +235,13 @@ class StreamWiring:
             await self.guard.lost(tp, start, min(first, end))  # a redo of records retention deleted
         return records
 
-    def flushers(self, name: str, stream: Stream, joints: list[JointAck]) -> list[Flusher[Any]]:
-        """The stream's flusher, and with a family of documents flushed ahead of it, that family's
-        first (:mod:`pipeline.core.families`): both read every record, acked once both committed it."""
+    def flushers(self, name: str, stream: Stream, joints: list[JointAck], topic: str) -> list[Flusher[Any]]:
+        """The flusher of ``stream`` (reading ``topic``), and with a family of documents flushed ahead
+        of it, that family's first (:mod:`pipeline.core.families`): both read every record, acked
+        once both committed it."""
         ahead = stream.ahead
         if ahead is None or stream.writes != "idempotent" or not self.sink.exactly_once:
-            return [self.flusher(name, stream)]
+            return [self.flusher(name, stream, topic=topic)]
         if not stream.ahead_family:
             raise ValueError(f"{name}: a family of documents flushed ahead needs a name (ahead_family)")
         joint = JointAck(self.ack)
@@ -240,9 +253,14 @@ class StreamWiring:
         # the same records and decide alike (pipeline/core/clock.py).
         return [
             self.flusher(
-                family_topic(name, stream.ahead_family), ahead, joint.party(1), family, sends_dead=False
+                family_topic(name, stream.ahead_family),
+                ahead,
+                joint.party(1),
+                family,
+                sends_dead=False,
+                topic=topic,
             ),
-            self.flusher(name, stream, joint.party(0), main, let_go=True),
+            self.flusher(name, stream, joint.party(0), main, let_go=True, topic=topic),
         ]
 
     def flusher(
@@ -253,6 +271,7 @@ class StreamWiring:
         sink: WorkerSink | FamilySink | None = None,
         sends_dead: bool = True,
         let_go: bool = False,
+        topic: str = "",
     ) -> Flusher[Any]:
         """One flusher of ``stream`` (by default on the worker's sink and acks); ``sends_dead``
         ``False``: another reader of the same records sends and logs their dead letters; ``let_go``:
@@ -267,7 +286,8 @@ class StreamWiring:
             else CommitBound(s.commit_max_docs, s.commit_max_bytes, s.commit_target_seconds)
         )
         sink = sink or self.sink
-        return Flusher(
+        forward_of = self.forwarder(stream, topic)
+        flusher: Flusher[Any] = Flusher(
             name,
             stream.factory,
             sink,
@@ -283,13 +303,33 @@ class StreamWiring:
                 before_plan_label=stream.before_plan_label,
                 after_commit=stream.after_commit,
                 on_writing=stream.on_writing or ignored,
-                forward_of=self.forwarder(stream),
+                forward_of=forward_of,
             ),
             checks=self.guard,
             read_range=self.read_range,
             clock=self.clock,
             let_go=let_go,
+            events=whole if stream.whole_messages else events_of,
         )
+        if forward_of is not None:
+            self.forwarders[-1].idle = lambda: self._idle(flusher, topic)
+        return flusher
+
+    def _idle(self, flusher: Flusher[Any], topic: str) -> set[int]:
+        """Partitions of ``topic`` this worker holds that the flusher has read to the end the
+        consumer knows, with none of their records in a batch still to flush."""
+        pending = set(flusher.batch.offsets).union(*(b.offsets for b in flusher.sealed))
+        consumer = self.app.consumer
+        out = set()
+        for tp in consumer.assignment():
+            key = (tp.topic, tp.partition)
+            if tp.topic != topic or key in pending:
+                continue
+            high = consumer.highwater(tp)
+            read = flusher.consumed.get(key)
+            if high is not None and (read >= high if read is not None else high == 0):
+                out.add(tp.partition)
+        return out
 
 
 def _subscribe(app: faust.App, topic_name: str, partitions: int, readers: Sequence[Flusher[Any]]) -> None:

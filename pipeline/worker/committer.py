@@ -28,6 +28,7 @@ from pipeline.worker.accounting import Accounting
 from pipeline.worker.batch import A, PendingBatch, new_batch
 from pipeline.worker.bounds import CommitBound
 from pipeline.worker.deadletter import DeadLetter
+from pipeline.worker.faults import FLUSHING
 from pipeline.worker.memory import rss_bytes
 from pipeline.worker.policy import FlushHooks, FlushPolicy
 from pipeline.worker.retry import Retrier
@@ -69,6 +70,8 @@ class StreamPorts(Generic[A]):
     ack: Ack
     read_range: ReadRange | None = None
     clock: DecisionClock | None = None
+    #: A message's records: its events (one, or many packed), or the whole message.
+    events: Callable[[bytes | None], list[bytes]] = events_of
 
 
 class BatchCommitter(Generic[A]):
@@ -92,6 +95,7 @@ class BatchCommitter(Generic[A]):
         self.ack = ports.ack
         self.read_range = ports.read_range
         self.clock = ports.clock
+        self.events = ports.events
         self.policy = policy
         self.bound = bound
         self.hooks = hooks
@@ -111,16 +115,10 @@ class BatchCommitter(Generic[A]):
         ``redo``: the batch is a cut-short flush's range read again (its flush id, its end).
         """
         started = time.monotonic()
+        FLUSHING.set(self.stream)  # for a fault injected in one stream's flushes only
         rejected = batch.rejected_by_reason()
         hooks = self.hooks
-        if hooks.before_plan is not None:
-            step = hooks.before_plan
-            for aggregate in batch.aggregates():
-
-                async def before(a: A = aggregate) -> None:
-                    await step(a)
-
-                await self.retry.run(hooks.before_plan_label, before, batch.events)
+        await self._before_plan(batch, redo)
         plan = self.plan(batch)
         docs = len(plan)
         fences = batch.fences(docs)
@@ -183,6 +181,20 @@ class BatchCommitter(Generic[A]):
                 hooks.after_commit(aggregate)
         return None
 
+    async def _before_plan(self, batch: PendingBatch[A], redo: tuple[TP, Pending] | None) -> None:
+        """Each aggregate told its range (``ranged``) and its kind's step before planning (retried)."""
+        _ranged(batch, redo)
+        step = self.hooks.before_plan
+        if step is None:
+            return
+        for aggregate in batch.aggregates():
+
+            async def before(a: A = aggregate) -> None:
+                await step(a)
+
+            # With its partitions: stored state it cannot go on from is escalated on their ledgers.
+            await self.retry.run(self.hooks.before_plan_label, before, batch.events, tps=list(batch.offsets))
+
     async def redo(self, tp: TP, cut: Pending) -> None:
         """Write again, alone and with its sequence, a partition's range whose flush was cut short.
 
@@ -201,7 +213,7 @@ class BatchCommitter(Generic[A]):
             batch.decided_at = cut.decided_at  # decide as the flush did (pipeline.core.clock)
             batch.assumed[tp] = cut.decisions
         for offset, value, ts in records:
-            batch.ingest_message(tp, offset, events_of(value), None, cut.start, ts)
+            batch.ingest_message(tp, offset, self.events(value), None, cut.start, ts)
         log.warning(
             "%s[%d]: flush %s was cut short; writing its range %s..%s again (%d events, sequence %d)",
             *tp,
@@ -251,7 +263,8 @@ class BatchCommitter(Generic[A]):
         forward_of = self.hooks.forward_of
         if forward_of is None or not batch.by_tp:
             return None
-        return forward_of({tp[1]: a for tp, a in batch.by_tp.items()})
+        ends = {tp[1]: batch.offsets[tp][1] + 1 for tp in batch.by_tp}
+        return forward_of({tp[1]: a for tp, a in batch.by_tp.items()}, ends)
 
     async def _send_dead(self, batch: PendingBatch[A]) -> None:
         """The batch's dead letters, sent (retried) and logged once, before its store commit."""
@@ -364,3 +377,17 @@ class BatchCommitter(Generic[A]):
             out.events,
         )
         return out
+
+
+def _ranged(batch: PendingBatch[A], redo: tuple[TP, Pending] | None) -> None:
+    """Tell each aggregate that asks (the optional ``ranged(start, end)``: a stage keeping state
+    between flushes) the range it is planned for: its ledger's position and where this flush
+    moves it (a redo's, the intent's)."""
+    for tp, aggregate in (batch.by_tp or {}).items():
+        ranged = getattr(aggregate, "ranged", None)
+        if ranged is None:
+            continue
+        if redo is not None and redo[0] == tp:
+            ranged(redo[1].start, redo[1].end)
+        else:
+            ranged(batch.start.get(tp), batch.offsets[tp][1] + 1)

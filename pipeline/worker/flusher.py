@@ -78,6 +78,7 @@ class Flusher(Generic[A]):
         read_range: ReadRange | None = None,
         clock: DecisionClock | None = None,
         let_go: bool = False,
+        events: Callable[[bytes | None], list[bytes]] = events_of,
     ) -> None:
         self.stream = stream
         self.policy = policy
@@ -90,6 +91,7 @@ class Flusher(Generic[A]):
         #: Set by the flush loop while it lets the batch grow through a backlog (for /health).
         self.deferring = False
         self._factory = factory
+        self._events = events
         self.sink = sink
         #: The sink's mode, read once: it is consulted for every message.
         self._exactly_once = sink.exactly_once
@@ -104,7 +106,7 @@ class Flusher(Generic[A]):
         self.retry = Retrier(stream, self.stats, policy.max_backoff, self.hooks.on_stuck, sink.failure)
         self.gate = PartitionGate(sink, self.retry, checks, self.marked)
         self.committer: BatchCommitter[A] = BatchCommitter(
-            StreamPorts(stream, factory, sink, send_dead, ack, read_range, clock),
+            StreamPorts(stream, factory, sink, send_dead, ack, read_range, clock, events),
             policy,
             self.bound,
             self.hooks,
@@ -248,7 +250,7 @@ class Flusher(Generic[A]):
                 return
         else:
             start = None
-        self.batch.ingest_message(tp, offset, events_of(value), ack, start, ts)
+        self.batch.ingest_message(tp, offset, self._events(value), ack, start, ts)
 
     def batch_age(self) -> float:
         """Seconds since the batch being filled took its first message (0: empty)."""

@@ -11,7 +11,7 @@ which the receiving stage takes once (pipeline/core/forwarded.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
@@ -25,7 +25,7 @@ Send = Callable[[bytes, int], Awaitable[Awaitable[object]]]
 
 #: The batch's aggregates by source partition → the flush's :data:`~pipeline.core.commit.Forward`
 #: (``None``: nothing to forward).
-ForwardOf = Callable[[Mapping[int, Any]], Forward | None]
+ForwardOf = Callable[[Mapping[int, Any], Mapping[int, int]], Forward | None]
 
 
 class Forwarder:
@@ -38,35 +38,72 @@ class Forwarder:
         send: Send,
         partitions: Callable[[], Awaitable[list[int]]],
         timeout: float,
+        group: str = "",
+        at_end: Callable[[int, int], bool] = lambda _partition, _end: False,
+        read_partitions: Callable[[], Awaitable[list[int]]] | None = None,
     ) -> None:
         self.topic, self.forwarded, self.send = topic, forwarded, send
+        #: Messages name their source ``<group>/<ledger>``: a stage takes its own group's only.
+        self.group = group
+        #: Whether a flush that read a source partition up to an offset read all there was then:
+        #: the stage then leaves that source out of its watermark until it sends again.
+        self.at_end = at_end
+        #: The partitions of the topic the flushes read: the stage waits to hear from each.
+        self.read_partitions = read_partitions
+        #: The partitions of the read topic this worker holds with nothing unread or unflushed
+        #: (set by the wiring once the flusher exists): the stage need not wait for them.
+        self.idle: Callable[[], set[int]] = set
         self.partitions, self.timeout = partitions, timeout
         self._count = 0
+        self._sources = 0
         #: Messages and hits sent (a flush sent again counts again).
         self.messages = 0
         self.hits = 0
 
-    def of(self, aggregates: Mapping[int, Any]) -> Forward | None:
-        """The forward of a batch (its aggregates by source partition), or ``None`` when none has hits."""
+    def of(self, aggregates: Mapping[int, Any], ends: Mapping[int, int]) -> Forward | None:
+        """The forward of a batch (its aggregates by source partition, and where each ends), or
+        ``None`` when none has hits."""
         hits = {p: got for p, a in aggregates.items() if (got := self.forwarded(a))}
         if not hits:
             return None
+        at_end = {p for p in hits if self.at_end(p, ends[p])}
+        idle = sorted(self.idle() - set(aggregates))
 
         async def forward(seqs: Mapping[TP, int]) -> None:
-            await self.sent(hits, seqs)
+            await self.sent(hits, seqs, at_end, idle)
 
         return forward
 
-    async def sent(self, hits: Mapping[int, list[VisitHit]], seqs: Mapping[TP, int]) -> None:
+    async def sent(
+        self,
+        hits: Mapping[int, list[VisitHit]],
+        seqs: Mapping[TP, int],
+        at_end: Set[int] = frozenset(),
+        idle: Sequence[int] = (),
+    ) -> None:
         """Every message of the flush sent and acknowledged, within the commit deadline."""
         count = await self._partitions()
+        if not self._sources and self.read_partitions is not None:
+            self._sources = len(await self.read_partitions())
         async with asyncio.timeout(self.timeout):
             acks = []
             for (name, p), seq in seqs.items():
                 got = hits.get(p)
                 if not got:
                     continue
-                for dest, messages in pack(name, p, seq, got, lambda _site, visitor: visitor % count).items():
+                source = f"{self.group}/{name}"
+                packed = pack(
+                    source,
+                    p,
+                    seq,
+                    got,
+                    lambda _site, visitor: visitor % count,
+                    destinations=range(count),
+                    at_end=p in at_end,
+                    sources=self._sources,
+                    idle=idle,
+                )
+                for dest, messages in packed.items():
                     for m in messages:
                         acks.append(await self.send(m, dest))
                 self.hits += len(got)

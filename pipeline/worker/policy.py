@@ -66,4 +66,4 @@ class FlushHooks:
     on_writing: Callable[[bool], None] = ignored
     #: A batch's aggregates by source partition → what its flush forwards to another stage once
     #: its intent is recorded (:class:`~pipeline.worker.forwarding.Forwarder`); idempotent writes.
-    forward_of: Callable[[Mapping[int, Any]], Forward | None] | None = None
+    forward_of: Callable[[Mapping[int, Any], Mapping[int, int]], Forward | None] | None = None

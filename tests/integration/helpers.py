@@ -83,7 +83,8 @@ def audit_traffic(settings: Settings, traffic: Traffic) -> tuple[list[str], int]
 
     async def check(db):  # type: ignore[no-untyped-def]
         problems = await audit_hits(db, traffic.per_minute, hits_fields())
-        return problems, ledger_totals(await read_ledger(db, settings.group_id)).events
+        hits = await read_ledger(db, settings.group_id, [settings.topic("hits")])  # not a stage's topic
+        return problems, ledger_totals(hits).events
 
     result: tuple[list[str], int] = with_db(settings, check)
     return result

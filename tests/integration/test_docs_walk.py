@@ -61,6 +61,10 @@ GIVEN: dict[str, list[str]] = {
         "--site semicomplete.com --props",
     ],
     "visitors.md": ["preagg services up", "preagg worker &"],
+    "visits.md": [
+        "preagg services up",
+        "PREAGG_HITS_VISITS=true PREAGG_HITS_VISIT_GRACE=0 preagg worker &",
+    ],
 }
 #: Lines run elsewhere.
 ELSEWHERE = {
@@ -117,6 +121,18 @@ CHECKS: dict[tuple[str, str], Callable[[str], bool]] = {
         "preagg query visitors --site blog.example --page / --from 2025-11-24 --to 2025-11-24 "
         "--by hour --json",
     ): lambda out: [(r["visitors"], r["hits"]) for r in json.loads(out) if r["hits"]] == [(2, 3)],
+    ("visits.md", "preagg query visits --site shop.example --from 2026-11-20 --to 2026-11-20"): (
+        lambda out: (
+            out.split("\n")[1].split() == ["2026-11-20", "2", "1", "0.5", "4", "2.0", "300.0", "0.0", "yes"]
+        )
+    ),
+    (
+        "visits.md",
+        "preagg query visits --site shop.example --from 2026-11-20 --to 2026-11-21 --by total --json",
+    ): lambda out: (
+        [(r["visits"], r["bounces"], r["views"], r["complete"]) for r in json.loads(out)]
+        == [(2, 1, 4, False)]
+    ),
 }
 
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+from pipeline.kinds.hits import KIND as HITS
 from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import free_port
 from pipeline.services.urls import resolve
@@ -161,6 +162,8 @@ class Walk:
     def caught_up(self, kind: str) -> None:
         settings = self.settings()
         asyncio.run(wait_caught_up(settings, [settings.topic(kind)], timeout=240))
+        if kind == "hits" and settings.of(HITS).visits:  # and the visits stage, fed by it
+            asyncio.run(wait_caught_up(settings, [settings.of(HITS).visits_topic], timeout=240))
         if kind == "hits":
             wait_sealed(settings)
             wait_counted(settings)

@@ -72,7 +72,8 @@ def test_kafka_sasl_ssl_options() -> None:
 
 def test_fault_specs() -> None:
     assert parse_fault("") is None
-    assert parse_fault("after-commit:2") == ("after-commit", 2)
+    assert parse_fault("after-commit:2") == ("after-commit", 2, "")
+    assert parse_fault("early-commit:1:hits-visits") == ("early-commit", 1, "hits-visits")
     for bad in ("after-commit", "sideways:1", "mid-commit:0"):
         with pytest.raises(ValueError):
             parse_fault(bad)

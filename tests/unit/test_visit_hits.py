@@ -41,17 +41,20 @@ hits_st = st.lists(
 def test_every_hit_reaches_its_destination_once_in_order_in_bounded_messages(
     hits: list[VisitHit], max_bytes: int
 ) -> None:
-    out = pack("hits", 3, 17, hits, dest4, max_bytes)
+    out = pack("hits", 3, 17, hits, dest4, max_bytes, destinations=range(4))
+    # Every destination hears of the flush, hits or none: how far its source read.
+    assert sorted(out) == ([0, 1, 2, 3] if hits else [])
     for d, messages in out.items():
         got: list[VisitHit] = []
         for i, raw in enumerate(messages):
             m = unpack(raw)
             assert isinstance(m, Packed) and (m.topic, m.partition, m.seq, m.index) == ("hits", 3, 17, i)
+            assert m.high == max(h.ts for h in hits)
             assert len(raw) <= max_bytes or len(m.hits) == 1
             got.extend(m.hits)
         assert got == [h for h in hits if dest4(h.site, h.visitor) == d]
     assert sum(len(unpack_hits(ms)) for ms in out.values()) == len(hits)
-    assert pack("hits", 3, 17, hits, dest4, max_bytes) == out  # written again: the same messages
+    assert pack("hits", 3, 17, hits, dest4, max_bytes, range(4)) == out  # written again: the same
 
 
 def unpack_hits(messages: list[bytes]) -> list[VisitHit]:
@@ -111,7 +114,10 @@ def _rows(**column: object) -> bytes:
         (_message(p="0"), "p is '0'"),
         (_message(sites="s"), "sites is not a list"),
         (_message(rows=bson.Binary(b"\x00" * 7)), "whole"),
-        (_message(rows=bson.Binary(b"")), "no hits"),
+        (_message(hi=float("nan")), "hi is nan"),
+        (_message(hi=H), "past the flush's highest"),
+        (_message(end=1), "end is 1"),
+        (_message(idle=[-1]), "idle is"),
         (_rows(page=5), "does not list"),
         (_rows(ts=float("nan")), "not finite"),
     ],

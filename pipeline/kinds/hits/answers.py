@@ -34,6 +34,7 @@ from pipeline.kinds.hits.query import (
 from pipeline.kinds.hits.query_bots import humans, top_human_pages
 from pipeline.kinds.hits.query_props import PropCount, prop_counts, prop_rows
 from pipeline.kinds.hits.query_visitors import VisitorRow, page_visitors, visitor_rows
+from pipeline.kinds.hits.query_visits import VisitRow, visit_rows, visits_watermark
 from pipeline.kinds.hits.render import series_rows
 from pipeline.kinds.hits.settings import KEY
 from pipeline.kinds.hits.sites.store import site_config
@@ -49,10 +50,14 @@ class Reading:
 
     fields: HitsFields
     daily_salt: bool
+    #: Where the visits stage keeps its state (its group and topic) and its timeout.
+    visits: tuple[str, str, float] = ("", "", 0.0)
 
     @classmethod
     def of(cls, settings: Settings) -> Reading:
-        return cls(hits_fields(settings.schema), settings.of(KEY).visitor_salt == "daily")
+        s = settings.of(KEY)
+        visits = (settings.group_id, s.visits_topic, s.visit_timeout)
+        return cls(hits_fields(settings.schema), s.visitor_salt == "daily", visits)
 
 
 @dataclass
@@ -156,6 +161,27 @@ async def visitors(db: Db, a: Mapping[str, Any], r: Reading) -> Visitors:
     first, last = await _days(db, a, r)
     rows = await visitor_rows(db, a["site"], a["page"], first, last, a["by"], r.fields)
     return Visitors(rows, r.daily_salt)
+
+
+@dataclass
+class Visits:
+    """``visits``: visits per bucket of local days, each saying whether it is final."""
+
+    rows: list[VisitRow]
+
+    def json(self) -> list[dict[str, Any]]:
+        return [r.json() for r in self.rows]
+
+
+async def visits(db: Db, a: Mapping[str, Any], r: Reading) -> Visits:
+    first, last = await _days(db, a, r)
+    if last < first:
+        raise BadParam("to", "is before `from`")
+    group, topic, timeout = r.visits
+    mark = await visits_watermark(db, group, topic, r.fields.mode)
+    cal = (await site_config(db, a["site"])).calendar
+    settled = None if mark is None else mark - timeout
+    return Visits(await visit_rows(db, a["site"], first, last, a["by"], r.fields, cal, settled))
 
 
 async def sites(db: Db, a: Mapping[str, Any], r: Reading) -> Sites:

@@ -69,6 +69,37 @@ RETURNS: dict[str, tuple[Callable[..., Awaitable[Answer]], dict[str, Any]]] = {
             ),
         ),
     ),
+    "visits": (
+        answers.visits,
+        rows_of(
+            ("t", {"type": "string", "format": "date", "description": "the bucket's first local day"}),
+            ("visits", COUNT),
+            ("bounces", {**COUNT, "description": "visits of one page view"}),
+            ("bounce_rate", {"type": ["number", "null"], "description": "bounces / visits"}),
+            ("views", {**COUNT, "description": "page views in these visits"}),
+            ("views_per_visit", {"type": ["number", "null"]}),
+            (
+                "visit_duration",
+                {"type": ["number", "null"], "description": "mean seconds, first to last hit"},
+            ),
+            (
+                "median_duration_at_most",
+                {
+                    "type": ["number", "null"],
+                    "description": "the upper bound of the histogram bucket holding the median visit "
+                    "(seconds; null: no visit, or past the last bound)",
+                },
+            ),
+            (
+                "complete",
+                {
+                    "type": "boolean",
+                    "description": "false: visits of these days may still close and count (a visit "
+                    "counts once a timeout passed its last hit)",
+                },
+            ),
+        ),
+    ),
     "sites": (
         answers.sites,
         rows_of(

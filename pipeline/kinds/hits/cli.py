@@ -1,4 +1,4 @@
-"""``preagg query hits|pages|props|visitors|sites``: each query's answer (answers.py, the one the
+"""``preagg query hits|pages|props|visitors|visits|sites``: each query's answer (answers.py, the one the
 HTTP API gives) formatted for a terminal, ``--json`` (the API's rows) or ``--csv``."""
 
 from __future__ import annotations
@@ -124,6 +124,51 @@ def cmd_query_visitors(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_query_visits(a: Mapping[str, Any], args: argparse.Namespace) -> int:
+    """Visits, bounce rate, views per visit and visit duration per day, month or range."""
+    from pipeline.kinds.hits import answers
+
+    rows = answer(answers.visits, a).json()
+    header = tuple(VISIT_COLUMNS)
+    if args.json:
+        print(json.dumps(rows))
+    elif args.csv:
+        print(csv_text([tuple(r[h] for h in header) for r in rows], header), end="")
+    else:
+        print("  ".join(f"{title:>{w}}" for title, w in VISIT_COLUMNS.values()))
+        for r in rows:
+            print("  ".join(f"{_shown(r[h]):>{w}}" for h, (_, w) in VISIT_COLUMNS.items()))
+        if not all(r["complete"] for r in rows):
+            print(
+                "not final: a visit counts once PREAGG_HITS_VISIT_TIMEOUT passed its last hit, so days "
+                "marked no may still grow (docs/visits.md)",
+                file=sys.stderr,
+            )
+    return 0
+
+
+#: The visits table's columns: JSON name → (title, width).
+VISIT_COLUMNS = {
+    "t": ("t", 10),
+    "visits": ("visits", 8),
+    "bounces": ("bounces", 8),
+    "bounce_rate": ("bounce rate", 11),
+    "views": ("views", 8),
+    "views_per_visit": ("views/visit", 11),
+    "visit_duration": ("duration s", 10),
+    "median_duration_at_most": ("median <= s", 11),
+    "complete": ("final", 5),
+}
+
+
+def _shown(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
 def cmd_query_sites(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     """Every site with hits or settings, its zone, and its first and last month with hits."""
     from pipeline.kinds.hits import answers
@@ -175,5 +220,6 @@ def query_commands() -> tuple[QueryCommand, ...]:
         QueryCommand(QUERIES["props"], cmd_query_props, ("json", "csv")),
         QueryCommand(QUERIES["pages"], cmd_query_pages, ("json", "csv")),
         QueryCommand(QUERIES["visitors"], cmd_query_visitors, ("json", "csv")),
+        QueryCommand(QUERIES["visits"], cmd_query_visits, ("json", "csv")),
         QueryCommand(QUERIES["sites"], cmd_query_sites, ("json", "csv")),
     )

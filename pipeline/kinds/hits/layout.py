@@ -95,6 +95,38 @@ class SiteDailyFields(DailyFields):
     """Stored names of a site's daily rollup: a daily document's, and its capped hits."""
 
     capped: str
+    #: Visits started that day (:mod:`pipeline.kinds.hits.visit_counts`).
+    visits: str
+
+
+@dataclass(frozen=True)
+class SiteMonthlyFields(MonthlyFields):
+    """Stored names of a site's monthly rollup: a monthly document's, and its visits."""
+
+    visits: str
+
+
+@dataclass(frozen=True)
+class VisitPagesFields:
+    """Stored names of a page's entries and exits of one day (visits)."""
+
+    collection: str
+    metadata: str
+    date: str
+    site: str
+    page: str
+    entries: str
+    exits: str
+
+
+@dataclass(frozen=True)
+class VisitStateFields:
+    """Stored names of the visits stage's state documents (a head and its parts)."""
+
+    collection: str
+    state: str
+    upto: str
+    data: str
 
 
 @dataclass(frozen=True)
@@ -121,7 +153,7 @@ class RollupFields:
     """
 
     daily: SiteDailyFields
-    monthly: MonthlyFields
+    monthly: SiteMonthlyFields
     top_daily: TopFields
     top_monthly: TopFields
     mode: FieldMode = "compact"
@@ -160,6 +192,18 @@ def register_fields(mode: FieldMode = "compact") -> RegisterFields:
     return RegisterFields(**field_names(FOLDER, "hits_visitor_registers", mode))
 
 
+@cache
+def visit_pages_fields(mode: FieldMode = "compact") -> VisitPagesFields:
+    """Field names of the pages' entries and exits documents in ``mode``."""
+    return VisitPagesFields(**field_names(FOLDER, "hits_visit_pages_daily", mode))
+
+
+@cache
+def visit_state_fields(mode: FieldMode = "compact") -> VisitStateFields:
+    """Field names of the visits stage's state documents in ``mode``."""
+    return VisitStateFields(**field_names(FOLDER, "hits_visit_state", mode))
+
+
 def register_id(collection: str, doc_id: str | int, holder: str, writer: int | None = None) -> str:
     """``_id`` of the registers of one holder of one document: ``<collection>|<holder>|<_id>`` (the
     shared form), or ``<collection>|<holder>|<writer>|<_id>``: the partitions' document
@@ -186,7 +230,7 @@ def hits_fields(mode: FieldMode = "compact") -> HitsFields:
         mode=check_mode(mode),
         sites=RollupFields(
             daily=SiteDailyFields(**field_names(FOLDER, "hits_site_daily", mode)),
-            monthly=MonthlyFields(**field_names(FOLDER, "hits_site_monthly", mode)),
+            monthly=SiteMonthlyFields(**field_names(FOLDER, "hits_site_monthly", mode)),
             top_daily=TopFields(**field_names(FOLDER, "hits_site_pages_daily", mode)),
             top_monthly=TopFields(**field_names(FOLDER, "hits_site_pages_monthly", mode)),
             mode=check_mode(mode),

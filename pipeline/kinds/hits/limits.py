@@ -22,6 +22,9 @@ MAX_PAGE_DAYS = 366
 MAX_PROP_DAYS = 93
 #: Bucket sizes of a unique-visitors answer (``total``: one row, the union over the range).
 VISITOR_BUCKETS = ("hour", "day", "month", "total")
+#: ``by`` of the visits query, and its longest range (one site rollup read per day).
+VISIT_BUCKETS = ("day", "month", "total")
+MAX_VISIT_DAYS = 1100
 #: Longest range of unique visitors per bucket: hours read one daily document a day, days and
 #: the total at most one a day (whole months one a month), months one a month.
 MAX_VISITOR_DAYS: Mapping[str, int] = {"hour": 31, "day": 1100, "total": 1100, "month": 50 * 366}

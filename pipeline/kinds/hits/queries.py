@@ -1,5 +1,5 @@
-"""The hits kind's queries, declared once: ``preagg query hits|pages|props|visitors|sites`` and
-``/api/hits|pages|props|visitors|sites``.
+"""The hits kind's queries, declared once: ``preagg query hits|pages|props|visitors|visits|sites``
+and ``/api/hits|pages|props|visitors|visits|sites``.
 
 Each is answered by one function of ``answers.py``; ``api.py`` formats it for HTTP and
 ``cli.py`` for the command line (:mod:`pipeline.core.queries`), both taking these
@@ -20,7 +20,9 @@ from pipeline.kinds.hits.limits import (
     MAX_PAGE_DAYS,
     MAX_PROP_DAYS,
     MAX_SPAN,
+    MAX_VISIT_DAYS,
     MAX_VISITOR_DAYS,
+    VISIT_BUCKETS,
     VISITOR_BUCKETS,
     check_span,
 )
@@ -146,6 +148,26 @@ QUERIES = indexed(
         ),
         _check_visitors,
         {"max_days_by": dict(MAX_VISITOR_DAYS)},
+    ),
+    Query(
+        "visits",
+        "/api/visits",
+        "Visits of a site over its local days (with PREAGG_HITS_VISITS): visits, bounce rate, views "
+        "per visit and visit duration per day, month or over the range, each saying whether it is final",
+        (
+            SITE,
+            Param("from", "first local day (YYYY-MM-DD, today-29d)", "date", default="today-29d"),
+            Param("to", "last local day (inclusive)", "date", default="today"),
+            Param(
+                "by",
+                "bucket size; `total`: one row, the visits of the whole range",
+                "choice",
+                default="day",
+                choices=VISIT_BUCKETS,
+            ),
+        ),
+        _check_days(MAX_VISIT_DAYS),
+        {"max_days": MAX_VISIT_DAYS},
     ),
     Query(
         "sites",

@@ -129,14 +129,21 @@ class HitsSettings(StreamSettings):
     #: is then aggregated twice: a backlog is caught up at 0.83-0.93 times the speed. Off: one
     #: flush writes both, and the site chart waits for the pages. With idempotent writes only.
     rollups_ahead: bool = True
-    #: Forward every identified hit (its site, keyed visitor hash, time and page: never the
-    #: address) to ``visits_topic``, packed per destination partition by visitor, for the
-    #: stage that makes visits of them (docs/visits.md; the stage itself is not built yet).
-    #: A flush sends them once its intent is recorded and before its documents, so each
-    #: flush's are named for good. Needs ``visitors`` and exactly-once writes.
+    #: Count visits, bounces, visit durations, entry and exit pages (docs/visits.md): every
+    #: identified hit (its site, keyed visitor hash, time and page: never the address) is
+    #: forwarded to ``visits_topic`` by visitor, and the workers' visits stage, reading that
+    #: topic, counts each visit once closed into the site's day and month rollups and the
+    #: pages' entries and exits. Needs ``visitors`` and exactly-once writes.
     visits: bool = False
     #: The topic forwarded hits go to (created by ``preagg setup`` when ``visits`` is on).
     visits_topic: str = "hits-visits"
+    #: Seconds without a hit after which a visitor's visit ends (30 minutes, as Plausible and
+    #: GA4). A visit counts once the stream's event time is that long past its last hit.
+    visit_timeout: float = 1800.0
+    #: Seconds of disorder waited for before a visit is closed: a hit later than this (by event
+    #: time, behind the slowest partition) after its visit closed starts another visit. Higher:
+    #: fewer visits split by late hits, visits counted later.
+    visit_grace: float = 300.0
 
 
 #: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.

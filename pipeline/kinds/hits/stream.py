@@ -26,6 +26,7 @@ from pipeline.kinds.hits.sites.schedule import RetentionSchedule, retention_metr
 from pipeline.kinds.hits.sites.seal import TopSealer, seal_metrics
 from pipeline.kinds.hits.sites.settle import Settler
 from pipeline.kinds.hits.sites.tiers import Tiers
+from pipeline.kinds.hits.visit_stage import VisitsAggregate, VisitStage
 from pipeline.kinds.hits.visitor_counts import VisitorCounter, count_metrics
 from pipeline.kinds.kind import Stream, StreamContext
 from pipeline.settings import SettingsError
@@ -171,8 +172,37 @@ def hits_stream(ctx: StreamContext, s: HitsSettings, decoder: HitDecoder) -> Str
         on_writing=on_writing if s.visitors else None,
         ahead=ahead,
         ahead_family=SITES,
+        stages=visits_stage(ctx, s, sites) if forwarding else (),
         **({} if ahead is not None else forwarding),
     )
+
+
+def visits_stage(ctx: StreamContext, s: HitsSettings, sites: SiteConfigs) -> tuple[tuple[str, Stream]]:
+    """The visits stage: a stream of the forwarded hits' topic (pipeline/kinds/hits/visit_stage.py)."""
+    stage = VisitStage(
+        ctx.db,
+        ctx.mode,
+        ctx.settings.group_id,
+        s.visits_topic,
+        s.visit_timeout,
+        s.visit_grace,
+        sites,
+        ctx.settings.commit_timeout,
+    )
+
+    async def before_plan(agg: VisitsAggregate) -> None:
+        await sites.refresh()  # the zones that place a visit in its day
+        await stage.ready(agg)
+
+    stream = Stream(
+        stage.aggregate,
+        before_plan=before_plan,
+        before_plan_label="sites' zones and the visits state",
+        metrics=stage.metrics,
+        after_commit=stage.committed,
+        whole_messages=True,
+    )
+    return ((s.visits_topic, stream),)
 
 
 def visits_forwarding(ctx: StreamContext, s: HitsSettings) -> dict[str, Any]:

@@ -1,0 +1,136 @@
+"""Visits counted by the workers' visits stage, on the real services: keyless log lines through
+``kill -9`` inside flushes and two workers give, per site and day, the visits, bounces, views,
+durations and entry and exit pages that the rule computes from the events themselves.
+
+A visits flush writes its counts and open visits first, then the head naming them: killed in
+the first phase, its successor plans it again from the head before it (the counts written meet
+their marks); killed after the head, its successor finds the head at the flush's end and only
+moves the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections import Counter
+from datetime import UTC, date, datetime
+from typing import Any
+
+import orjson
+import pytest
+from pymongo import MongoClient
+
+from pipeline.core.sessions import DEFAULT_TIMEOUT, Sessions, Visit, tally
+from pipeline.kinds.hits import KIND as HITS
+from pipeline.kinds.hits.layout import hits_fields, visit_pages_fields
+from pipeline.ops.lag import wait_caught_up
+from pipeline.settings import Settings
+from pipeline.testing.traffic import Traffic, generate
+from pipeline.worker.process import WorkerProcess
+
+from .helpers import produce, run_cli
+from .test_exactly_once import crash_at
+
+pytestmark = pytest.mark.integration
+
+DAY = 86400.0
+
+
+def truth(
+    traffic: Traffic,
+) -> tuple[dict[tuple[str, date], tuple[Any, ...]], Counter[tuple[str, date, str, int]]]:
+    """The rule applied to the events in time order: a visitor is a person on one (UTC) day, as the
+    daily salt keys them; per site and day of a visit's start its figures, and entries and exits."""
+    people: dict[tuple[str, date], int] = {}
+    s = Sessions(DEFAULT_TIMEOUT)
+    visits: list[Visit] = []
+    for n, (site, page, ts, who) in enumerate(sorted(traffic.identified, key=lambda h: h[2])):
+        person = people.setdefault((who, datetime.fromtimestamp(ts, UTC).date()), len(people))
+        visits.extend(s.add(site, person, ts, page, n))
+    visits.extend(s.close(math.inf))
+    totals, ends = tally(visits, lambda _site, ts: datetime.fromtimestamp(ts, UTC).date().toordinal())
+    figures = {
+        (site, date.fromordinal(o)): (t.visits, t.bounces, t.views, t.duration, t.buckets)
+        for (site, o), t in totals.items()
+    }
+    pages: Counter[tuple[str, date, str, int]] = Counter()
+    for (site, o, page), (entries, exits) in ends.items():
+        pages[(site, date.fromordinal(o), page, 0)] += entries
+        pages[(site, date.fromordinal(o), page, 1)] += exits
+    return figures, +pages
+
+
+def stored(
+    settings: Settings,
+) -> tuple[dict[tuple[str, date], tuple[Any, ...]], Counter[tuple[str, date, str, int]]]:
+    """What the rollups and the entries and exits documents hold."""
+    rd, pf = hits_fields().rollups.daily, visit_pages_fields()
+    with MongoClient(settings.mongo_url) as client:
+        db = client[settings.db]
+        figures = {}
+        for d in db[rd.collection].find({rd.visits: {"$exists": True}}):
+            v = d[rd.visits]
+            buckets = tuple(v.get("h", {}).get(str(i), 0) for i in range(9))
+            key = (d[rd.metadata][rd.site], d[rd.metadata][rd.date].date())
+            figures[key] = (v["n"], v["b"], v["v"], v["d"], buckets)
+        pages: Counter[tuple[str, date, str, int]] = Counter()
+        for d in db[pf.collection].find():
+            m = d[pf.metadata]
+            pages[(m[pf.site], m[pf.date].date(), m[pf.page], 0)] += d.get(pf.entries, 0)
+            pages[(m[pf.site], m[pf.date].date(), m[pf.page], 1)] += d.get(pf.exits, 0)
+    return figures, +pages
+
+
+def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(settings: Settings) -> None:
+    """Workers killed inside a hits flush and inside both phases of visits flushes, then two
+    workers on a keyless backlog of five-day-old hits, then one hit of today (the watermark passes
+    every visit): each visit counted once, none split by the partitions' uneven reading."""
+    settings = settings.with_(partitions=3, max_pending_keys=400).with_stream(HITS, visits=True)
+    now = time.time()
+    # In time order per partition (no late hits): the two workers read the partitions unevenly,
+    # and the stage's watermark, the slowest source's time, must wait for the slowest.
+    traffic = generate(6_000, end=now - 5 * DAY, days=1, seed=41, bad_share=0.01, visitors=300, late_share=0)
+    asyncio.run(produce(settings, [(line, None) for line, _ in traffic.lines], pack=1))  # keyless
+    topic = settings.of(HITS).visits_topic
+    logs = ""
+    for fault in ("mid-commit:4", f"early-commit:2:{topic}", f"mid-commit:2:{topic}"):
+        logs += crash_at(settings, fault)
+        assert "fault injection: dying at" in logs
+    topics = [settings.topic("hits"), topic]
+    first = WorkerProcess(settings, "successor").start()
+    second: WorkerProcess | None = None
+    try:
+        second = WorkerProcess(settings, "joins").start()
+        asyncio.run(wait_caught_up(settings, topics, timeout=240))
+        tick = orjson.dumps({"site": "tick.example", "page": "/", "ts": now, "visitor": "clock"})
+        asyncio.run(produce(settings, [(tick, None)], pack=1))
+        asyncio.run(wait_caught_up(settings, topics, timeout=240))
+        want = truth(traffic)
+        deadline = time.monotonic() + 120
+        while stored(settings) != want and time.monotonic() < deadline:
+            time.sleep(0.5)  # the tick's visits flush may follow the wait by a moment
+    finally:
+        if second is not None:
+            assert second.terminate() == 0, second.log_path.read_text()[-3000:]
+        assert first.terminate() == 0, first.log_path.read_text()[-3000:]
+    logs += first.log_path.read_text() + (second.log_path.read_text() if second else "")
+    redone = [line for line in logs.splitlines() if f"{topic}[" in line and "was cut short" in line]
+    assert len(redone) >= 2, "both visits flushes cut short should have been written again"
+    figures, pages = stored(settings)
+    assert figures == want[0]
+    assert pages == want[1]
+    assert sum(f[0] for f in figures.values()) > 300  # visits, not one per person
+
+    # What analysts read: the same figures, final (the watermark passed those days).
+    days = sorted(d for s, d in want[0] if s == "shop.example")
+    span = ("--site", "shop.example", "--from", str(days[0]), "--to", str(days[-1]))
+    rows = json.loads(run_cli(settings, "query", "visits", *span, "--json").stdout)
+    assert [(r["t"], r["visits"], r["bounces"], r["views"], r["complete"]) for r in rows] == [
+        (str(d), *want[0][("shop.example", d)][:3], True) for d in days
+    ]
+    (total,) = json.loads(run_cli(settings, "query", "visits", *span, "--by", "total", "--json").stdout)
+    n = sum(want[0][("shop.example", d)][0] for d in days)
+    assert total["visits"] == n and total["views_per_visit"] == round(
+        sum(want[0][("shop.example", d)][2] for d in days) / n, 2
+    )
