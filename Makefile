@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install constraints docs-settings docs-schemas docs-map browser mongosh dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-views bench-calendar bench-hostile bench-peers bench-top-pages bench-visitors bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
+.PHONY: install constraints docs-settings docs-schemas docs-map browser mongosh dashboard demo serve test test-unit lint bench bench-hits bench-scaling bench-relations bench-listens bench-props bench-steady bench-ingest bench-api bench-views bench-calendar bench-hostile bench-peers bench-top-pages bench-visitors bench-visits bench-store bench-seeds bench-first-answer chaos simulate drill-stop-together clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,9 @@ bench-top-pages: $(STAMP)  ## top pages as written and sealed: the README's log,
 
 bench-visitors: $(STAMP)  ## unique visitors: sketch accuracy 100..1M, the access log against its raw lines, 100k pages; bytes and events/s on and off
 	$(PY) -m benchmarks.visitors --out bench-results/visitors.json
+
+bench-visits: $(STAMP)  ## visits: accuracy against the rule on the access log and generated visitors, cost on and off, open visits' memory
+	$(PY) -m benchmarks.visits --out bench-results/visits.json
 
 bench-rollups: $(STAMP)  ## site charts before/after site rollups at 100..100k pages; ingest with and without rollups; a 1M-URL crawl
 	git worktree add -f .bench-before 4a8ca27 >/dev/null 2>&1 || true

@@ -80,6 +80,9 @@ class Pending:
     decisions: bytes | None = None
     #: Its marks carry the range's end (intents recorded before marks did: plain sequences).
     ranged: bool = False
+    #: The ledger had no position: the flush was its partition's first (``start`` is then the
+    #: first offset it read).
+    first: bool = False
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ def pending_of(doc: Mapping[str, Any] | None) -> Pending | None:
         float(clock) if isinstance(clock, int | float) else None,
         bytes(decisions) if isinstance(decisions, bytes) else None,
         bool(p.get("ranged")),
+        start is None,
     )
 
 

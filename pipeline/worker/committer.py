@@ -388,6 +388,6 @@ def _ranged(batch: PendingBatch[A], redo: tuple[TP, Pending] | None) -> None:
         if ranged is None:
             continue
         if redo is not None and redo[0] == tp:
-            ranged(redo[1].start, redo[1].end)
+            ranged(None if redo[1].first else redo[1].start, redo[1].end)
         else:
             ranged(batch.start.get(tp), batch.offsets[tp][1] + 1)

@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer
 
 from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kafka.producer import send_lines
+from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
@@ -83,8 +84,9 @@ def audit_traffic(settings: Settings, traffic: Traffic) -> tuple[list[str], int]
 
     async def check(db):  # type: ignore[no-untyped-def]
         problems = await audit_hits(db, traffic.per_minute, hits_fields())
-        hits = await read_ledger(db, settings.group_id, [settings.topic("hits")])  # not a stage's topic
-        return problems, ledger_totals(hits).events
+        stage = settings.of(HITS).visits_topic  # its records are forwarded hits, not events
+        ledgers = [d for d in await read_ledger(db, settings.group_id) if d.get("topic") != stage]
+        return problems, ledger_totals(ledgers).events
 
     result: tuple[list[str], int] = with_db(settings, check)
     return result

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -102,6 +103,19 @@ def checks(known: dict[str, object], work: Path) -> dict[str, Callable[[str], No
             close = int(n) == truth if exact == "yes" else abs(int(n) - truth) <= 0.05 * truth
             assert close, (day, n, truth)
 
+    def visits(out: str) -> None:
+        # The rule applied to the log's lines: the first three days final and equal to it, the
+        # last not final yet (its last visits open), never above it.
+        want = cast(dict[str, tuple[int, int, int]], known["visits_by_day"])
+        rows = [line.split() for line in out.splitlines()[1:] if line[:4].isdigit()]
+        assert [r[0] for r in rows] == sorted(want), out
+        for r in rows:
+            got = (int(r[1]), int(r[2]), int(r[4]))
+            if r[0] == "2015-05-20":
+                assert r[-1] == "no" and got <= want[r[0]], out
+            else:
+                assert r[-1] == "yes" and got == want[r[0]], out
+
     def root_visitors(out: str) -> None:
         (n,) = re.findall(r"^2015-05-17T00:00:00\s+(\d+)\s+\d+\s+(?:yes|no)", out, re.M)
         truth = known["root_visitors"]
@@ -121,6 +135,7 @@ def checks(known: dict[str, object], work: Path) -> dict[str, Callable[[str], No
         "{_id: 0, date: 1, hits: 1, visitors: 1}).toArray()'": views,
         "preagg query hits --site semicomplete.com --from 2015-05-17 --to 2015-05-20 --by hour": hours,
         "preagg query visitors --site semicomplete.com --from 2015-05-17 --to 2015-05-20": visitors,
+        "preagg query visits --site semicomplete.com --from 2015-05-17 --to 2015-05-20": visits,
         "preagg query visitors --site semicomplete.com --page / --from 2015-05-17 --to 2015-05-20 "
         "--by total": root_visitors,
         "preagg query hits --site semicomplete.com --page / --from 2015-05-17T10:00 --to 2015-05-17T10:59 "

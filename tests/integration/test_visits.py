@@ -94,7 +94,12 @@ def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(
     asyncio.run(produce(settings, [(line, None) for line, _ in traffic.lines], pack=1))  # keyless
     topic = settings.of(HITS).visits_topic
     logs = ""
-    for fault in ("mid-commit:4", f"early-commit:2:{topic}", f"mid-commit:2:{topic}"):
+    for fault in (
+        f"early-commit:1:{topic}",
+        "mid-commit:4",
+        f"early-commit:2:{topic}",
+        f"mid-commit:2:{topic}",
+    ):
         logs += crash_at(settings, fault)
         assert "fault injection: dying at" in logs
     topics = [settings.topic("hits"), topic]

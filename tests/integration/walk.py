@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+from pipeline.core.sessions import Sessions, tally
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import free_port
@@ -92,6 +93,21 @@ def clf_rows(n: int = 2400) -> list[tuple[datetime, str, str]]:
     return rows
 
 
+def visits_by_day(rows: list[tuple[datetime, str, str]]) -> dict[str, tuple[int, int, int]]:
+    """(visits, bounces, views) per UTC day of the log's human lines, by the rule of docs/visits.md
+    applied to the lines themselves: a visitor is an address and browser on one day."""
+    people: dict[tuple[int, str, date], int] = {}
+    s = Sessions()
+    closed = []
+    for i, (t, p, a) in enumerate(rows):
+        if "bot" not in a.lower():
+            who = people.setdefault((i % 250, a, t.date()), len(people))
+            closed.extend(s.add("semicomplete.com", who, t.timestamp(), p, i))
+    closed.extend(s.close(float("inf")))
+    totals, _ = tally(closed, lambda _site, ts: datetime.fromtimestamp(ts, UTC).date().toordinal())
+    return {date.fromordinal(o).isoformat(): (v.visits, v.bounces, v.views) for (_, o), v in totals.items()}
+
+
 def write_data(shared: Path) -> dict[str, object]:
     logs = shared / "data" / "access-logs"
     logs.mkdir(parents=True)
@@ -124,6 +140,7 @@ def write_data(shared: Path) -> dict[str, object]:
             if p == "/":
                 root.add((t.date(), i % 250, a))
     return {
+        "visits_by_day": visits_by_day(rows),
         "visitors_by_day": {day: len(pairs) for day, pairs in people.items()},
         "hits_by_day": dict(Counter(t.date().isoformat() for t, _, _ in rows)),
         # --by total with the daily salt: each day's visitors of / added up
