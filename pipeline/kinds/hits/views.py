@@ -17,6 +17,7 @@ from pipeline.core.fields import FieldMode, View
 from pipeline.kinds.hits.bots import AGENT, BOT
 from pipeline.kinds.hits.layout import DailyFields, DocFields, MonthlyFields, TopFields, hits_fields
 from pipeline.kinds.hits.sites.caps import OTHER_PAGE
+from pipeline.kinds.hits.visit_docs import BOUNCES, SECONDS, VIEWS, VISITS
 from pipeline.store.names.layout import escape_key
 from pipeline.store.names.store import names_fields
 from pipeline.store.view_exprs import (
@@ -268,6 +269,21 @@ _TOP = (
 )
 
 
+#: What a site's day or month row says of its visits (docs/visits.md; 0 with visits off).
+_VISITS = (
+    ("visits", INT, "visits that started that period and have closed (PREAGG_HITS_VISITS; 0 when off)"),
+    ("bounces", INT, "of those, visits of one page view"),
+    ("visit_views", INT, "page views in those visits"),
+    ("visit_seconds", INT, "the sum of their durations, whole seconds (mean: visit_seconds / visits)"),
+)
+
+
+def _visits(visits: str) -> dict[str, Any]:
+    """A site rollup's closed visits, as numbers (0 without any)."""
+    names = (("visits", VISITS), ("bounces", BOUNCES), ("visit_views", VIEWS), ("visit_seconds", SECONDS))
+    return {name: number(path(visits, sub)) for name, sub in names}
+
+
 def views(mode: FieldMode) -> list[View]:
     """The hits views of a deployment in field-name ``mode``."""
     f = hits_fields(mode)
@@ -285,12 +301,18 @@ def views(mode: FieldMode) -> list[View]:
         View(
             "hits_site_days",
             r.daily.collection,
-            _staged(_day(r.daily, page=False, capped=r.daily.capped) | {"bot_hits": bots}, tuple(bot_stages)),
+            _staged(
+                _day(r.daily, page=False, capped=r.daily.capped)
+                | {"bot_hits": bots}
+                | _visits(r.daily.visits),
+                tuple(bot_stages),
+            ),
             "one row per site and local day: every page's hits together",
             (
                 *_DAY_FIELDS,
                 ("capped", INT, "hits of pages past the day's page cap (counted here, no page row)"),
                 ("bot_hits", INT, "hits of crawlers (the agent property's Bot value; 0 without --props)"),
+                *_VISITS,
             ),
         ),
         View(
@@ -303,9 +325,9 @@ def views(mode: FieldMode) -> list[View]:
         View(
             "hits_site_months",
             r.monthly.collection,
-            _staged(_month(r.monthly, page=False)),
+            _staged(_month(r.monthly, page=False) | _visits(r.monthly.visits)),
             "one row per site and local month",
-            _MONTH_FIELDS,
+            (*_MONTH_FIELDS, *_VISITS),
         ),
         View(
             "top_pages_days",
