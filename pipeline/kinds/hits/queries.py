@@ -46,6 +46,9 @@ METRIC = Param(
     default="hits",
     choices=("hits", "visitors"),
 )
+#: A range of local days ending today by default (visitors, visits).
+FIRST_DAY = Param("from", "first local day (YYYY-MM-DD, today-29d)", "date", default="today-29d")
+LAST_DAY = Param("to", "last local day (inclusive)", "date", default="today")
 #: Most pages one top-pages answer lists.
 MAX_PAGES = 1000
 
@@ -136,8 +139,8 @@ QUERIES = indexed(
         (
             SITE,
             PAGE,
-            Param("from", "first local day (YYYY-MM-DD, today-29d)", "date", default="today-29d"),
-            Param("to", "last local day (inclusive)", "date", default="today"),
+            FIRST_DAY,
+            LAST_DAY,
             Param(
                 "by",
                 "bucket size; `total`: one row, the visitors of the whole range",
@@ -156,8 +159,8 @@ QUERIES = indexed(
         "per visit and visit duration per day, month or over the range, each saying whether it is final",
         (
             SITE,
-            Param("from", "first local day (YYYY-MM-DD, today-29d)", "date", default="today-29d"),
-            Param("to", "last local day (inclusive)", "date", default="today"),
+            FIRST_DAY,
+            LAST_DAY,
             Param(
                 "by",
                 "bucket size; `total`: one row, the visits of the whole range",
