@@ -133,6 +133,12 @@ CHECKS: dict[tuple[str, str], Callable[[str], bool]] = {
         [(r["visits"], r["bounces"], r["views"], r["complete"]) for r in json.loads(out)]
         == [(2, 1, 4, False)]
     ),
+    (
+        "visits.md",
+        "preagg query visit-pages --site shop.example --from 2026-11-20 --to 2026-11-20 --order exits",
+    ): lambda out: (
+        [line.split() for line in out.splitlines()[1:]] == [["/", "2", "1"], ["/signup", "0", "1"]]
+    ),
 }
 
 

@@ -134,6 +134,14 @@ def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(
     assert [(r["t"], r["visits"], r["bounces"], r["views"], r["complete"]) for r in rows] == [
         (str(d), *want[0][("shop.example", d)][:3], True) for d in days
     ]
+    entries: Counter[str] = Counter()
+    for (site, _day, page, end), n in want[1].items():
+        if site == "shop.example" and end == 0:
+            entries[page] += n
+    top = json.loads(run_cli(settings, "query", "visit-pages", *span, "--limit", "5", "--json").stdout)
+    assert [(r["page"], r["entries"]) for r in top] == sorted(
+        entries.items(), key=lambda kv: (-kv[1], kv[0])
+    )[:5]
     (total,) = json.loads(run_cli(settings, "query", "visits", *span, "--by", "total", "--json").stdout)
     n = sum(want[0][("shop.example", d)][0] for d in days)
     assert total["visits"] == n and total["views_per_visit"] == round(

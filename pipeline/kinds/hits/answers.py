@@ -34,7 +34,7 @@ from pipeline.kinds.hits.query import (
 from pipeline.kinds.hits.query_bots import humans, top_human_pages
 from pipeline.kinds.hits.query_props import PropCount, prop_counts, prop_rows
 from pipeline.kinds.hits.query_visitors import VisitorRow, page_visitors, visitor_rows
-from pipeline.kinds.hits.query_visits import VisitRow, visit_rows, visits_watermark
+from pipeline.kinds.hits.query_visits import VisitRow, visit_pages, visit_rows, visits_watermark
 from pipeline.kinds.hits.render import series_rows
 from pipeline.kinds.hits.settings import KEY
 from pipeline.kinds.hits.sites.store import site_config
@@ -182,6 +182,23 @@ async def visits(db: Db, a: Mapping[str, Any], r: Reading) -> Visits:
     cal = (await site_config(db, a["site"])).calendar
     settled = None if mark is None else mark - timeout
     return Visits(await visit_rows(db, a["site"], first, last, a["by"], r.fields, cal, settled))
+
+
+@dataclass
+class VisitPages:
+    """``visit-pages``: pages by the visits that entered or left by them."""
+
+    rows: list[dict[str, Any]]
+
+    def json(self) -> list[dict[str, Any]]:
+        return self.rows
+
+
+async def visit_pages_answer(db: Db, a: Mapping[str, Any], r: Reading) -> VisitPages:
+    first, last = await _days(db, a, r)
+    if last < first:
+        raise BadParam("to", "is before `from`")
+    return VisitPages(await visit_pages(db, a["site"], first, last, a["order"], a["limit"], r.fields.mode))
 
 
 async def sites(db: Db, a: Mapping[str, Any], r: Reading) -> Sites:

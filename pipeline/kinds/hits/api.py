@@ -100,6 +100,14 @@ RETURNS: dict[str, tuple[Callable[..., Awaitable[Answer]], dict[str, Any]]] = {
             ),
         ),
     ),
+    "visit-pages": (
+        answers.visit_pages_answer,
+        rows_of(
+            ("page", {"type": "string"}),
+            ("entries", {**COUNT, "description": "closed visits whose first hit was on the page"}),
+            ("exits", {**COUNT, "description": "closed visits whose last hit was on the page"}),
+        ),
+    ),
     "sites": (
         answers.sites,
         rows_of(

@@ -169,6 +169,24 @@ def _shown(v: Any) -> str:
     return str(v)
 
 
+def cmd_query_visit_pages(a: Mapping[str, Any], args: argparse.Namespace) -> int:
+    """The pages most visits entered or left by, with both counts."""
+    from pipeline.kinds.hits import answers
+
+    rows = answer(answers.visit_pages_answer, a).json()
+    header = ("page", "entries", "exits")
+    if args.json:
+        print(json.dumps(rows))
+    elif args.csv:
+        print(csv_text([tuple(r[h] for h in header) for r in rows], header), end="")
+    else:
+        width = max([len(printable(r["page"])) for r in rows] + [4])
+        print(f"{'page':<{width}}  {'entries':>9}  {'exits':>9}")
+        for r in rows:
+            print(f"{printable(r['page']):<{width}}  {r['entries']:>9}  {r['exits']:>9}")
+    return 0
+
+
 def cmd_query_sites(a: Mapping[str, Any], args: argparse.Namespace) -> int:
     """Every site with hits or settings, its zone, and its first and last month with hits."""
     from pipeline.kinds.hits import answers
@@ -221,5 +239,6 @@ def query_commands() -> tuple[QueryCommand, ...]:
         QueryCommand(QUERIES["pages"], cmd_query_pages, ("json", "csv")),
         QueryCommand(QUERIES["visitors"], cmd_query_visitors, ("json", "csv")),
         QueryCommand(QUERIES["visits"], cmd_query_visits, ("json", "csv")),
+        QueryCommand(QUERIES["visit-pages"], cmd_query_visit_pages, ("json", "csv")),
         QueryCommand(QUERIES["sites"], cmd_query_sites, ("json", "csv")),
     )

@@ -18,7 +18,7 @@ from datetime import date, datetime
 from functools import cache
 from typing import Any
 
-from pipeline.core.fields import SCHEMAS, FieldMode, Index, ShardKey, check_mode, field_names
+from pipeline.core.fields import SCHEMAS, FieldMode, Index, ShardKey, check_mode, field_names, hashed_id
 from pipeline.core.ids import escape_part
 
 #: ``schemas/hits``: the event JSON Schema and these documents' field names.
@@ -277,6 +277,11 @@ def indexes(mode: FieldMode) -> list[Index]:
     # the days with pages past the cap, newest first (preagg status)
     rd = fields.rollups.daily
     out.append(Index(rd.collection, ((rd.capped, 1), (f"{rd.metadata}.{rd.date}", -1)), "capped_date"))
+    # a site's entry and exit pages over a range of days (preagg query visit-pages)
+    vp = visit_pages_fields(mode)
+    out.append(
+        Index(vp.collection, ((f"{vp.metadata}.{vp.site}", 1), (f"{vp.metadata}.{vp.date}", 1)), "site_date")
+    )
     return out
 
 
@@ -287,11 +292,14 @@ def shard_keys(mode: FieldMode) -> list[ShardKey]:
     month) and each flush writes each once.
     """
     fields = hits_fields(mode)
+    vp = visit_pages_fields(mode)
     return [
         *(
             ShardKey(f.collection, ((f"{f.metadata}.{f.site}", 1), (f"{f.metadata}.{f.page}", 1)))
-            for f in (fields.daily, fields.monthly)
+            for f in (fields.daily, fields.monthly, vp)
         ),
+        # The visits stage's state is read and written by _id alone.
+        hashed_id(visit_state_fields(mode).collection),
         # A site's rollups on one shard: a site chart is one targeted read of a few documents.
         *(
             ShardKey(r.collection, ((f"{r.metadata}.{r.site}", 1),))

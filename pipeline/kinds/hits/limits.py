@@ -24,6 +24,8 @@ MAX_PROP_DAYS = 93
 VISITOR_BUCKETS = ("hour", "day", "month", "total")
 #: ``by`` of the visits query, and its longest range (one site rollup read per day).
 VISIT_BUCKETS = ("day", "month", "total")
+#: ``order`` of the entry and exit pages query.
+VISIT_ENDS = ("entries", "exits")
 MAX_VISIT_DAYS = 1100
 #: Longest range of unique visitors per bucket: hours read one daily document a day, days and
 #: the total at most one a day (whole months one a month), months one a month.

@@ -23,6 +23,7 @@ from pipeline.kinds.hits.limits import (
     MAX_VISIT_DAYS,
     MAX_VISITOR_DAYS,
     VISIT_BUCKETS,
+    VISIT_ENDS,
     VISITOR_BUCKETS,
     check_span,
 )
@@ -168,6 +169,21 @@ QUERIES = indexed(
                 default="day",
                 choices=VISIT_BUCKETS,
             ),
+        ),
+        _check_days(MAX_VISIT_DAYS),
+        {"max_days": MAX_VISIT_DAYS},
+    ),
+    Query(
+        "visit-pages",
+        "/api/visit-pages",
+        "The pages most visits of a site entered or left by over its local days (with PREAGG_HITS_VISITS), "
+        "exact, with both counts; visits still open are not in them yet",
+        (
+            SITE,
+            FIRST_DAY,
+            LAST_DAY,
+            Param("order", "rank by `entries` or `exits`", "choice", default="entries", choices=VISIT_ENDS),
+            Param("limit", "most pages", "integer", default="10", minimum=1, maximum=MAX_PAGES),
         ),
         _check_days(MAX_VISIT_DAYS),
         {"max_days": MAX_VISIT_DAYS},

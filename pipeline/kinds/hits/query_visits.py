@@ -20,7 +20,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pipeline.core.calendar import Calendar
 from pipeline.core.fields import FieldMode
 from pipeline.core.sessions import DURATION_BUCKETS, median_duration
-from pipeline.kinds.hits.layout import HitsFields, site_filter, visit_state_fields
+from pipeline.kinds.hits.layout import HitsFields, site_filter, visit_pages_fields, visit_state_fields
 from pipeline.kinds.hits.visit_docs import BOUNCES, HISTOGRAM, SECONDS, VIEWS, VISITS
 
 
@@ -110,6 +110,42 @@ async def visit_rows(
         row.complete = row.complete and settled is not None and settled >= end
         day += timedelta(days=1)
     return list(rows.values())
+
+
+async def visit_pages(
+    db: AsyncDatabase[dict[str, Any]],
+    site: str,
+    first: date,
+    last: date,
+    order: str,
+    limit: int,
+    mode: FieldMode,
+) -> list[dict[str, Any]]:
+    """The pages most visits of a site's days entered (``order`` "entries") or left ("exits")
+    by, with both counts, summed over the days: exact, every page-day read (its index: site,
+    date)."""
+    vp = visit_pages_fields(mode)
+    match = {
+        f"{vp.metadata}.{vp.site}": site,
+        f"{vp.metadata}.{vp.date}": {"$gte": _midnight(first), "$lte": _midnight(last)},
+    }
+    pipeline: list[dict[str, Any]] = [
+        {"$match": match},
+        {
+            "$group": {
+                "_id": f"${vp.metadata}.{vp.page}",
+                "entries": {"$sum": {"$ifNull": [f"${vp.entries}", 0]}},
+                "exits": {"$sum": {"$ifNull": [f"${vp.exits}", 0]}},
+            }
+        },
+        {"$match": {order: {"$gt": 0}}},
+        {"$sort": {order: -1, "_id": 1}},
+        {"$limit": limit},
+    ]
+    return [
+        {"page": d["_id"], "entries": d["entries"], "exits": d["exits"]}
+        async for d in await db[vp.collection].aggregate(pipeline)
+    ]
 
 
 def _midnight(day: date) -> datetime:
