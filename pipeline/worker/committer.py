@@ -149,7 +149,7 @@ class BatchCommitter(Generic[A]):
 
             try:
                 await self.retry.run(
-                    "MongoDB commit",
+                    "MongoDB commit" if forward is None else "forwarded sends and MongoDB commit",
                     commit,
                     batch.events,
                     give_up=lambda e: self.give_up(e, batch, docs),

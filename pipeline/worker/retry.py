@@ -33,6 +33,14 @@ log = logging.getLogger("preagg.flush")
 #: PROBLEM in ``preagg status``. It is still retried (at the longest backoff), so that an
 #: operator's fix of the document lets the flush through without a restart.
 PERMANENT_ATTEMPTS = 5
+#: Exceptions only a programming error raises: escalated like a permanent write error (the same
+#: call fails the same way again), while still retried: never retried unseen.
+BUGS = (TypeError, AttributeError, NameError, AssertionError, KeyError, IndexError)
+
+
+def bug(exc: BaseException) -> str | None:
+    """What makes a failure the code's own error, or ``None``."""
+    return f"a bug, {type(exc).__name__}: {str(exc)[:200]}" if isinstance(exc, BUGS) else None
 
 #: After a write conflict, a stream's commits take its commit token first for this long
 #: (seconds since the last conflict): workers that write the same documents (keyless
@@ -123,7 +131,7 @@ class Retrier:
                 if give_up is not None and give_up(exc):
                     raise
                 failure = self.classify(exc)
-                reason = (failure.permanent or self.unsplittable) if tps else None
+                reason = (failure.permanent or self.unsplittable or bug(exc)) if tps else None
                 self.unsplittable = None
                 self._permanent_in_a_row = self._permanent_in_a_row + 1 if reason else 0
                 if reason is not None and self._permanent_in_a_row == PERMANENT_ATTEMPTS:

@@ -476,6 +476,36 @@ def test_a_message_too_large_alone_is_escalated_after_a_bound_then_clears() -> N
     assert f.stuck is None and noted[0] and noted[-1] is None and store.total() == 4
 
 
+def test_a_programming_error_inside_a_commit_is_escalated_not_retried_unseen() -> None:
+    """A TypeError in the commit step (a bug: the same call fails again) is retried, and
+    escalated after the permanent errors' bound like one; fixed, the flush goes through."""
+    store = ModelStore([])
+    f, _, _ = make(store)
+    real = store.commit
+    broken = True
+
+    async def commit(*args: object, **kwargs: object) -> object:
+        if broken:
+            raise TypeError("commit() got an unexpected keyword argument 'forward'")
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.commit = commit  # type: ignore[method-assign]
+    f.retry.max_backoff = 0.01
+
+    async def go() -> None:
+        nonlocal broken
+        await f.receive(TP0, 0, day_hit(0), "m0")
+        task = asyncio.create_task(f.flush())
+        while f.stuck is None:
+            await asyncio.sleep(0.01)
+        assert f.stuck.startswith("a bug, TypeError") and f.stats.permanent_errors == 1
+        broken = False
+        await task
+
+    asyncio.run(go())
+    assert f.stuck is None and store.total() == 1
+
+
 def test_slow_commits_lower_the_document_bound_and_fast_ones_raise_it() -> None:
     b = CommitBound(max_docs=2000, max_bytes=10**9, target_seconds=5.0)
     b.committed(docs=2000, size=10**6, seconds=10.0)
