@@ -34,3 +34,7 @@ class Aggregator(Protocol):
     # rather than from the events (hits: the pages refused a document past the day's cap).
     # A flush's intent records it; ``assume(decisions)`` makes a later plan of the same
     # events decide the same way (a redo on another worker: docs/exactly-once.md).
+    #
+    # ``ranged(start, end)``: told before the plan the range of its partition it is planned for
+    # (``start`` ``None``: the partition's first flush): a stage keeping state between flushes
+    # plans from the state at ``start`` (the visits stage, pipeline/kinds/hits/visit_stage.py).
