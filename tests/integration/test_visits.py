@@ -29,7 +29,7 @@ from pipeline.settings import Settings
 from pipeline.testing.traffic import Traffic, generate
 from pipeline.worker.process import WorkerProcess
 
-from .helpers import produce, run_cli
+from .helpers import produce, run_cli, schema_violations
 from .test_exactly_once import crash_at
 
 pytestmark = pytest.mark.integration
@@ -142,6 +142,11 @@ def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(
     assert [(r["page"], r["entries"]) for r in top] == sorted(
         entries.items(), key=lambda kv: (-kv[1], kv[0])
     )[:5]
+    # Every stored document and view row as its JSON Schema says (the state, the views too).
+    assert schema_violations(settings) == {}
+    with MongoClient(settings.mongo_url) as client:
+        rows = client[settings.db]["visit_pages_days"].find({"site": "shop.example"})
+        assert sum(r["entries"] for r in rows) == sum(entries.values())
     (total,) = json.loads(run_cli(settings, "query", "visits", *span, "--by", "total", "--json").stdout)
     n = sum(want[0][("shop.example", d)][0] for d in days)
     assert total["visits"] == n and total["views_per_visit"] == round(

@@ -15,7 +15,15 @@ from typing import Any
 
 from pipeline.core.fields import FieldMode, View
 from pipeline.kinds.hits.bots import AGENT, BOT
-from pipeline.kinds.hits.layout import DailyFields, DocFields, MonthlyFields, TopFields, hits_fields
+from pipeline.kinds.hits.layout import (
+    DailyFields,
+    DocFields,
+    MonthlyFields,
+    TopFields,
+    VisitPagesFields,
+    hits_fields,
+    visit_pages_fields,
+)
 from pipeline.kinds.hits.sites.caps import OTHER_PAGE
 from pipeline.kinds.hits.visit_docs import BOUNCES, SECONDS, VIEWS, VISITS
 from pipeline.store.names.layout import escape_key
@@ -284,12 +292,26 @@ def _visits(visits: str) -> dict[str, Any]:
     return {name: number(path(visits, sub)) for name, sub in names}
 
 
+def _visit_pages(vp: VisitPagesFields) -> dict[str, Any]:
+    """A page's entries and exits of one local day."""
+    meta = (vp.metadata,)
+    return {
+        "_id": 0,
+        "site": path(*meta, vp.site),
+        "page": path(*meta, vp.page),
+        "date": day_text(path(*meta, vp.date)),
+        "entries": number(path(vp.entries)),
+        "exits": number(path(vp.exits)),
+    }
+
+
 def views(mode: FieldMode) -> list[View]:
     """The hits views of a deployment in field-name ``mode``."""
     f = hits_fields(mode)
     r = f.rollups
     bot_stages, bots = _bots(r.daily, mode)
     top_d, top_m = r.top_daily, r.top_monthly
+    vp = visit_pages_fields(mode)
     return [
         View(
             "hits_page_days",
@@ -342,5 +364,18 @@ def views(mode: FieldMode) -> list[View]:
             _top(top_m, "month", month_text(path(top_m.metadata, top_m.date))),
             "one row per site and local month: its busiest pages",
             (_TOP[0], ("month", MONTH, "the site's local month, YYYY-MM"), *_TOP[1:]),
+        ),
+        View(
+            "visit_pages_days",
+            vp.collection,
+            _staged(_visit_pages(vp)),
+            "one row per site, page and local day with visits that entered or left by the page",
+            (
+                ("site", TEXT, "the site"),
+                *_PAGE,
+                ("date", DAY, "the site's local day of the visits' start, YYYY-MM-DD"),
+                ("entries", INT, "closed visits whose first hit was on the page (PREAGG_HITS_VISITS)"),
+                ("exits", INT, "closed visits whose last hit was on the page"),
+            ),
         ),
     ]
