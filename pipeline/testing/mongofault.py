@@ -169,7 +169,7 @@ def set_on_insert_keys() -> dict[str, frozenset[str]]:
     holds alike, whatever its share: what their plans set on insert (metadata, the ids a
     document is about). Read from the kinds' layouts."""
     from pipeline.core.fields import FIELD_MODES
-    from pipeline.kinds.hits.layout import hits_fields
+    from pipeline.kinds.hits.layout import hits_fields, visit_pages_fields
     from pipeline.kinds.impressions.layout import impression_fields
     from pipeline.kinds.listens.layout import listen_fields, top_fields
     from pipeline.kinds.relations.layout import relation_sides
@@ -178,7 +178,8 @@ def set_on_insert_keys() -> dict[str, frozenset[str]]:
     for mode in FIELD_MODES:
         h = hits_fields(mode)
         r = h.rollups
-        for f in (h.daily, h.monthly, r.daily, r.monthly, r.top_daily, r.top_monthly):
+        visit_pages = visit_pages_fields(mode)
+        for f in (h.daily, h.monthly, r.daily, r.monthly, r.top_daily, r.top_monthly, visit_pages):
             out.setdefault(f.collection, set()).add(f.metadata.split(".")[0])
         im = impression_fields(mode)
         rel = relation_sides(10, 10, 0.01, mode)
