@@ -3,7 +3,9 @@
 Each seed gets a fresh topic, group and database on one pair of embedded services
 and runs :func:`pipeline.testing.chaos.run_chaos`: 2–3 workers killed (``kill -9``),
 crashed by injected faults inside and right after commits, scaled up and down
-while a known stream is produced, then every stored counter is audited. Then the
+while a known stream is produced, then every stored counter is audited; even seeds count
+visits too, and audit the sessions invariant (every site-day's visits, bounces, durations,
+entries and exits against the rule applied to the events). Then the
 drills of :mod:`pipeline.testing.drills`: the store down ``--outage`` seconds during a
 scale-up (exits counted by status), and one poison event per 1,000.
 
@@ -22,6 +24,7 @@ from typing import Any
 
 from benchmarks.common import drill_settings, embedded, write_results
 from pipeline.kinds import named
+from pipeline.kinds.hits import KIND as HITS
 from pipeline.services.embedded import EmbeddedServices
 from pipeline.services.urls import for_embedded
 from pipeline.settings import Settings
@@ -52,6 +55,8 @@ def main() -> None:
             settings = drill_settings(base, f"seed-{seed}", f"chaos-{seed}")
             if args.commit_max_docs:
                 settings = settings.with_(commit_max_docs=args.commit_max_docs)
+            if seed % 2 == 0:
+                settings = settings.with_stream(HITS, visits=True)
             began = time.strftime("%X")
 
             def say(message: str, seed: int = seed) -> None:
@@ -60,7 +65,7 @@ def main() -> None:
             report = run_chaos(settings, seed, args.events, args.duration, say=say)
             # the truth the run audited against is keyed by (site, page, minute): not a result to keep
             row = {k: v for k, v in asdict(report).items() if k != "truth"}
-            row |= {"faults": report.faults, "ok": report.ok, "started": began}
+            row |= {"faults": report.faults, "ok": report.ok, "started": began, "visits": seed % 2 == 0}
             runs.append(row)
             print(
                 f"seed {seed}: {report.faults} faults (kill -9 {report.kills}, "

@@ -49,6 +49,11 @@ class Taken:
     hits: int = 0
     copies: int = 0
     foreign: int = 0
+    #: Hits behind the watermark when taken (later than the grace): the visit each would have
+    #: joined may have closed already, so it may count as a visit of its own.
+    late: int = 0
+    #: How far behind the watermark the latest of them was, seconds.
+    late_by: float = 0.0
 
 
 @dataclass
@@ -110,6 +115,12 @@ class PartitionVisits:
         taken.hits += len(packed.hits)
         base = self.taken
         self.taken += len(packed.hits)
+        before = self.watermark()
+        if before is not None:
+            behind = [before - h.ts for h in packed.hits if h.ts < before]
+            if behind:
+                taken.late += len(behind)
+                taken.late_by = max(taken.late_by, *behind)
         add = self.sessions.add
         closed: list[Visit] = []
         for i, h in enumerate(packed.hits):

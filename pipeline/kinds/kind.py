@@ -85,6 +85,9 @@ class Stream:
     #: this one (hits: the visits stage, reading the forwarded hits). Each has a flusher of
     #: its own, named as its topic, and ledgers of its own.
     stages: tuple[tuple[str, Stream], ...] = ()
+    #: Told, after each assignment, the partitions of the stream's topic the worker holds (the
+    #: visits stage drops the state it kept of the others). Must not block or raise.
+    keep: Callable[[set[int]], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ processes while a known stream is produced at a steady pace:
 When production ends, the last faults are cleared, the group catches up, and every
 counter is audited against the truth (:mod:`pipeline.testing.audit`), together with the
 per-worker event totals and dead-letter counts of the ops documents.
+
+With the visits stage on (``settings``' hits ``visits``), the hits name visitors, the faults
+also hit the stage's own flushes (both phases of its commit), and the sessions invariant is
+audited too (:mod:`pipeline.testing.visits_truth`): one hit of the present closes every visit,
+then each site-day's visits, bounces, views, durations, entries and exits must equal the rule's.
 """
 
 from __future__ import annotations
@@ -25,14 +30,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from pipeline.kafka.producer import EventProducer
+from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import group_lag
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 from pipeline.testing.audit import audit_hits
-from pipeline.testing.traffic import generate
+from pipeline.testing.traffic import Traffic, generate
+from pipeline.testing.visits_truth import stored_visits_of, visit_mismatches, visits_truth
 from pipeline.worker.exits import EXIT_FENCED
 from pipeline.worker.process import WorkerProcess
 
@@ -67,9 +76,19 @@ class ChaosReport:
         return not self.mismatches
 
 
+#: The drill's traffic: two days of hits, produced in chunks of a 40th.
+DAYS, CHUNKS = 2, 40
+#: The visits stage's grace in the drill. The drill compresses two days of event time into
+#: seconds of producing, so a worker's few seconds of restart, or a partition's pack sent a chunk
+#: after another's, put one partition's hits hours of event time behind the others': live
+#: traffic's grace covers its outages in seconds, this one covers the whole span (visits then
+#: close once the drill's last hit, dated now, has been read; docs/visits.md, "Limits").
+VISITS_GRACE = DAYS * 86400.0
+
+
 def produce_paced(settings: Settings, lines: list[tuple[bytes, bytes]], duration: float, pack: int) -> None:
     async def run() -> None:
-        chunks = 40
+        chunks = CHUNKS
         step = max(1, len(lines) // chunks)
         began = time.monotonic()
         async with EventProducer(settings, settings.topic("hits"), pack) as p:
@@ -137,7 +156,11 @@ def run_chaos(
     ``topics``: every topic the group must have counted before the workers stop (default: hits).
     """
     rng = random.Random(seed)
-    traffic = generate(events, end=time.time(), days=2, seed=seed, late_share=0.1, bad_share=0.01)
+    visits = settings.of(HITS).visits
+    if visits:
+        settings = settings.with_stream(HITS, visit_grace=VISITS_GRACE)
+    topics = [*(topics or [settings.topic("hits")]), *([settings.of(HITS).visits_topic] if visits else [])]
+    traffic = drill_traffic(events, seed, visits)
     report = ChaosReport(seed, len(traffic.lines), traffic.valid, sum(traffic.bad.values()))
     report.truth = traffic.per_minute
     began = time.monotonic()
@@ -163,6 +186,8 @@ def run_chaos(
                 time.sleep(rng.uniform(0.0, 2.0))
                 point = rng.choice(("after-commit", "mid-commit"))
                 fault = f"{point}:{rng.randint(1, 3)}" if rng.random() < 0.4 else ""
+                if visits and rng.random() < 0.5:  # the same points, in the visits stage's flushes
+                    fault = f"{rng.choice(('early-commit', 'mid-commit'))}:{rng.randint(1, 3)}:{topics[-1]}"
                 crew.start(name, fault)
             elif action < 0.8 and "w2" not in crew.workers:
                 crew.start("w2")
@@ -173,12 +198,50 @@ def run_chaos(
                 say("stop w2 (scale down)")
         producer.join()
         catch_up(settings, crew, catch_up_timeout, topics)
+        if visits:
+            report.mismatches += close_visits(settings, crew, report, traffic, catch_up_timeout, topics)
         crew.stop_all()
         report.seconds = time.monotonic() - began
-        report.mismatches = asyncio.run(audit(settings, traffic.per_minute, report, dict(traffic.bad)))
+        report.mismatches += asyncio.run(audit(settings, report.truth, report, dict(traffic.bad)))
     finally:
         crew.stop_all()
     return report
+
+
+def drill_traffic(events: int, seed: int, visits: bool) -> Traffic:
+    """The drill's hits: live, a tenth late, a hundredth bad; with visits, visitors name them and
+    they end a grace and a day ago, in time order (a hit later than the stage's grace would split
+    a visit, which the rule applied in time order does not: docs/visits.md, "Limits")."""
+    if not visits:
+        return generate(events, end=time.time(), days=DAYS, seed=seed, late_share=0.1, bad_share=0.01)
+    people = max(50, events // 40)
+    end = time.time() - VISITS_GRACE - 86400
+    return generate(events, end=end, days=DAYS, seed=seed, late_share=0, bad_share=0.01, visitors=people)
+
+
+def close_visits(
+    settings: Settings,
+    crew: Crew,
+    report: ChaosReport,
+    traffic: Traffic,
+    timeout: float,
+    topics: list[str],
+) -> list[str]:
+    """One hit of the present (the stage's event time passes every visit of the drill), then the
+    sessions invariant: what is stored, once equal to the truth or ``timeout`` s later, against it."""
+    now = round(time.time(), 3)
+    tick = orjson.dumps({"site": "tick.example", "page": "/", "ts": now, "visitor": "clock"})
+    produce_paced(settings, [(tick, b"tick")], 0.0, 1)
+    report.truth[("tick.example", "/", int(now // 60))] += 1
+    report.events += 1
+    report.valid += 1
+    catch_up(settings, crew, timeout, topics)
+    want = visits_truth(traffic, settings.of(HITS).visit_timeout)
+    deadline = time.monotonic() + timeout
+    while (got := asyncio.run(stored_visits_of(settings))) != want and time.monotonic() < deadline:
+        crew.reap()
+        time.sleep(0.5)  # the tick's visits flush may follow the wait by a moment
+    return visit_mismatches(got, want)
 
 
 def catch_up(settings: Settings, crew: Crew, timeout: float, topics: list[str] | None = None) -> None:

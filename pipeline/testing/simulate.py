@@ -9,7 +9,9 @@ listens (keyless backlogs: :mod:`pipeline.testing.kinds_truth`). The invariant c
 group has caught up: every stored counter of every kind equals the truth (hits with their site
 rollups and top pages; impressions exact; relations without a false negative; listens' sketches
 exact below their explicit threshold), the ledgers count every event of every topic once, and no
-ledger is left with a flush's intent pending. ``make simulate`` runs many schedules; ``make test``
+ledger is left with a flush's intent pending. Even schedules count visits too, and their sessions
+invariant holds (every site-day's visits, bounces, durations, entries and exits equal the rule's:
+:func:`pipeline.testing.chaos.close_visits`). ``make simulate`` runs many schedules; ``make test``
 runs a bounded few (tests/integration/test_faults.py).
 """
 
@@ -21,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipeline.kinds.hits import KIND as HITS
 from pipeline.ops.ledger import read_ledger
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
@@ -103,6 +106,8 @@ def run_schedule(
     upstream = settings.mongo_url or ""
     if seed % 2 == 1:  # the pages' reader lets go of records and reads them again through the faults
         settings = settings.with_(max_pending_keys=LET_GO_BOUND)
+    else:  # the visits stage's state and two-phase flushes through the same faults
+        settings = settings.with_stream(HITS, visits=True)
     rates = draw_rates(seed)
     edges = draw_boundaries(seed) if boundaries else None
     others = generate_other_kinds(seed, other_events)
@@ -118,6 +123,8 @@ def run_schedule(
         )
         if settings.max_pending_keys == LET_GO_BOUND:
             injected[f"a memory bound of {LET_GO_BOUND} keys (records let go of)"] += 1
+        if settings.of(HITS).visits:
+            injected["visits counted (the sessions invariant)"] += 1
         if edges is not None and edges.mongos:
             proxy.mongos = mongos_keys(settings)
             injected["answered as a mongos"] += 1

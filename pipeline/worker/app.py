@@ -93,16 +93,19 @@ def build_app(settings: Settings, make_store: MakeStore) -> tuple[faust.App, lis
     )
     wiring = StreamWiring(app, settings, store.sink, guard, clock, loop.seal, fault)
     joints: list[JointAck] = []
+    keepers: list[tuple[str, Callable[[set[int]], None]]] = []
     for (kind, stream), topic in zip(streams, topics, strict=True):
         for name, topic_of, of in ((kind.name, topic, stream), *((t, t, st) for t, st in stream.stages)):
             readers = wiring.flushers(name, of, joints, topic_of)
             flushers.extend(readers)
             flushed_topics.extend(topic_of for _ in readers)
             _subscribe(app, topic_of, settings.partitions, readers)
+            if of.keep is not None:
+                keepers.append((topic_of, of.keep))
     assignments = Assignments(
         app, flushers, guard, store.record_assignment, store.sink.exactly_once, loop.settled
     )
-    assignments.joints = joints
+    assignments.joints, assignments.keepers = joints, keepers
     loop.apart = bool(joints)
     assignments.install()
     bound_revoke_drain(app, flushers, settings.rebalance_timeout / 2)
@@ -316,20 +319,10 @@ class StreamWiring:
         return flusher
 
     def _idle(self, flusher: Flusher[Any], topic: str) -> set[int]:
-        """Partitions of ``topic`` this worker holds that the flusher has read to the end the
-        consumer knows, with none of their records in a batch still to flush."""
-        pending = set(flusher.batch.offsets).union(*(b.offsets for b in flusher.sealed))
+        """:meth:`Flusher.idle` of the partitions of ``topic`` the consumer holds (asked when a
+        message is forwarded: Faust makes its consumer after the wiring)."""
         consumer = self.app.consumer
-        out = set()
-        for tp in consumer.assignment():
-            key = (tp.topic, tp.partition)
-            if tp.topic != topic or key in pending:
-                continue
-            high = consumer.highwater(tp)
-            read = flusher.consumed.get(key)
-            if high is not None and (read >= high if read is not None else high == 0):
-                out.add(tp.partition)
-        return out
+        return flusher.idle([tp for tp in consumer.assignment() if tp.topic == topic], consumer.highwater)
 
 
 def _subscribe(app: faust.App, topic_name: str, partitions: int, readers: Sequence[Flusher[Any]]) -> None:

@@ -46,6 +46,8 @@ class Assignments:
         self.joined = asyncio.Event()
         #: The joint acks of kinds read by two flushers: told which partitions are still held.
         self.joints: list[JointAck] = []
+        #: Streams told which partitions of their topic are still held (:attr:`Stream.keep`).
+        self.keepers: list[tuple[str, Callable[[set[int]], None]]] = []
         # Kept while running, so that they are not collected.
         self._tasks: list[asyncio.Future[None]] = []
 
@@ -63,6 +65,8 @@ class Assignments:
             f.forget_positions(f.positions.assigned())
         for joint in self.joints:
             joint.keep((tp.topic, tp.partition) for tp in assigned)
+        for topic, keep in self.keepers:
+            keep({tp.partition for tp in assigned if tp.topic == topic})
         if self.check and assigned:
             tps = [(tp.topic, tp.partition) for tp in assigned]
             self._tasks.append(asyncio.ensure_future(self.check_ledgers(tps)))

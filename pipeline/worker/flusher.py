@@ -29,8 +29,8 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Generic
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic
 
 from pipeline.core.clock import DecisionClock
 from pipeline.core.commit import TP, FenceConflict, Sink
@@ -291,6 +291,20 @@ class Flusher(Generic[A]):
         """Forget what was let go of (a rebalance or a stop): Kafka's committed offsets are below it,
         so it is read again from there. Returns each partition's first offset let go of."""
         return {} if self.let_go is None else self.let_go.release()
+
+    def idle(self, held: Iterable[Any], highwater: Callable[[Any], int | None]) -> set[int]:
+        """The partitions of ``held`` (Kafka's) read to their ``highwater`` (the end the consumer
+        knows) with none of their records in a batch still to flush: a forwarded message may say
+        so of them."""
+        pending = set(self.batch.offsets).union(*(b.offsets for b in self.sealed))
+        out = set()
+        for tp in held:
+            key = (tp.topic, tp.partition)
+            high = highwater(tp)
+            read = self.consumed.get(key)
+            if key not in pending and high is not None and (read >= high if read is not None else high == 0):
+                out.add(tp.partition)
+        return out
 
     def forget_positions(self, tps: Sequence[TP]) -> None:
         """After a rebalance: drop cached positions of partitions with nothing pending."""

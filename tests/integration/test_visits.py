@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections import Counter
-from datetime import UTC, date, datetime
-from typing import Any
 
 import orjson
 import pytest
 from pymongo import MongoClient
 
-from pipeline.core.sessions import DEFAULT_TIMEOUT, Sessions, Visit, tally
 from pipeline.kinds.hits import KIND as HITS
-from pipeline.kinds.hits.layout import hits_fields, visit_pages_fields
 from pipeline.ops.lag import wait_caught_up
 from pipeline.settings import Settings
-from pipeline.testing.traffic import Traffic, generate
+from pipeline.testing.traffic import generate
+from pipeline.testing.visits_truth import Ends, Figures, stored_visits_of, visits_truth
 from pipeline.worker.process import WorkerProcess
 
 from .helpers import produce, run_cli, schema_violations
@@ -37,49 +33,8 @@ pytestmark = pytest.mark.integration
 DAY = 86400.0
 
 
-def truth(
-    traffic: Traffic,
-) -> tuple[dict[tuple[str, date], tuple[Any, ...]], Counter[tuple[str, date, str, int]]]:
-    """The rule applied to the events in time order: a visitor is a person on one (UTC) day, as the
-    daily salt keys them; per site and day of a visit's start its figures, and entries and exits."""
-    people: dict[tuple[str, date], int] = {}
-    s = Sessions(DEFAULT_TIMEOUT)
-    visits: list[Visit] = []
-    for n, (site, page, ts, who) in enumerate(sorted(traffic.identified, key=lambda h: h[2])):
-        person = people.setdefault((who, datetime.fromtimestamp(ts, UTC).date()), len(people))
-        visits.extend(s.add(site, person, ts, page, n))
-    visits.extend(s.close(math.inf))
-    totals, ends = tally(visits, lambda _site, ts: datetime.fromtimestamp(ts, UTC).date().toordinal())
-    figures = {
-        (site, date.fromordinal(o)): (t.visits, t.bounces, t.views, t.duration, t.buckets)
-        for (site, o), t in totals.items()
-    }
-    pages: Counter[tuple[str, date, str, int]] = Counter()
-    for (site, o, page), (entries, exits) in ends.items():
-        pages[(site, date.fromordinal(o), page, 0)] += entries
-        pages[(site, date.fromordinal(o), page, 1)] += exits
-    return figures, +pages
-
-
-def stored(
-    settings: Settings,
-) -> tuple[dict[tuple[str, date], tuple[Any, ...]], Counter[tuple[str, date, str, int]]]:
-    """What the rollups and the entries and exits documents hold."""
-    rd, pf = hits_fields().rollups.daily, visit_pages_fields()
-    with MongoClient(settings.mongo_url) as client:
-        db = client[settings.db]
-        figures = {}
-        for d in db[rd.collection].find({rd.visits: {"$exists": True}}):
-            v = d[rd.visits]
-            buckets = tuple(v.get("h", {}).get(str(i), 0) for i in range(9))
-            key = (d[rd.metadata][rd.site], d[rd.metadata][rd.date].date())
-            figures[key] = (v["n"], v["b"], v["v"], v["d"], buckets)
-        pages: Counter[tuple[str, date, str, int]] = Counter()
-        for d in db[pf.collection].find():
-            m = d[pf.metadata]
-            pages[(m[pf.site], m[pf.date].date(), m[pf.page], 0)] += d.get(pf.entries, 0)
-            pages[(m[pf.site], m[pf.date].date(), m[pf.page], 1)] += d.get(pf.exits, 0)
-    return figures, +pages
+def stored(settings: Settings) -> tuple[Figures, Ends]:
+    return asyncio.run(stored_visits_of(settings))
 
 
 def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(settings: Settings) -> None:
@@ -113,7 +68,7 @@ def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(
         tick = orjson.dumps({"site": "tick.example", "page": "/", "ts": now, "visitor": "clock"})
         asyncio.run(produce(settings, [(tick, None)], pack=1))
         asyncio.run(wait_caught_up(settings, topics, timeout=240))
-        want = truth(traffic)
+        want = visits_truth(traffic)
         deadline = time.monotonic() + 120
         while stored(settings) != want and time.monotonic() < deadline:
             time.sleep(0.5)  # the tick's visits flush may follow the wait by a moment

@@ -113,6 +113,20 @@ def test_the_slowest_source_holds_the_watermark_until_it_has_read_to_its_end() -
     assert state.watermark() == late - G  # all at their ends: the newest time
 
 
+def test_a_hit_behind_the_watermark_is_counted_late_and_starts_a_visit_of_its_own() -> None:
+    """A partition at its end holds nothing back; a hit it sends later, behind the others' time
+    less the grace, comes after its visit closed: the split is the documented limit, counted."""
+    state, taken = PartitionVisits.empty(T, G), Taken()
+    state.take(Packed("g/x", 0, 1, 0, [VisitHit("s", 1, H, "/a")], H), "g", taken)
+    now = H + T + G + 100
+    closed = state.take(Packed("g/x", 1, 1, 0, [], now, at_end=True), "g", taken)
+    closed += state.take(Packed("g/x", 0, 2, 0, [], H, at_end=True), "g", taken)
+    assert [v.visitor for v in closed] == [1] and taken.late == 0
+    closed = state.take(Packed("g/x", 0, 3, 0, [VisitHit("s", 1, H + 60, "/b")], H + 60), "g", taken)
+    assert taken.late == 1 and taken.late_by == now - G - (H + 60)
+    assert state.sessions.open_visits()[0][0].entry == "/b"  # its own visit: the limit, not hidden
+
+
 def test_a_message_without_hits_moves_its_sources_time_and_closes_visits() -> None:
     state = PartitionVisits.empty(T, G)
     state.take(Packed("g/x", 0, 1, 0, [VisitHit("s", 1, H, "/")], H), "g", Taken())
@@ -171,3 +185,16 @@ def test_a_partition_its_owner_read_to_its_end_without_hits_holds_nothing_back()
     far = H + 10 * T
     closed = state.take(Packed("g/x", 0, 2, 0, [], far, True, sources=2, idle=(1,)), "g", Taken())
     assert [v.visitor for v in closed] == [1]
+
+
+def test_the_stage_drops_the_states_of_partitions_it_no_longer_holds() -> None:
+    """After a rebalance the states of lost partitions go (their next owner reads them from the
+    store): memory and the open-visits gauge hold only this worker's."""
+    from unittest.mock import Mock
+
+    from pipeline.kinds.hits.visit_stage import VisitStage
+
+    stage = VisitStage(Mock(), "compact", "g", "hits-visits", 1800.0, 0.0, Mock(), 10.0)
+    stage.states = {p: PartitionVisits.empty(1800.0, 0.0) for p in range(4)}
+    stage.keep({1, 3, 7})
+    assert sorted(stage.states) == [1, 3]

@@ -201,6 +201,7 @@ def visits_stage(ctx: StreamContext, s: HitsSettings, sites: SiteConfigs) -> tup
         metrics=stage.metrics,
         after_commit=stage.committed,
         whole_messages=True,
+        keep=stage.keep,
     )
     return ((s.visits_topic, stream),)
 

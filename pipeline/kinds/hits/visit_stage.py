@@ -21,6 +21,7 @@ the stored state again.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from bson import Binary
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.read_concern import ReadConcern
 
 from pipeline.core.fields import FieldMode
 from pipeline.core.rejection import Rejection
@@ -40,6 +42,8 @@ from pipeline.kinds.hits.layout import hits_fields, visit_pages_fields, visit_st
 from pipeline.kinds.hits.planning.inputs import Calendars
 from pipeline.kinds.hits.visit_docs import visit_updates
 from pipeline.store.reads import find_in
+
+log = logging.getLogger("preagg.visits")
 
 
 @dataclass
@@ -97,12 +101,15 @@ class VisitStage:
         deadline: float,
     ) -> None:
         self.db, self.group, self.topic = db, group, topic
+        # What decides whether a flush was written reads only what a majority holds: a head a
+        # failover can still roll back is not written (MongoDB's manual, Read Concern "majority").
+        self.durable = db.with_options(read_concern=ReadConcern("majority"))
         self.timeout, self.grace, self.calendars, self.deadline = timeout, grace, calendars, deadline
         self.fields, self.pages = hits_fields(mode), visit_pages_fields(mode)
         self.sf = visit_state_fields(mode)
         #: Each partition's state between its flushes (taken by a plan, given back once committed).
         self.states: dict[int, PartitionVisits] = {}
-        self.closed = self.hits = self.copies = self.foreign = self.loads = 0
+        self.closed = self.hits = self.copies = self.foreign = self.loads = self.late = 0
 
     def aggregate(self) -> VisitsAggregate:
         """A new flush's aggregator (the stream's factory)."""
@@ -126,7 +133,7 @@ class VisitStage:
     async def load(self, partition: int, start: int | None, end: int) -> tuple[PartitionVisits, bool]:
         """The stored state of ``partition`` for a flush of ``[start, end)``, and whether it already
         stands at ``end``; refused when it is at neither."""
-        coll, sf = self.db[self.sf.collection], self.sf
+        coll, sf = self.durable[self.sf.collection], self.sf
         where = f"{self.topic}[{partition}]"
         with pymongo.timeout(self.deadline):
             doc = await coll.find_one({"_id": self.head_id(partition)})
@@ -201,6 +208,24 @@ class VisitStage:
         self.hits += t.hits
         self.copies += t.copies
         self.foreign += t.foreign
+        if t.late:
+            self.late += t.late
+            log.warning(
+                "%s[%d]: %d forwarded hits came after the visits stage stopped waiting for them "
+                "(up to %.0f s behind its event time less the grace): a visit each would have joined "
+                "may have closed, and it may count as a visit of its own; a grace "
+                "(PREAGG_HITS_VISIT_GRACE) above the skew between the hits' partitions avoids it",
+                self.topic,
+                agg.partition,
+                t.late,
+                t.late_by,
+            )
+
+    def keep(self, held: set[int]) -> None:
+        """Drop the states of partitions the worker no longer holds: their next owner reads them
+        from the store, and one given back later is read again (its flushes moved it on)."""
+        for partition in set(self.states) - held:
+            del self.states[partition]
 
     def metrics(self) -> Iterable[Metric]:
         """The stage's figures: visits closed, hits taken, copies and other groups' messages
@@ -211,6 +236,7 @@ class VisitStage:
             ("preagg_visit_copies", "Forwarded messages skipped as copies of ones taken", self.copies),
             ("preagg_visit_foreign", "Forwarded messages of another consumer group, skipped", self.foreign),
             ("preagg_visit_state_loads", "Visits states read from the store", self.loads),
+            ("preagg_visit_late_hits", "Forwarded hits taken after their visit may have closed", self.late),
         )
         for name, about, n in counters:
             c = CounterMetricFamily(name, about)
