@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -20,6 +20,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pipeline.core.calendar import Calendar
 from pipeline.core.fields import FieldMode
 from pipeline.core.sessions import DURATION_BUCKETS, median_duration
+from pipeline.core.times import midnight
 from pipeline.kinds.hits.layout import HitsFields, site_filter, visit_pages_fields, visit_state_fields
 from pipeline.kinds.hits.visit_docs import BOUNCES, HISTOGRAM, SECONDS, VIEWS, VISITS
 
@@ -94,7 +95,7 @@ async def visit_rows(
     ``settled``: the event time before which every visit that ended has closed (``None``: none).
     A bucket is complete once ``settled`` is past its last local day."""
     rd = fields.rollups.daily
-    flt = site_filter(rd, site, None, _midnight(first), _midnight(last))
+    flt = site_filter(rd, site, None, midnight(first), midnight(last))
     found: dict[date, Mapping[str, Any]] = {}
     async for d in db[rd.collection].find(flt, {f"{rd.metadata}.{rd.date}": 1, rd.visits: 1}):
         found[d[rd.metadata][rd.date].date()] = d.get(rd.visits) or {}
@@ -127,7 +128,7 @@ async def visit_pages(
     vp = visit_pages_fields(mode)
     match = {
         f"{vp.metadata}.{vp.site}": site,
-        f"{vp.metadata}.{vp.date}": {"$gte": _midnight(first), "$lte": _midnight(last)},
+        f"{vp.metadata}.{vp.date}": {"$gte": midnight(first), "$lte": midnight(last)},
     }
     pipeline: list[dict[str, Any]] = [
         {"$match": match},
@@ -146,7 +147,3 @@ async def visit_pages(
         {"page": d["_id"], "entries": d["entries"], "exits": d["exits"]}
         async for d in await db[vp.collection].aggregate(pipeline)
     ]
-
-
-def _midnight(day: date) -> datetime:
-    return datetime(day.year, day.month, day.day)

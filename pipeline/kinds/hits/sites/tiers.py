@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from pipeline.core.times import midnight
 from pipeline.kinds.hits.layout import DailyFields
 
 #: Seconds a worker keeps the sites' settings (and the recorded cutoffs) before reading them again.
@@ -77,8 +78,8 @@ class Pruned:
     def as_doc(self) -> dict[str, Any]:
         """How ``preagg_meta`` stores it (site names are values: a dot in one is no path)."""
         return {
-            "minute": [{"site": k, "before": _midnight(date.fromordinal(v))} for k, v in self.minute.items()],
-            "hour": [{"site": k, "before": _midnight(date.fromordinal(v))} for k, v in self.hour.items()],
+            "minute": [{"site": k, "before": midnight(date.fromordinal(v))} for k, v in self.minute.items()],
+            "hour": [{"site": k, "before": midnight(date.fromordinal(v))} for k, v in self.hour.items()],
         }
 
     @classmethod
@@ -154,7 +155,7 @@ def prunes(f: DailyFields, retention: Retention, today: date, spare_recent: bool
         default_days: int = getattr(retention.default, attr)
         others = sorted(retention.overrides)
         if default_days:
-            flt: dict[str, Any] = {day: {"$lt": _midnight(today - timedelta(days=default_days))}}
+            flt: dict[str, Any] = {day: {"$lt": midnight(today - timedelta(days=default_days))}}
             if others:
                 flt[site] = {"$nin": others}
             flt[field] = {"$exists": True}
@@ -166,7 +167,7 @@ def prunes(f: DailyFields, retention: Retention, today: date, spare_recent: bool
                 continue
             flt = {
                 site: sites[0] if len(sites) == 1 else {"$in": sorted(sites)},
-                day: {"$lt": _midnight(today - timedelta(days=days))},
+                day: {"$lt": midnight(today - timedelta(days=days))},
                 field: {"$exists": True},
             }
             if spare_recent:
@@ -179,8 +180,4 @@ def prunes(f: DailyFields, retention: Retention, today: date, spare_recent: bool
 
 def _written_before(f: DailyFields, d: date) -> dict[str, Any]:
     """Documents last written before ``d`` (or before the stamp existed)."""
-    return {"$or": [{f.written: {"$lt": _midnight(d)}}, {f.written: {"$exists": False}}]}
-
-
-def _midnight(d: date) -> datetime:
-    return datetime(d.year, d.month, d.day)
+    return {"$or": [{f.written: {"$lt": midnight(d)}}, {f.written: {"$exists": False}}]}
