@@ -29,6 +29,7 @@ from openapi_spec_validator import validate
 from pipeline.core.ids import id_bytes
 from pipeline.kafka.producer import EventProducer
 from pipeline.kinds import named, stream_topics
+from pipeline.kinds.hits import KIND as HITS_KIND
 from pipeline.kinds.hits.grafana import epoch_ms
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.pages import PageRules
@@ -104,7 +105,11 @@ def served(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Ite
     base = Settings(
         partitions=2, home=tmp_path_factory.mktemp("serve"), flush_interval=0.5, session_timeout=6.0
     )
-    settings = for_embedded(named(base, tag), services).with_(serve_token=TOKEN, serve_cors=(ORIGIN,))
+    settings = (
+        for_embedded(named(base, tag), services)
+        .with_(serve_token=TOKEN, serve_cors=(ORIGIN,))
+        .with_stream(HITS_KIND, visits=True)
+    )
     rng = random.Random(16)
     asyncio.run(send(settings, "hits", HITS))
     ts = NOW.timestamp() - 3600
@@ -121,7 +126,7 @@ def served(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Ite
         for _ in range(2 * n)
     ]
     asyncio.run(send(settings, "listens", songs))
-    run_worker_to_end(settings, topics=stream_topics(settings))
+    run_worker_to_end(settings, topics=[*stream_topics(settings), settings.of(HITS_KIND).visits_topic])
     server = ServeProcess(settings).start()
     try:
         yield settings, server.url
@@ -463,7 +468,7 @@ def test_grafana_provisioning_files_chart_a_site(served: tuple[Settings, str]) -
         first = rows[0] if isinstance(rows, list) else rows
         assert {c["selector"] for c in target["columns"]} <= set(first)
         answers.append(rows)
-    sites, series, pending, pages, visitors = answers
+    sites, series, pending, pages, visitors, visits, entries, exits = answers
     assert {"site": "shop.test", "zone": "UTC"}.items() <= next(
         s for s in sites if s["site"] == "shop.test"
     ).items()
@@ -471,6 +476,8 @@ def test_grafana_provisioning_files_chart_a_site(served: tuple[Settings, str]) -
     assert len(series) == 61 and sum(r["hits"] for r in series) > 0
     assert pages[0]["page"] == "/" and pages[0]["visitors"] > 0
     assert len(visitors) == 1 and visitors[0]["visitors"] > 0 and visitors[0]["hits"] > 0
+    assert len(visits) == 1 and visits[0]["visits"] > 0 and 0 <= visits[0]["bounce_rate"] <= 1
+    assert sum(r["entries"] for r in entries) == sum(r["exits"] for r in exits) > 0  # one of each a visit
 
 
 # Hostile requests: every parameter and body is refused with a 400 naming it, never a 500.

@@ -13,7 +13,7 @@ function refreshSeconds(text) {
 }
 // The API's bounds, read from its OpenAPI document at start (x-preagg-limits and each parameter's
 // maximum: pipeline/kinds/hits/queries.py declares them once): longer ranges are narrowed, and said so.
-let MAX_PAGE_DAYS = 366, MAX_PROP_DAYS = 93, MAX_DAY_BARS = 1100, MAX_PAGES = 1000;
+let MAX_PAGE_DAYS = 366, MAX_PROP_DAYS = 93, MAX_DAY_BARS = 1100, MAX_PAGES = 1000, MAX_VISIT_DAYS = 1100;
 
 async function readLimits() {
   try {
@@ -27,6 +27,7 @@ async function readLimits() {
     MAX_PROP_DAYS = limits("/api/props").max_days || MAX_PROP_DAYS;
     MAX_DAY_BARS = (limits("/api/hits").max_days_by || {}).day || MAX_DAY_BARS;
     MAX_PAGES = max("/api/pages", "limit") || MAX_PAGES;
+    MAX_VISIT_DAYS = limits("/api/visits").max_days || MAX_VISIT_DAYS;
   } catch (err) {
     // The document is public and small; if it cannot be read the built-in bounds hold.
   }
@@ -36,7 +37,7 @@ const PROPS_SHOWN = 10;
 const state = {
   site: null, page: null, zone: "UTC", zones: {},
   from: null, to: null, preset: null, bots: false, compare: false, pagesLimit: 10,
-  openProps: new Set(), hasBots: false, timer: null, ticks: 0,
+  openProps: new Set(), hasBots: false, timer: null, ticks: 0, ends: "entries", hasVisits: false,
 };
 let token = sessionStorage.getItem("preagg-token") || "";
 if (location.hash.startsWith("#token=")) {
@@ -48,6 +49,13 @@ if (location.hash.startsWith("#token=")) {
 const $ = (id) => document.getElementById(id);
 const pad2 = (n) => String(n).padStart(2, "0");
 const fmt = (n) => n.toLocaleString("en");
+/** Seconds as Plausible writes a visit's duration: 45s, 3m 05s, 1h 02m. */
+function duration(seconds) {
+  const s = Math.round(seconds);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${pad2(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${pad2(Math.floor((s % 3600) / 60))}m`;
+}
 
 class Unauthorized extends Error {}
 
@@ -137,6 +145,7 @@ function readUrl() {
   state.page = params.get("page");
   state.bots = params.get("bots") === "exclude";
   state.compare = params.get("compare") === "1";
+  state.ends = params.get("ends") === "exits" ? "exits" : "entries";
   const limit = Number(params.get("pages"));
   state.pagesLimit = Number.isInteger(limit) && limit > 0 ? Math.min(limit, MAX_PAGES) : 10;
 }
@@ -152,6 +161,7 @@ function writeUrl(push) {
   if (state.bots) q.set("bots", "exclude");
   if (state.compare) q.set("compare", "1");
   if (state.pagesLimit !== 10) q.set("pages", String(state.pagesLimit));
+  if (state.ends === "exits") q.set("ends", "exits");
   if (params.has("refresh")) q.set("refresh", params.get("refresh"));
   const url = location.pathname + "?" + q;
   if (url !== location.pathname + location.search) history[push ? "pushState" : "replaceState"](null, "", url);
@@ -480,6 +490,52 @@ async function loadPages() {
   }));
 }
 
+// -- visits -------------------------------------------------------------------------
+// Visits are the site's (a visit crosses pages): shown while no page is picked, once the
+// server has counted any (the visits stage is on: PREAGG_HITS_VISITS) or the range is final.
+
+async function loadVisits() {
+  const el = $("visit-figures");
+  if (state.page) { el.hidden = true; $("visits-note").textContent = ""; return; }
+  const r = clipped(MAX_VISIT_DAYS, "visits");
+  const [v] = await api("/api/visits", { site: state.site, from: r.from, to: r.to, by: "total" });
+  state.hasVisits = Boolean(v && (v.visits > 0 || v.complete));
+  el.hidden = !state.hasVisits;
+  if (!state.hasVisits) { $("visits-note").textContent = ""; return; }
+  $("range-visits").textContent = fmt(v.visits);
+  $("range-views-per-visit").textContent = v.views_per_visit == null ? "–" : v.views_per_visit.toFixed(2);
+  $("range-bounce-rate").textContent = v.bounce_rate == null ? "–" : `${Math.round(v.bounce_rate * 100)}%`;
+  $("range-visit-duration").textContent = v.visit_duration == null ? "–" : duration(v.visit_duration);
+  const notes = [r.note, v.complete ? "" : "visits so far: a visit counts once closed, a timeout after its last hit"];
+  $("visits-note").textContent = notes.filter(Boolean).join("; ");
+}
+
+async function loadVisitPages() {
+  const card = $("visit-pages");
+  card.hidden = !state.hasVisits;
+  if (!state.hasVisits) return;
+  const r = clipped(MAX_VISIT_DAYS, "entry and exit pages");
+  const rows = await api("/api/visit-pages", { site: state.site, from: r.from, to: r.to, order: state.ends, limit: 10 });
+  const other = state.ends === "entries" ? "exits" : "entries";
+  state.visitPagesShown = rows;
+  for (const b of document.querySelectorAll("[data-ends]")) b.setAttribute("aria-pressed", String(b.dataset.ends === state.ends));
+  $("visit-pages-metric").textContent = state.ends;
+  $("visit-pages-other").textContent = other;
+  $("visit-pages-range").textContent = rangeLabel();
+  $("visit-pages-note").textContent = [r.note, rows.length ? "" : "no visit of this range has closed yet"].filter(Boolean).join("; ");
+  $("visit-pages-table").tBodies[0].replaceChildren(...rows.map((row) => {
+    const tr = document.createElement("tr");
+    for (const [text, cls] of [[row.page, ""], [fmt(row[state.ends]), "n"], [fmt(row[other]), "n"]]) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      td.className = cls;
+      tr.append(td);
+    }
+    tr.dataset.page = row.page;
+    return tr;
+  }));
+}
+
 async function loadProps() {
   const r = clipped(MAX_PROP_DAYS, "properties");
   const rows = groupReferrers(await api("/api/props", { site: state.site, page: state.page, from: r.from, to: r.to }), state.site);
@@ -559,8 +615,8 @@ async function refreshAll() {
   $("bots").checked = state.bots;
   $("scope").textContent = state.page || "all pages";
   $("all-pages").hidden = !state.page;
-  await run(loadRealtime, loadRange);
-  await run(loadPages, loadProps);
+  await run(loadRealtime, loadRange, loadVisits);
+  await run(loadPages, loadProps, loadVisitPages);
 }
 
 function setRange(range, push = true) {
@@ -582,7 +638,7 @@ function startPolling() {
     // The live chart every tick; the range, pages and properties every sixth while the range has today.
     if (state.ticks % 6 !== 0 || state.to < today()) return void run(loadRealtime);
     if (state.preset) Object.assign(state, presetRange(state.preset));  // past midnight, "today" moves
-    run(loadRealtime, loadRange, loadPages, loadProps);
+    run(loadRealtime, loadRange, loadVisits, loadPages, loadProps, loadVisitPages);
   }, REFRESH_MS);
 }
 
@@ -673,6 +729,13 @@ $("bots").addEventListener("change", (e) => {
   writeUrl(true);
   refreshAll();
 });
+for (const b of document.querySelectorAll("[data-ends]")) {
+  b.addEventListener("click", () => {
+    state.ends = b.dataset.ends;
+    writeUrl(true);
+    run(loadVisitPages);
+  });
+}
 $("pages-more").addEventListener("click", () => {
   state.pagesLimit = Math.min(state.pagesLimit * 2, MAX_PAGES);
   writeUrl(false);
@@ -684,6 +747,9 @@ $("range-csv").addEventListener("click", () =>
 $("pages-csv").addEventListener("click", () =>
   download(`${state.site}-pages-${state.from}-${state.to}.csv`, ["page", "hits", "visitors", "visitors_exact"],
     (state.pagesShown || []).map((r) => [r.page, r.hits, r.visitors, r.visitors_exact])));
+$("visit-pages-csv").addEventListener("click", () =>
+  download(`${state.site}-${state.ends}-${state.from}-${state.to}.csv`, ["page", "entries", "exits"],
+    (state.visitPagesShown || []).map((r) => [r.page, r.entries, r.exits])));
 $("props-csv").addEventListener("click", () =>
   download(`${state.site}-props-${state.from}-${state.to}.csv`, ["name", "value", "count"],
     (state.propRows || []).map((r) => [r.name, r.value, r.count])));
