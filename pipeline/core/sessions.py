@@ -135,6 +135,22 @@ class Sessions:
             closed.append(v)
         return closed
 
+    def close_oldest(self, n: int) -> list[Visit]:
+        """Close the ``n`` open visits whose last hits are the oldest, before their time: what a
+        bound on the visits held open does when more are open (each may be split by a later hit)."""
+        closed: list[Visit] = []
+        while self._due and len(closed) < n:
+            due, _, key, ident = heapq.heappop(self._due)
+            visits = self._open.get(key, [])
+            v = next((v for v in visits if id(v) == ident), None)
+            if v is None or v.end + self.timeout != due:
+                continue  # moved or merged since: a later entry stands for it
+            visits.remove(v)
+            if not visits:
+                del self._open[key]
+            closed.append(v)
+        return closed
+
     def open_visits(self) -> list[list[Visit]]:
         """The visits open now, a visitor's together (what :mod:`pipeline.core.open_visits` saves)."""
         return list(self._open.values())

@@ -176,3 +176,25 @@ def test_a_replay_from_resume_counts_what_the_first_reading_counted(
             counted.extend(closed)
     counted.extend(again.close(float("inf")))
     assert shape(counted) == shape(whole)
+
+
+def test_the_bound_closes_the_visits_whose_last_hits_are_oldest_and_each_is_counted_once() -> None:
+    """Past the bound on open visits, the oldest by last hit close before their time; a later hit
+    of one starts another visit (a split, counted as such), never a visit lost or counted twice."""
+    s = Sessions(T, 10 * T)  # a grace that closes nothing by itself
+    for who in range(5):
+        s.add("s", who, H + who, "/a", who)
+    s.add("s", 0, H + 10, "/b", 5)  # visitor 0's visit is now the latest but one
+    early = s.close_oldest(2)
+    assert sorted(v.visitor for v in early) == [1, 2] and len(s) == 3
+    s.add("s", 1, H + 20, "/c", 6)  # visitor 1 again: a visit of its own
+    rest = s.close(float("inf"))
+    assert sorted((v.visitor, v.views) for v in early + rest) == [
+        (0, 2),
+        (1, 1),
+        (1, 1),
+        (2, 1),
+        (3, 1),
+        (4, 1),
+    ]
+    assert s.close_oldest(3) == []

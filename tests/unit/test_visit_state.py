@@ -198,3 +198,24 @@ def test_the_stage_drops_the_states_of_partitions_it_no_longer_holds() -> None:
     stage.states = {p: PartitionVisits.empty(1800.0, 0.0) for p in range(4)}
     stage.keep({1, 3, 7})
     assert sorted(stage.states) == [1, 3]
+
+
+def test_a_flush_past_the_bound_on_open_visits_closes_the_oldest_and_counts_them() -> None:
+    """The bound holds a partition's open visits (memory, saved bytes): a flush that leaves more
+    open closes the oldest by last hit, counted in its writes and as closed early."""
+    from unittest.mock import Mock
+
+    from pipeline.kinds.hits.planning.inputs import UTC_SITES
+    from pipeline.kinds.hits.visit_stage import VisitsAggregate, VisitStage
+
+    stage = VisitStage(Mock(), "compact", "g", "hits-visits", T, 10 * T, UTC_SITES, 10.0, max_open=3)
+    agg = VisitsAggregate(stage, partition=0, start=None, end=1)
+    agg.state = PartitionVisits.empty(T, 10 * T)
+    hits = [VisitHit("s", who, H + who, "/") for who in range(5)]
+    agg.messages.append(Packed("g/x", 0, 1, 0, hits, H + 5, sources=1))
+    updates = stage.plan(agg)
+    assert (agg.closed, agg.early, len(agg.state.sessions)) == (2, 2, 3)
+    rollup = next(u for u in updates if u.collection.startswith("hits_site_daily"))
+    assert any(v == 2 for k, v in rollup.inc.items() if k.endswith(".n"))  # both counted as visits
+    stage.committed(agg)
+    assert stage.early == 2

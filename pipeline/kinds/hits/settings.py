@@ -144,6 +144,12 @@ class HitsSettings(StreamSettings):
     #: time, behind the slowest partition) after its visit closed starts another visit. Higher:
     #: fewer visits split by late hits, visits counted later.
     visit_grace: float = 300.0
+    #: Most visits one partition of the visits topic holds open (about 520 bytes each in the
+    #: worker's memory, saved with every flush). Past it a flush closes the ones whose last hit
+    #: is oldest before their time (counted, logged, ``preagg_visits_closed_early_total``): a
+    #: later hit of one starts another visit. Higher: more memory a worker may need per
+    #: partition for a flood of new visitors; the default is about 130 MB.
+    visits_max_open: int = 250_000
 
 
 #: The kind's name and settings type (``settings.of(KEY)``), for its modules the kind imports.

@@ -188,6 +188,7 @@ def visits_stage(ctx: StreamContext, s: HitsSettings, sites: SiteConfigs) -> tup
         s.visit_grace,
         sites,
         ctx.settings.commit_timeout,
+        s.visits_max_open,
     )
 
     async def before_plan(agg: VisitsAggregate) -> None:
@@ -217,5 +218,11 @@ def visits_forwarding(ctx: StreamContext, s: HitsSettings) -> dict[str, Any]:
         raise SettingsError(
             "PREAGG_HITS_VISITS needs PREAGG_COMMIT_MODE=exactly_once: "
             "hits are forwarded once a flush's intent is recorded"
+        )
+    if not (s.visit_timeout > 0 and s.visit_grace >= 0 and s.visits_max_open >= 1):
+        raise SettingsError(
+            "PREAGG_HITS_VISIT_TIMEOUT must be above 0, PREAGG_HITS_VISIT_GRACE at least 0 and "
+            f"PREAGG_HITS_VISITS_MAX_OPEN at least 1 (not {s.visit_timeout}, {s.visit_grace}, "
+            f"{s.visits_max_open})"
         )
     return {"forwarded": HitCounts.visit_hits, "forward_topic": s.visits_topic}
