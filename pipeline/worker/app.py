@@ -119,7 +119,8 @@ def build_app(settings: Settings, make_store: MakeStore) -> tuple[faust.App, lis
         lambda why: exit_now(EXIT_FENCED, why),
     )
     app.idle_watch = idle  # type: ignore[attr-defined]
-    extra_metrics = [stream.metrics for _, stream in streams if stream.metrics is not None]
+    every = [s for _, stream in streams for s in (stream, *(st for _, st in stream.stages))]
+    extra_metrics = [s.metrics for s in every if s.metrics is not None]
     extra_metrics.append(lambda: [idle_metric(idle), lost_metric(guard.offsets_lost)])
     extra_metrics.append(lambda: forwarded_metrics(wiring.forwarders))
     extra_metrics.append(

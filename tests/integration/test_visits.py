@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 from collections import Counter
 
 import orjson
@@ -20,6 +21,7 @@ from pymongo import MongoClient
 
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.ops.lag import wait_caught_up
+from pipeline.services.embedded import free_port
 from pipeline.settings import Settings
 from pipeline.testing.traffic import generate
 from pipeline.testing.visits_truth import Ends, Figures, stored_visits_of, visits_truth
@@ -31,6 +33,13 @@ from .test_exactly_once import crash_at
 pytestmark = pytest.mark.integration
 
 DAY = 86400.0
+
+
+def metrics_of(port: int) -> dict[str, float]:
+    """A worker's unlabelled series, from its ``/metrics``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return {ln.split()[0]: float(ln.split()[1]) for ln in lines if ln.startswith("preagg_visit")}
 
 
 def stored(settings: Settings) -> tuple[Figures, Ends]:
@@ -60,10 +69,11 @@ def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(
     topics = [settings.topic("hits"), topic]
     # Supervised as in production: a worker that finds Kafka's committed offsets ahead of its
     # ledgers after the kills points Kafka back at them and restarts (exit 75, pipeline/worker/guard.py).
-    first = WorkerProcess(settings, "successor", restart=True).start()
+    ports = [free_port(), free_port()]
+    first = WorkerProcess(settings.with_(web_port=ports[0]), "successor", restart=True).start()
     second: WorkerProcess | None = None
     try:
-        second = WorkerProcess(settings, "joins", restart=True).start()
+        second = WorkerProcess(settings.with_(web_port=ports[1]), "joins", restart=True).start()
         asyncio.run(wait_caught_up(settings, topics, timeout=240))
         tick = orjson.dumps({"site": "tick.example", "page": "/", "ts": now, "visitor": "clock"})
         asyncio.run(produce(settings, [(tick, None)], pack=1))
@@ -72,6 +82,7 @@ def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(
         deadline = time.monotonic() + 120
         while stored(settings) != want and time.monotonic() < deadline:
             time.sleep(0.5)  # the tick's visits flush may follow the wait by a moment
+        scraped = [metrics_of(port) for port in ports]
     finally:
         if second is not None:
             assert second.terminate() == 0, second.log_path.read_text()[-3000:]
@@ -80,6 +91,9 @@ def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(
     redone = [line for line in logs.splitlines() if f"{topic}[" in line and "was cut short" in line]
     assert len(redone) >= 2, "both visits flushes cut short should have been written again"
     figures, pages = stored(settings)
+    # The stage's own series are exported by the workers that ran it.
+    assert sum(m.get("preagg_visit_hits_total", 0) for m in scraped) > 0, scraped
+    assert all("preagg_visits_open" in m and "preagg_visit_late_hits_total" in m for m in scraped), scraped
     assert figures == want[0]
     assert pages == want[1]
     assert sum(f[0] for f in figures.values()) > 300  # visits, not one per person
