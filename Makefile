@@ -108,7 +108,7 @@ bench-top-pages: $(STAMP)  ## top pages as written and sealed: the README's log,
 bench-visitors: $(STAMP)  ## unique visitors: sketch accuracy 100..1M, the access log against its raw lines, 100k pages; bytes and events/s on and off
 	$(PY) -m benchmarks.visitors --out bench-results/visitors.json
 
-bench-visits: $(STAMP)  ## visits: accuracy against the rule on the access log and generated visitors, cost on and off, open visits' memory
+bench-visits: $(STAMP)  ## visits: accuracy against the rule on the access log and generated visitors, cost on and off (backlogs and a live steady state), open visits' memory
 	$(PY) -m benchmarks.visits --out bench-results/visits.json
 
 bench-rollups: $(STAMP)  ## site charts before/after site rollups at 100..100k pages; ingest with and without rollups; a 1M-URL crawl

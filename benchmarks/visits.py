@@ -10,6 +10,8 @@
    with known sessions.
 3. **Open visits in memory and saved** (pure): a partition's state holding 100,000 open
    visits: its Python heap (``tracemalloc``), its saved bytes, save and load times.
+4. **Steady state** (:mod:`benchmarks.visits_steady`): live keyless hits of returning
+   visitors, visits off then on: worker CPU per event, time to counted, visits closed and open.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import orjson
 
 from benchmarks.common import add_data_option, data_file, embedded, header, step, use_data, write_results
+from benchmarks.visits_steady import steady
 from pipeline.core.sessions import Sessions, Visit, tally
 from pipeline.core.visit_hits import Packed, VisitHit
 from pipeline.core.visit_state import PartitionVisits, Taken, loaded
@@ -46,7 +49,7 @@ from pipeline.store.client import mongo_client
 from pipeline.testing.traffic import generate
 from pipeline.worker.process import WorkerProcess
 
-STEPS = ("access_log", "generated", "open_visits")
+STEPS = ("access_log", "generated", "open_visits", "steady")
 Row = tuple[int, int, int]  # visits, bounces, views
 
 
@@ -207,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_data_option(ap)
     ap.add_argument("--events", type=int, default=100_000, help="generated hits")
+    ap.add_argument("--minutes", type=float, default=3.0, help="the steady state's live minutes per run")
     ap.add_argument("--out", default="bench-results/visits.json")
     ap.add_argument("--steps", nargs="*", default=list(STEPS), choices=STEPS, help="which measurements")
     a = ap.parse_args(argv)
@@ -219,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             step(results, "access_log", "the access log, visits on and off", lambda: access_log(base))
         if "generated" in a.steps:
             step(results, "generated", "generated visitors, keyless", lambda: generated(base, a.events))
+        if "steady" in a.steps:
+            title = "live returning visitors, visits off then on"
+            step(results, "steady", title, lambda: steady(base, a.minutes))
     write_results(results, a.out)
     return 0
 
