@@ -124,15 +124,8 @@ class Sessions:
             mark = watermark
         closed: list[Visit] = []
         while self._due and mark is not None and self._due[0][0] < mark:
-            due, _, key, ident = heapq.heappop(self._due)
-            visits = self._open.get(key, [])
-            v = next((v for v in visits if id(v) == ident), None)
-            if v is None or v.end + self.timeout != due:
-                continue  # moved or merged since: a later entry stands for it
-            visits.remove(v)
-            if not visits:
-                del self._open[key]
-            closed.append(v)
+            if (v := self._take_first()) is not None:
+                closed.append(v)
         return closed
 
     def close_oldest(self, n: int) -> list[Visit]:
@@ -140,16 +133,22 @@ class Sessions:
         bound on the visits held open does when more are open (each may be split by a later hit)."""
         closed: list[Visit] = []
         while self._due and len(closed) < n:
-            due, _, key, ident = heapq.heappop(self._due)
-            visits = self._open.get(key, [])
-            v = next((v for v in visits if id(v) == ident), None)
-            if v is None or v.end + self.timeout != due:
-                continue  # moved or merged since: a later entry stands for it
-            visits.remove(v)
-            if not visits:
-                del self._open[key]
-            closed.append(v)
+            if (v := self._take_first()) is not None:
+                closed.append(v)
         return closed
+
+    def _take_first(self) -> Visit | None:
+        """Take the earliest scheduled close off the schedule, and its visit off the open ones
+        (``None``: the entry was stale, its visit moved or merged since: a later one stands for it)."""
+        due, _, key, ident = heapq.heappop(self._due)
+        visits = self._open.get(key, [])
+        v = next((v for v in visits if id(v) == ident), None)
+        if v is None or v.end + self.timeout != due:
+            return None
+        visits.remove(v)
+        if not visits:
+            del self._open[key]
+        return v
 
     def open_visits(self) -> list[list[Visit]]:
         """The visits open now, a visitor's together (what :mod:`pipeline.core.open_visits` saves)."""
