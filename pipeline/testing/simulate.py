@@ -95,6 +95,7 @@ def run_schedule(
     say: Callable[[str], None] = lambda s: None,
     other_events: int = 2_000,
     boundaries: bool = True,
+    visits: bool | None = None,
 ) -> ScheduleReport:
     """One schedule on ``settings`` (fresh topics, group and database expected; the store's own URL).
 
@@ -106,7 +107,7 @@ def run_schedule(
     upstream = settings.mongo_url or ""
     if seed % 2 == 1:  # the pages' reader lets go of records and reads them again through the faults
         settings = settings.with_(max_pending_keys=LET_GO_BOUND)
-    else:  # the visits stage's state and two-phase flushes through the same faults
+    if seed % 2 == 0 if visits is None else visits:  # the visits stage's state and two phases too
         settings = settings.with_stream(HITS, visits=True)
     rates = draw_rates(seed)
     edges = draw_boundaries(seed) if boundaries else None
