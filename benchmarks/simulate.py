@@ -11,9 +11,11 @@ crashed at commit points, added and stopped; then every counter and ledger is au
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from collections import Counter
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from benchmarks.common import drill_settings, embedded, write_results
@@ -49,6 +51,10 @@ def main() -> None:
                     "seconds": round(report.chaos.seconds, 1),
                 }
             )
+            if report.mismatches:  # its workers' logs, kept beside the results to find why
+                kept = Path(args.out).parent / "simulate-logs" / f"schedule-{seed}"
+                shutil.copytree(Path(settings.home) / "logs", kept, dirs_exist_ok=True)
+                print(f"schedule {seed}: its workers' logs are in {kept}", flush=True)
             print(
                 f"schedule {seed}: faults {dict(report.faults)}, {len(report.mismatches)} mismatches, "
                 f"{report.chaos.seconds:.0f}s",
