@@ -159,7 +159,8 @@ def run_chaos(
     visits = settings.of(HITS).visits
     if visits:
         settings = settings.with_stream(HITS, visit_grace=VISITS_GRACE)
-    topics = [*(topics or [settings.topic("hits")]), *([settings.of(HITS).visits_topic] if visits else [])]
+    stage = settings.of(HITS).visits_topic
+    topics = [*(topics or [settings.topic("hits")]), *([stage] if visits else [])]
     traffic = drill_traffic(events, seed, visits)
     report = ChaosReport(seed, len(traffic.lines), traffic.valid, sum(traffic.bad.values()))
     report.truth = traffic.per_minute
@@ -187,7 +188,7 @@ def run_chaos(
                 point = rng.choice(("after-commit", "mid-commit"))
                 fault = f"{point}:{rng.randint(1, 3)}" if rng.random() < 0.4 else ""
                 if visits and rng.random() < 0.5:  # the same points, in the visits stage's flushes
-                    fault = f"{rng.choice(('early-commit', 'mid-commit'))}:{rng.randint(1, 3)}:{topics[-1]}"
+                    fault = f"{rng.choice(('early-commit', 'mid-commit'))}:{rng.randint(1, 3)}:{stage}"
                 crew.start(name, fault)
             elif action < 0.8 and "w2" not in crew.workers:
                 crew.start("w2")

@@ -296,7 +296,7 @@ class Flusher(Generic[A]):
         """The partitions of ``held`` (Kafka's) read to their ``highwater`` (the end the consumer
         knows) with none of their records in a batch still to flush: a forwarded message may say
         so of them."""
-        pending = set(self.batch.offsets).union(*(b.offsets for b in self.sealed))
+        pending = self._unflushed()
         out = set()
         for tp in held:
             key = (tp.topic, tp.partition)
@@ -306,9 +306,13 @@ class Flusher(Generic[A]):
                 out.add(tp.partition)
         return out
 
+    def _unflushed(self) -> set[TP]:
+        """The partitions with records in the batch being filled or in a sealed one."""
+        return set(self.batch.offsets).union(*(b.offsets for b in self.sealed))
+
     def forget_positions(self, tps: Sequence[TP]) -> None:
         """After a rebalance: drop cached positions of partitions with nothing pending."""
-        pending = set(self.batch.offsets).union(*(b.offsets for b in self.sealed))
+        pending = self._unflushed()
         self.gate.forget([tp for tp in tps if tp not in pending])
 
     async def _backpressure(self) -> None:
