@@ -408,7 +408,7 @@ def _rebuild(s: Settings, args: argparse.Namespace) -> int:
         nonlocal kafka
         rows = await ledger_rebuild.plan(s, db, args.topic, args.partition)
         if args.apply:
-            await ledger_rebuild.apply(s, db, rows)
+            rows = await ledger_rebuild.apply(s, db, rows)
             done = ledger_rebuild.kafka_positions(rows)
             kafka = await follow_in_kafka(s, done) if done else ""
         return rows

@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.core.commit import TP
 from pipeline.core.families import base_topic
-from pipeline.core.marks import MARKS, RANGE_BITS, parse_mark_key, range_end_of, sequence_of
+from pipeline.core.marks import MARKS, RANGE_BITS, RANGE_MASK, parse_mark_key, range_end_of, sequence_of
 from pipeline.kafka.options import KafkaConnection
 from pipeline.kafka.probe import PartitionProbe, group_positions
 from pipeline.ops.positions import move_ledger, record_before
 from pipeline.settings import Settings
-from pipeline.store.offsets import OFFSETS_COLLECTION, offset_id
+from pipeline.store.offsets import BEHIND, OFFSETS_COLLECTION, offset_id, pending_of
+
+#: Why a row planned was not written: a worker moved its ledger after the plan read it.
+MOVED = "its ledger moved while the rebuild was planned (a worker flushed it): plan again"
 
 #: Half the span a mark's range bits cover: the end is the one closest to Kafka's committed offset.
 HALF_SPAN = 1 << (RANGE_BITS - 1)
@@ -79,6 +82,11 @@ class RebuildRow:
     new_seq: int | None
     #: Why nothing is rebuilt (``None``: it can be).
     refused: str | None = None
+    #: Why nothing needs rebuilding: the ledger accounts for every mark (a partition counted on).
+    settled: str | None = None
+    #: A ledger that accounts for its marks but holds its partition back because another ledger of
+    #: it (its kind's or a family's) was behind: the rebuild lifts that hold.
+    release: bool = False
 
     def text(self) -> str:
         """One line for the terminal."""
@@ -88,22 +96,55 @@ class RebuildRow:
         )
         if self.refused:
             return f"{line}  REFUSED: {self.refused}"
+        if self.settled:
+            return f"{line}  unchanged: {self.settled}" + ("; its hold lifted" if self.release else "")
         return f"{line}  -> next={self.new_next} seq={self.new_seq}"
 
 
+def accounts_for(ledger: Mapping[str, Any] | None, seen: MarksSeen) -> bool:
+    """Whether a ledger gave out every flush its documents hold (pure): a sequence above the highest
+    mark's, or that very flush (finished at its end, or in progress towards it), and no hold for
+    being behind. A ledger an operator moved (``positions reset``) keeps its sequence: at the
+    highest mark's, it is taken as it stands."""
+    if ledger is None or BEHIND in ledger or ledger.get("seq") is None:
+        return False
+    seq, top, end = int(ledger["seq"]), sequence_of(seen.highest), range_end_of(seen.highest)
+    if seq != top or end is None:
+        return seq >= top
+    cut = pending_of(ledger)
+    if cut is None and str(ledger.get("flush", "")).startswith("reset-"):
+        return True
+    at = cut.end if cut is not None else ledger.get("next")
+    return isinstance(at, int) and at & RANGE_MASK == end
+
+
 def plan_row(
-    tp: TP, seen: MarksSeen, ledger: Mapping[str, Any] | None, committed: int | None, log_end: int
+    tp: TP,
+    seen: MarksSeen,
+    ledger: Mapping[str, Any] | None,
+    committed: int | None,
+    log_end: int,
+    held: bool = False,
 ) -> RebuildRow:
     """The ledger a partition rebuilds to from what its documents hold (pure).
 
     The position is the highest mark's range end: its low bits are stored, its high bits are
     those of the end closest to Kafka's committed offset (or the ledger's position without one).
+
+    Only a ledger behind its documents is rebuilt (:func:`accounts_for`). Any other may be a
+    partition being counted, whose worker may be writing a flush this instant: moving its ledger
+    would drop that flush's intent while its documents are written, and they would be counted
+    again from the rebuilt position. ``held``: another ledger of the same Kafka partition is
+    behind, so its worker holds it back and flushes nothing; a hold this ledger records is lifted.
     """
+    stored = ledger
     ledger = ledger or {}
     next_, seq = ledger.get("next"), ledger.get("seq")
     top = sequence_of(seen.highest)
 
-    def row(new_next: int | None, new_seq: int | None, refused: str | None = None) -> RebuildRow:
+    def row(
+        new_next: int | None, new_seq: int | None, refused: str | None = None, settled: str | None = None
+    ) -> RebuildRow:
         return RebuildRow(
             tp[0],
             tp[1],
@@ -114,36 +155,57 @@ def plan_row(
             new_next,
             new_seq,
             refused,
+            settled,
+            held and settled is not None and "diverged" in ledger,
         )
 
+    if accounts_for(stored, seen):
+        return row(None, None, settled=f"its ledger gave out every flush the documents hold (up to {seq})")
+
+    end = rebuilt_position(seen, stored, committed, log_end)
+    if isinstance(end, str):
+        return row(None, None, end)
+    return row(end, max(int(seq or 0), top))
+
+
+def rebuilt_position(
+    seen: MarksSeen, ledger: Mapping[str, Any] | None, committed: int | None, log_end: int
+) -> int | str:
+    """Where the highest mark's flush ended, or why the marks cannot tell (pure)."""
     twice = sorted(s for s, ends in seen.ranges.items() if len(ends) > 1)
     if twice:
-        return row(
-            None,
-            None,
+        return (
             f"documents hold two ranges under flush {twice[-1]}: a flush was written over documents a "
             "ledger behind them had already counted, and their counts cannot be told apart; restore the "
-            "documents and the ledgers from one backup, or recount (docs/operations.md)",
+            "documents and the ledgers from one backup, or recount (docs/operations.md)"
         )
     low = range_end_of(seen.highest)
     if low is None:
-        return row(
-            None,
-            None,
+        return (
             "the highest mark was written before marks carried their flush's range: its position "
-            "cannot be read from it",
+            "cannot be read from it"
         )
-    base = committed if committed is not None else next_
+    base = committed if committed is not None else (ledger or {}).get("next")
     if base is None:
-        return row(
-            None, None, "neither Kafka nor the ledger holds a position to read the range's end against"
-        )
+        return "neither Kafka nor the ledger holds a position to read the range's end against"
     end = base + ((low - base) % (1 << RANGE_BITS))
     if end - base > HALF_SPAN:
         end -= 1 << RANGE_BITS
     if not 0 <= end <= log_end:
-        return row(None, None, f"the documents' position {end} lies outside Kafka's log (ends at {log_end})")
-    return row(end, max(int(seq or 0), top))
+        return f"the documents' position {end} lies outside Kafka's log (ends at {log_end})"
+    cut = pending_of(ledger)
+    if (
+        cut is not None
+        and cut.ranged
+        and cut.end > end
+        and cut.end & RANGE_MASK in seen.ranges.get(cut.seq, ())
+    ):
+        return (
+            f"flush {cut.seq}, cut short, wrote documents up to offset {cut.end}, past the highest flush the "
+            f"documents hold ({end}): counting again from there would count them twice; restore the "
+            "documents and the ledgers from one backup, or recount (docs/operations.md)"
+        )
+    return end
 
 
 async def collect_marks(db: AsyncDatabase[dict[str, Any]], topic: str) -> dict[TP, MarksSeen]:
@@ -173,33 +235,52 @@ async def plan(
         seen = {tp: s for tp, s in seen.items() if tp[1] == partition}
     conn = KafkaConnection.of(settings)
     kafka = await group_positions(conn, settings.group_id, sorted({(base_topic(t), p) for t, p in seen}))
+    ids = {offset_id(settings.group_id, *tp): tp for tp in seen}
+    ledgers = {ids[d["_id"]]: d async for d in db[OFFSETS_COLLECTION].find({"_id": {"$in": list(ids)}})}
+    held = {(base_topic(t), p) for (t, p), d in ledgers.items() if BEHIND in d}
     rows = []
     async with PartitionProbe(conn) as probe:
         for tp, s in sorted(seen.items()):
-            ledger = await db[OFFSETS_COLLECTION].find_one({"_id": offset_id(settings.group_id, *tp)})
             kafka_tp = (base_topic(tp[0]), tp[1])
             bounds = await probe.look(*kafka_tp, 0)
-            rows.append(plan_row(tp, s, ledger, kafka[kafka_tp][0], bounds.log_end))
+            rows.append(
+                plan_row(tp, s, ledgers.get(tp), kafka[kafka_tp][0], bounds.log_end, kafka_tp in held)
+            )
     return rows
 
 
 def kafka_positions(rows: list[RebuildRow]) -> dict[TP, int]:
-    """Kafka's committed offsets that follow rebuilt ledgers: per Kafka partition, the lowest of its
-    ledgers' (its own and its families')."""
+    """Kafka's committed offsets that follow rebuilt ledgers: per Kafka partition with a ledger
+    rebuilt, the lowest of its ledgers' positions (its own and its families', rebuilt or not)."""
+
+    def at(r: RebuildRow) -> int | None:
+        return r.new_next if r.new_next is not None and not r.refused else r.ledger_next
+
+    rebuilt = {(base_topic(r.topic), r.partition) for r in rows if r.new_next is not None and not r.refused}
     out: dict[TP, int] = {}
     for r in rows:
-        if r.new_next is not None and not r.refused:
-            tp = (base_topic(r.topic), r.partition)
-            out[tp] = min(out.get(tp, r.new_next), r.new_next)
+        tp, position = (base_topic(r.topic), r.partition), at(r)
+        if tp in rebuilt and position is not None:
+            out[tp] = min(out.get(tp, position), position)
     return out
 
 
-async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: list[RebuildRow]) -> None:
+async def apply(
+    settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: list[RebuildRow]
+) -> list[RebuildRow]:
     """Write each rebuildable row's ledger: position, sequence, the record before it; the hold and any
-    flush cut short dropped (its range is counted from the new position)."""
+    flush cut short dropped (its range is counted from the new position). Each is written only if
+    its ledger still holds the position and sequence it was planned from: one a worker moved
+    meanwhile is left, and its row comes back refused. The rows, as applied."""
+    out = []
     async with PartitionProbe(KafkaConnection.of(settings)) as probe:
         for r in rows:
+            if r.release:
+                await db[OFFSETS_COLLECTION].update_one(
+                    {"_id": offset_id(settings.group_id, r.topic, r.partition)}, {"$unset": {"diverged": ""}}
+                )
             if r.refused or r.new_next is None or r.new_seq is None:
+                out.append(r)
                 continue
             last = await record_before(probe, base_topic(r.topic), r.partition, r.new_next)
             rebuilt = {
@@ -208,4 +289,10 @@ async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: lis
                 "to": {"next": r.new_next, "seq": r.new_seq},
             }
             changes = {"seq": r.new_seq, "rebuilt": rebuilt}
-            await move_ledger(settings, db, (r.topic, r.partition), r.new_next, last, "rebuild", changes)
+            expect = {"next": r.ledger_next, "seq": r.ledger_seq}
+            tp = (r.topic, r.partition)
+            if await move_ledger(settings, db, tp, r.new_next, last, "rebuild", changes, expect):
+                out.append(r)
+            else:
+                out.append(replace(r, refused=MOVED))
+    return out

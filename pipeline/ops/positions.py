@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError
 
 from pipeline.core.families import base_topic, family_of
 from pipeline.core.incarnation import Fingerprint
@@ -129,11 +130,14 @@ async def move_ledger(
     last: Fingerprint | None,
     by: str,
     changes: dict[str, Any],
-) -> None:
+    expect: Mapping[str, Any] | None = None,
+) -> bool:
     """An operator's move of a partition's ledger to ``position`` (``by``: the command, ``changes``:
     what else it sets). A flush cut short there is given up with the old position, and a hold
     (diverged, behind) is cleared: the new position is counted with a sequence above every mark
-    the cut-short flush may have left."""
+    the cut-short flush may have left. ``expect``: the ledger's fields as the move was planned
+    from; a ledger that no longer holds them (a worker flushed it meanwhile) is left as it is,
+    and ``False`` says so."""
     now = time.time()
     update: dict[str, Any] = {
         "$set": {
@@ -152,7 +156,13 @@ async def move_ledger(
         update["$set"]["last"] = last.as_doc()
     else:
         update["$unset"]["last"] = ""
-    await db[OFFSETS_COLLECTION].update_one({"_id": offset_id(settings.group_id, *tp)}, update, upsert=True)
+    try:
+        done = await db[OFFSETS_COLLECTION].update_one(
+            {"_id": offset_id(settings.group_id, *tp), **(expect or {})}, update, upsert=True
+        )
+    except DuplicateKeyError:  # the ledger exists and differs from ``expect``
+        return False
+    return done.matched_count > 0 or done.upserted_id is not None
 
 
 async def apply(settings: Settings, db: AsyncDatabase[dict[str, Any]], rows: list[PositionRow]) -> None:

@@ -67,6 +67,11 @@ class IdempotentCommit:
 
     def __init__(self, sink: SinkState) -> None:
         self.sink = sink
+        #: Per partition, the sequence and position its last flush finished at through this sink.
+        #: A flush that follows on from there reads only a probe of its documents; any other (a
+        #: worker's first flush of a partition, a redo, a ledger moved by someone else) reads all
+        #: of them before writing, so that a ledger behind its documents writes nothing.
+        self._finished: dict[TP, tuple[int, int | None]] = {}
 
     async def commit(
         self,
@@ -97,7 +102,13 @@ class IdempotentCommit:
         read = {(u.collection, u.id) for u in updates if u.compute is not None}
         if read:
             updates = await self._read_modified(updates, absent, seqs)
-        absent |= await self._absent(updates, read, seqs)
+        whole = any(
+            self._finished.get((f.topic, f.partition))
+            != (sequence_of(seqs[(f.topic, f.partition)]) - 1, f.expected)
+            for f in fences
+            if (f.topic, f.partition) not in done
+        )
+        absent |= await self._absent(updates, read, seqs, whole)
         applied, raced, split = self.sink.already_applied, self.sink.raced_inserts, self.sink.split_shares
         size = 0
         parts = phases(updates)
@@ -106,6 +117,9 @@ class IdempotentCommit:
             point = "mid-commit" if i == len(parts) - 1 else "early-commit"
             size += await self._marked_writes(phase, seqs, frozenset(absent), fault=point)
         await self._finish([f for f in fences if (f.topic, f.partition) not in done], flush_id)
+        self._finished.update(
+            ((f.topic, f.partition), (sequence_of(seqs[(f.topic, f.partition)]), f.next)) for f in fences
+        )
         return Committed(
             False,
             size,
@@ -170,24 +184,32 @@ class IdempotentCommit:
         raise FenceConflict([(f, (current or {}).get("next"))])
 
     async def _absent(
-        self, updates: Sequence[DocUpdate], known: set[tuple[str, Any]], seqs: dict[TP, int]
+        self,
+        updates: Sequence[DocUpdate],
+        known: set[tuple[str, Any]],
+        seqs: dict[TP, int],
+        whole: bool = False,
     ) -> set[tuple[str, Any]]:
         """The documents of ``updates`` that do not exist yet, by (collection, ``_id``), read by
         ``_id`` when a flush looks like a first touch: the first :attr:`read_chunk` of each
         collection are read, and the rest only if at least half of those are new (a live flush,
         whose documents exist, pays one read per collection). A document with several upserts
-        in the flush (the parts of a split one) is left out: its parts go as upserts.
+        in the flush (the parts of a split one) is never absent: its parts go as upserts.
 
         The documents read are checked against the flush's marks before anything is written
-        (:meth:`_check_ahead`): a ledger behind its documents is found before it can lose or
-        double anything, whenever the flush's first documents show it.
+        (:meth:`_check_ahead`). ``whole`` (a flush not following on from this sink's last one
+        on some partition) reads every document, the parts of split ones too, whatever the
+        probe finds: a ledger behind its documents is then found before anything is written,
+        wherever in the flush the documents that show it are. A flush that follows on from the
+        last one has a ledger nobody moved since (its intent was fenced on the position that
+        flush left), so its probe is enough.
         """
-        if not self.sink.first_inserts:
+        if not self.sink.first_inserts and not whole:
             return set()
         ids: dict[str, list[Any]] = defaultdict(list)
         seen: Counter[tuple[str, Any]] = Counter((u.collection, u.id) for u in updates)
         for (name, i), n in seen.items():
-            if n == 1 and (name, i) not in known:
+            if (n == 1 or whole) and (name, i) not in known:
                 ids[name].append(i)
         absent: set[tuple[str, Any]] = set()
         stored: dict[tuple[str, Any], dict[str, Any]] = {}
@@ -200,9 +222,10 @@ class IdempotentCommit:
                         d["_id"]: d
                         async for d in find_in(coll, part, chunk=self.sink.read_chunk, projection={MARKS: 1})
                     }
-                absent.update((name, i) for i in part if i not in found)
+                if self.sink.first_inserts:
+                    absent.update((name, i) for i in part if i not in found and seen[(name, i)] == 1)
                 stored.update(((name, i), d) for i, d in found.items())
-                if 2 * len(found) > len(part):
+                if 2 * len(found) > len(part) and not whole:
                     break  # a live flush: its documents exist, the rest are not read
         await self._check_ahead([u for u in updates if (u.collection, u.id) in stored], stored, seqs)
         return absent
@@ -258,8 +281,10 @@ class IdempotentCommit:
             for b in found.values():
                 log.error("%s", b.text())
                 with pymongo.timeout(min(REACH_TIMEOUT, self.sink.commit_timeout)):
+                    # Only on the ledger this flush's intent left: one an operator rebuilt
+                    # meanwhile is not held again for what it has just accounted for.
                     await self.sink.db[OFFSETS_COLLECTION].update_one(
-                        {"_id": offset_id(self.sink.group, b.topic, b.partition)},
+                        {"_id": offset_id(self.sink.group, b.topic, b.partition), "seq": b.ours_seq},
                         {"$set": {BEHIND: {"reason": b.text(), "worker": self.sink.worker, "at": now}}},
                     )
             raise LedgerBehind(list(found.values()))

@@ -80,7 +80,9 @@ def test_a_first_touch_inserted_stores_what_the_upserts_would(settings: Settings
                     fences = [Fence("hits", p, n * 400 or None, (n + 1) * 400, begin=n * 400) for p in (0, 1)]
                     if n == 1 and inserts:
 
-                        async def all_absent(ups: Any, known: Any, seqs: Any) -> set[tuple[str, Any]]:
+                        async def all_absent(
+                            ups: Any, known: Any, seqs: Any, whole: Any
+                        ) -> set[tuple[str, Any]]:
                             return {(u.collection, u.id) for u in ups}
 
                         sink.idempotent._absent = all_absent  # type: ignore[method-assign]

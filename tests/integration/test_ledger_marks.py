@@ -112,3 +112,43 @@ def test_a_ledger_restored_older_than_its_documents_holds_back_until_rebuilt(set
     asyncio.run(produce(settings, hits(1, "/b"), pack=1))
     run_worker_to_end(settings, "third")
     assert counted(settings) == 1_501
+
+
+def test_a_rebuild_moves_only_ledgers_behind_and_only_as_planned(settings: Settings) -> None:
+    """A partition being counted is left alone (its worker may be mid-flush: moving its ledger would
+    count that flush twice), and a ledger that moved between the plan and the apply (a worker
+    flushed it) is not overwritten: its row comes back refused, to be planned again."""
+    from pipeline.ops import ledger_rebuild
+
+    topic = settings.topic("hits")
+    asyncio.run(produce(settings, hits(300, "/a"), pack=10))
+    run_worker_to_end(settings, "first")
+
+    async def plan(db: Any) -> list[ledger_rebuild.RebuildRow]:
+        return await ledger_rebuild.plan(settings, db, topic, None)
+
+    rows = with_db(settings, plan)
+    assert rows and all(r.settled and r.new_next is None for r in rows), [r.text() for r in rows]
+
+    async def drop_plan_then_a_worker_moves(db: Any) -> list[ledger_rebuild.RebuildRow]:
+        await db["preagg_offsets"].delete_many({"group": settings.group_id})
+        planned = await ledger_rebuild.plan(settings, db, topic, None)
+        assert planned and all(r.new_next is not None for r in planned), [r.text() for r in planned]
+        first = planned[0]
+        await db["preagg_offsets"].insert_one(
+            {
+                "_id": f"{settings.group_id}|{first.topic}|{first.partition}",
+                "group": settings.group_id,
+                "topic": first.topic,
+                "partition": first.partition,
+                "next": 5,
+                "seq": 1,
+            }
+        )
+        return await ledger_rebuild.apply(settings, db, planned)
+
+    applied = with_db(settings, drop_plan_then_a_worker_moves)
+    assert "moved while the rebuild was planned" in (applied[0].refused or ""), applied[0].text()
+    assert all(r.refused is None for r in applied[1:]), [r.text() for r in applied]
+    moved = [d for d in ledgers(settings) if d["partition"] == applied[0].partition and d["topic"] == topic]
+    assert [(d["next"], d["seq"]) for d in moved] == [(5, 1)]

@@ -16,7 +16,7 @@ from pipeline.core.marks import (
     sequence_of,
 )
 from pipeline.core.updates import DocUpdate
-from pipeline.ops.ledger_rebuild import MarksSeen, plan_row, scan_marks
+from pipeline.ops.ledger_rebuild import MarksSeen, RebuildRow, kafka_positions, plan_row, scan_marks
 
 TP = ("hits", 0)
 
@@ -79,3 +79,38 @@ def test_what_the_marks_cannot_decide_is_refused() -> None:
     one.add(mark_value(4, 400))
     assert "outside Kafka's log" in (plan_row(TP, one, None, 400, 100).refused or "")
     assert "neither Kafka nor the ledger" in (plan_row(TP, one, None, None, 1_000).refused or "")
+
+
+def test_a_ledger_that_gave_out_every_mark_is_left_alone() -> None:
+    """A partition being counted (its ledger's sequence at or above every mark, not held) is not
+    rebuilt: its worker may be writing a flush that moving the ledger would count again."""
+    seen = MarksSeen()
+    seen.add(mark_value(9, 950))
+    live = {"next": 950, "seq": 10, "pending": {"flush": "f", "end": 990, "ranged": True}}
+    row = plan_row(TP, seen, live, 940, 2_000)
+    assert (row.new_next, row.refused) == (None, None) and "every flush" in (row.settled or "")
+    assert "unchanged" in row.text()
+    held = {**live, "behind": {"reason": "held"}, "seq": 9}
+    assert plan_row(TP, seen, held, 940, 2_000).new_next == 950
+
+
+def test_a_flush_cut_short_past_the_highest_mark_is_refused() -> None:
+    """A held ledger's cut-short flush wrote some documents of a range past the highest flush
+    (its sequence below it, given out again by a ledger restored older): rebuilt to the highest
+    flush's end, those documents would count that range again."""
+    seen = MarksSeen()
+    for value in (mark_value(9, 950), mark_value(6, 1_100)):
+        seen.add(value)
+    cut = {"next": 600, "seq": 6, "behind": {}, "pending": {"flush": "f", "end": 1_100, "ranged": True}}
+    assert "cut short" in (plan_row(TP, seen, cut, 940, 2_000).refused or "")
+    unwritten = MarksSeen()
+    unwritten.add(mark_value(9, 950))
+    assert plan_row(TP, unwritten, cut, 940, 2_000).new_next == 950  # it wrote nothing: dropped
+
+
+def test_kafka_follows_the_lowest_ledger_of_a_rebuilt_partition() -> None:
+    def row(topic: str, partition: int, at: int, new: int | None) -> RebuildRow:
+        return RebuildRow(topic, partition, at, 1, 1, 1, new, None if new is None else 2)
+
+    rows = [row("hits", 0, 500, 900), row("hits@sites", 0, 700, None), row("hits", 1, 300, None)]
+    assert kafka_positions(rows) == {("hits", 0): 700}
