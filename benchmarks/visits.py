@@ -23,6 +23,7 @@ import time
 import tracemalloc
 from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime
+from functools import partial
 from typing import Any
 
 import orjson
@@ -211,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     add_data_option(ap)
     ap.add_argument("--events", type=int, default=100_000, help="generated hits")
     ap.add_argument("--minutes", type=float, default=3.0, help="the steady state's live minutes per run")
+    ap.add_argument(
+        "--shapes",
+        nargs="*",
+        default=["200x4"],
+        help="the steady state's shapes, PAGESxPARTITIONS (Zipf pages per site of 5, hits partitions)",
+    )
     ap.add_argument("--out", default="bench-results/visits.json")
     ap.add_argument("--steps", nargs="*", default=list(STEPS), choices=STEPS, help="which measurements")
     a = ap.parse_args(argv)
@@ -224,8 +231,13 @@ def main(argv: list[str] | None = None) -> int:
         if "generated" in a.steps:
             step(results, "generated", "generated visitors, keyless", lambda: generated(base, a.events))
         if "steady" in a.steps:
-            title = "live returning visitors, visits off then on"
-            step(results, "steady", title, lambda: steady(base, a.minutes))
+            for shape in a.shapes:
+                pages, partitions = (int(x) for x in shape.split("x"))
+                title = f"live returning visitors, 5 x {pages} pages, {partitions} partitions, visits off, on"
+                name = "steady" if shape == "200x4" else f"steady_{shape}"
+                step(
+                    results, name, title, partial(steady, base, a.minutes, pages=pages, partitions=partitions)
+                )
     write_results(results, a.out)
     return 0
 

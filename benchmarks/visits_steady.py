@@ -2,8 +2,8 @@
 visitors, one event per message as log shippers send them, through one worker with visits off
 and then on, side by side in one run.
 
-The producer offers ``rate`` hits a second stamped "now" for ``minutes``: 5 sites, 200 Zipf
-pages each, ``visitors`` people picked uniformly (each comes back every ``visitors / rate``
+The producer offers ``rate`` hits a second stamped "now" for ``minutes``: 5 sites, ``pages`` Zipf
+pages each (200 by default), ``visitors`` people picked uniformly (each comes back every ``visitors / rate``
 seconds on average). The visit timeout is cut to ``timeout`` seconds so that a few minutes hold
 what a day does: visits opening, growing and closing all the time, the open ones saved at every
 flush. Each run reports the worker's CPU per event, how long after the producer stopped
@@ -39,12 +39,12 @@ from pipeline.worker.process import WorkerProcess
 FLUSHED = re.compile(r"flushed (hits-visits\S*): (\d+) events, .*?, (\d+) docs(?:, \d+ bytes)? in ([\d.]+)s")
 
 
-def returning(visitors: int) -> Any:
-    """Hits of ``visitors`` people on 5 sites × 200 Zipf pages, at the current time."""
+def returning(visitors: int, pages: int = 200) -> Any:
+    """Hits of ``visitors`` people on 5 sites × ``pages`` Zipf pages, at the current time."""
 
     def make(rng: random.Random, n: int, now: float, truth: Counter[Key]) -> Events:
         out = []
-        for p in _zipf(rng, 200, n):
+        for p in _zipf(rng, pages, n):
             who = rng.randrange(visitors)
             site, page, ts = SITES[who % 5], f"/page/{p}", round(now + rng.random(), 3)
             truth[(site, page, minute_of(ts))] += 1
@@ -62,10 +62,10 @@ def gauge(body: str, name: str) -> float | None:
 
 
 def live(
-    base: Settings, on: bool, minutes: float, rate: int, visitors: int, timeout: float
+    base: Settings, on: bool, minutes: float, rate: int, visitors: int, timeout: float, pages: int = 200
 ) -> dict[str, Any]:
     """One run, visits ``on`` or off."""
-    tag = "on" if on else "off"
+    tag = f"{'on' if on else 'off'}-{pages}-{base.partitions}"
     settings = named(base, f"visits-steady-{tag}").with_stream(
         HITS, visits=on, visit_timeout=timeout, visit_grace=5.0
     )
@@ -78,7 +78,7 @@ def live(
         cpu0 = cpu_seconds(w.pid)
         truth: Counter[Key] = Counter()
         began = time.monotonic()
-        stream = Stream("hits", rate, returning(visitors))
+        stream = Stream("hits", rate, returning(visitors, pages))
         sent = asyncio.run(_offer(settings, topic, stream, 60 * minutes, truth, pack=1, keyless=True))
         offered = time.monotonic()
         asyncio.run(wait_caught_up(settings, topics, timeout=600, poll=0.5))
@@ -92,6 +92,7 @@ def live(
     flushes = [(int(m.group(3)), float(m.group(4))) for m in FLUSHED.finditer(w.log_path.read_text())]
     secs = sorted(s for _, s in flushes)
     return {
+        "live_pages": len({(site, page) for site, page, _ in truth}),
         "sent": sent,
         "offered_per_s": rate,
         "produce_seconds": round(offered - began, 1),
@@ -108,15 +109,23 @@ def live(
 
 
 def steady(
-    base: Settings, minutes: float = 3.0, rate: int = 1_000, visitors: int = 20_000, timeout: float = 60.0
+    base: Settings,
+    minutes: float = 3.0,
+    rate: int = 1_000,
+    visitors: int = 20_000,
+    timeout: float = 60.0,
+    pages: int = 200,
+    partitions: int = 4,
 ) -> dict[str, Any]:
     """Visits off, then on, on the same live shape; the on run's CPU against the off run's."""
-    base = base.with_(partitions=4)
-    off = live(base, False, minutes, rate, visitors, timeout)
-    on = live(base, True, minutes, rate, visitors, timeout)
+    base = base.with_(partitions=partitions)
+    off = live(base, False, minutes, rate, visitors, timeout, pages)
+    on = live(base, True, minutes, rate, visitors, timeout, pages)
     return {
         "minutes": minutes,
         "visitors": visitors,
+        "pages_per_site": pages,
+        "partitions": partitions,
         "timeout_s": timeout,
         "off": off,
         "on": on,
