@@ -247,13 +247,18 @@ def close_visits(
 
 
 def catch_up(settings: Settings, crew: Crew, timeout: float, topics: list[str] | None = None) -> None:
-    """Replace faulty workers by clean ones and wait until the group committed everything."""
+    """Replace faulty workers by clean ones and wait until the group committed everything: a
+    stall is ``timeout`` seconds without any ledger moving (a schedule of frequent step-downs,
+    each costing the driver seconds to find the primary again, is slow, not stalled), and the
+    whole wait is bounded at four times that."""
     for name, w in list(crew.workers.items()):
         if w.settings.fault:
             crew.workers.pop(name).kill()
             crew.start(name)
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline = began + timeout
     topics = topics or [settings.topic("hits")]
+    before: dict[tuple[str, int], int] = {}
     while True:
         crew.reap()
         lags = asyncio.run(group_lag(settings, topics))
@@ -264,7 +269,10 @@ def catch_up(settings: Settings, crew: Crew, timeout: float, topics: list[str] |
         counted = asyncio.run(_ledger_positions(settings, topics))
         if lags and all(counted.get((p.topic, p.partition), 0) >= p.end for p in lags):
             return
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if counted != before:
+            before, deadline = counted, min(now + timeout, began + 4 * timeout)
+        if now > deadline:
             raise TimeoutError(f"group not caught up after chaos: {lags}; ledgers {counted}")
         time.sleep(1.0)
 
