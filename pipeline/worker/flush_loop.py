@@ -33,8 +33,6 @@ class FlushLoop:
     ) -> None:
         self.flushers, self.topics = flushers, topics
         self.interval, self.backlog_interval = interval, backlog_interval
-        #: Per flusher, its stream's own interval where it has one (a stage that flushes less).
-        self.intervals: dict[int, float] = {}
         self.consumer = consumer
         #: One per schedule: set when a batch is sealed at its commit bound (:meth:`seal`).
         self._wakers: list[asyncio.Event] = []
@@ -71,29 +69,22 @@ class FlushLoop:
     async def forever(self) -> None:
         """The flushers one after another on one schedule; with a family of documents flushed
         apart (:attr:`apart`), one schedule per flusher, so that a slow commit (the pages of a
-        busy site) never holds another's flushes (its site rollups); a flusher with an interval
-        of its own (:attr:`intervals`) always on a schedule of its own."""
-        pairs = list(zip(self.flushers, self.topics, strict=True))
-        own = [(f, t) for f, t in pairs if id(f) in self.intervals]
-        shared = [(f, t) for f, t in pairs if id(f) not in self.intervals]
-        schedules = [self.schedule([f], [t], self.intervals[id(f)]) for f, t in own]
+        busy site) never holds another's flushes (its site rollups)."""
         if self.apart:
-            schedules.extend(self.schedule([f], [t]) for f, t in shared)
-        elif shared:
-            schedules.append(self.schedule([f for f, _ in shared], [t for _, t in shared]))
-        await asyncio.gather(*schedules)
+            await asyncio.gather(
+                *(self.schedule([f], [t]) for f, t in zip(self.flushers, self.topics, strict=True))
+            )
+        else:
+            await self.schedule(self.flushers, self.topics)
 
-    async def schedule(
-        self, flushers: Sequence[Flusher[Any]], topics: Sequence[str], interval: float | None = None
-    ) -> None:
+    async def schedule(self, flushers: Sequence[Flusher[Any]], topics: Sequence[str]) -> None:
         # Counted from start to start: waiting a full interval after a slow flush ended would
         # add the flush's duration to every event's wait (freshness). A flush longer than the
         # interval is followed at once by the next, never by a queue of missed ones.
-        every = self.interval if interval is None else interval
         loop = asyncio.get_running_loop()
         sealed = asyncio.Event()
         self._wakers.append(sealed)
-        next_at = loop.time() + every
+        next_at = loop.time() + self.interval
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(sealed.wait(), max(0.0, next_at - loop.time()))
@@ -105,4 +96,4 @@ class FlushLoop:
             for f, topic in zip(flushers, topics, strict=True):
                 f.deferring = await self.catching_up(f, topic)
                 await f.run_flush(sealed_only=f.deferring)
-            next_at = max(next_at + every, loop.time())
+            next_at = max(next_at + self.interval, loop.time())
