@@ -73,8 +73,6 @@ class Packed:
     #: Other partitions of the source's topic the sender held read to their end, with nothing
     #: left to flush: the stage need not wait for them (a partition without hits sends nothing).
     idle: tuple[int, ...] = ()
-    #: A heartbeat (:func:`beat`): no hits, no flush; it only says which partitions are idle.
-    beat: bool = False
 
 
 def pack(
@@ -118,13 +116,6 @@ def pack(
     return out
 
 
-def beat(topic: str, high: float, sources: int, idle: Sequence[int]) -> bytes:
-    """A heartbeat of source ``topic`` (``<group>/<ledger>``): its partitions ``idle`` have been
-    read to their ends and quiet, and no flush is coming to say so (``high``: the highest event
-    time the sender forwarded, 0 if none). Sent to every destination partition."""
-    return _message(topic, 0, 0, 0, [], (high, False, sources, list(idle)), beat=True)
-
-
 def _message(
     topic: str,
     partition: int,
@@ -132,7 +123,6 @@ def _message(
     index: int,
     hits: Sequence[VisitHit],
     flush: tuple[float, bool, int, list[int]],
-    beat: bool = False,
 ) -> bytes:
     high, at_end, sources, idle = flush
     sites: dict[str, int] = {}
@@ -158,8 +148,6 @@ def _message(
         "pages": list(pages),
         "rows": Binary(block.tobytes()),
     }
-    if beat:
-        doc["beat"] = True
     return bson.encode(doc)
 
 
@@ -180,16 +168,7 @@ def unpack(raw: bytes) -> Packed | Rejection:
         for i in range(len(block))
     ]
     return Packed(
-        doc["t"],
-        doc["p"],
-        doc["s"],
-        doc["i"],
-        hits,
-        doc["hi"],
-        doc["end"],
-        doc["n"],
-        tuple(doc["idle"]),
-        doc.get("beat", False),
+        doc["t"], doc["p"], doc["s"], doc["i"], hits, doc["hi"], doc["end"], doc["n"], tuple(doc["idle"])
     )
 
 
@@ -217,10 +196,6 @@ def _problem(doc: dict[str, Any]) -> str | None:
     ):
         return f"idle is {idle!r}, not a list of partitions"
     block = np.frombuffer(doc["rows"], dtype=ROW)
-    if not isinstance(doc.get("beat", False), bool):
-        return f"beat is {doc.get('beat')!r}, not a boolean"
-    if doc.get("beat") and len(block):
-        return "a heartbeat carries hits"
     if not len(block):
         return None
     if int(block["site"].max()) >= len(doc["sites"]) or int(block["page"].max()) >= len(doc["pages"]):

@@ -54,8 +54,6 @@ class Taken:
     late: int = 0
     #: How far behind the watermark the latest of them was, seconds.
     late_by: float = 0.0
-    #: Heartbeats: messages without hits saying which source partitions went quiet at their ends.
-    beats: int = 0
 
 
 @dataclass
@@ -110,11 +108,6 @@ class PartitionVisits:
         source = (packed.topic, packed.partition)
         if packed.sources > self.expected.get(packed.topic, 0):
             self.expected[packed.topic] = packed.sources
-        if packed.beat:  # no hits, no flush: only which partitions went quiet at their ends
-            taken.beats += 1
-            self._idle(packed)
-            mark = self.watermark()
-            return [] if mark is None else self.sessions.close(mark)
         if not self.forwarded.take(source, packed.seq, packed.index):
             taken.copies += 1
             return []
@@ -136,18 +129,13 @@ class PartitionVisits:
         # flush sent no hit moves on too.
         high = self.sources.get(source)
         self.sources[source] = (packed.high if high is None else max(high[0], packed.high), packed.at_end)
-        self._idle(packed)
+        for p in packed.idle:  # read to their ends by the sender, with nothing to send
+            was = self.sources.get((packed.topic, p))
+            self.sources[packed.topic, p] = (packed.high if was is None else was[0], True)
         mark = self.watermark()
         if mark is not None:
             closed.extend(self.sessions.close(mark))
         return closed
-
-    def _idle(self, packed: Packed) -> None:
-        """The partitions the sender says it read to their ends and that stayed quiet: left out of
-        the watermark until they send again (one never heard from takes the message's time)."""
-        for p in packed.idle:
-            was = self.sources.get((packed.topic, p))
-            self.sources[packed.topic, p] = (packed.high if was is None else was[0], True)
 
     def head(self, upto: int, parts: int) -> dict[str, Any]:
         """What the head document holds once this state is saved at ``upto`` in :attr:`slot`'s

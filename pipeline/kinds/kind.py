@@ -79,9 +79,6 @@ class Stream:
     #: With idempotent writes only.
     forwarded: Callable[[Any], list[VisitHit]] | None = None
     forward_topic: str = ""
-    #: Seconds a partition of the read topic must stay without records, read to its end, before
-    #: the forwarded messages (or a heartbeat) say it is idle: the stage then stops waiting for it.
-    forward_idle_after: float = 0.0
     #: Each Kafka message is one record, never split into lines (a stage's binary messages).
     whole_messages: bool = False
     #: Streams of other topics the kind's workers read, as ``(topic, stream)``: a stage fed by

@@ -43,7 +43,7 @@ from pipeline.worker.faults import fault_hook
 from pipeline.worker.faust_conf import faust_settings
 from pipeline.worker.flush_loop import FlushLoop
 from pipeline.worker.flusher import Flusher
-from pipeline.worker.forwarding import Forwarder, ForwardOf, forwarded_metrics, heartbeats
+from pipeline.worker.forwarding import Forwarder, ForwardOf, forwarded_metrics
 from pipeline.worker.guard import LedgerGuard, lost_metric
 from pipeline.worker.idle import IdleWatch, idle_metric, look_at_topics
 from pipeline.worker.joint import Ack, JointAck
@@ -132,7 +132,6 @@ def build_app(settings: Settings, make_store: MakeStore) -> tuple[faust.App, lis
         idle.forever,
         lambda: report_progress(lambda: tallies(flushers)),
         *(stream.background for _, stream in streams if stream.background is not None),
-        *([lambda: heartbeats(wiring.forwarders, settings.flush_interval)] if wiring.forwarders else []),
     ]
     for task in tasks:
         app.task(task)
@@ -317,19 +316,14 @@ class StreamWiring:
             events=whole if stream.whole_messages else events_of,
         )
         if forward_of is not None:
-            forwarder, quiet = self.forwarders[-1], stream.forward_idle_after
-            forwarder.idle = lambda: self._idle(flusher, topic, quiet)
-            forwarder.quiet = lambda partition: flusher.gate.quiet((topic, partition), quiet)
-            # Its messages name their source by the ledger of the flush that sends them.
-            forwarder.source = sink.tp((topic, 0))[0] if isinstance(sink, FamilySink) else topic
+            self.forwarders[-1].idle = lambda: self._idle(flusher, topic)
         return flusher
 
-    def _idle(self, flusher: Flusher[Any], topic: str, quiet: float) -> set[int]:
+    def _idle(self, flusher: Flusher[Any], topic: str) -> set[int]:
         """:meth:`Flusher.idle` of the partitions of ``topic`` the consumer holds (asked when a
         message is forwarded: Faust makes its consumer after the wiring)."""
         consumer = self.app.consumer
-        held = [tp for tp in consumer.assignment() if tp.topic == topic]
-        return flusher.idle(held, consumer.highwater, quiet)
+        return flusher.idle([tp for tp in consumer.assignment() if tp.topic == topic], consumer.highwater)
 
 
 def _subscribe(app: faust.App, topic_name: str, partitions: int, readers: Sequence[Flusher[Any]]) -> None:

@@ -180,7 +180,6 @@ class Flusher(Generic[A]):
         """
         if not messages:
             return True
-        self.gate.heard[tp] = time.monotonic()
         epoch = self._epoch
         if self.let_go is not None and self.let_go.ranges.holds(tp, messages[0][0]):
             return await self.let_go.let_go_of(tp, messages, epoch)
@@ -293,20 +292,17 @@ class Flusher(Generic[A]):
         so it is read again from there. Returns each partition's first offset let go of."""
         return {} if self.let_go is None else self.let_go.release()
 
-    def idle(
-        self, held: Iterable[Any], highwater: Callable[[Any], int | None], quiet: float = 0.0
-    ) -> set[int]:
+    def idle(self, held: Iterable[Any], highwater: Callable[[Any], int | None]) -> set[int]:
         """The partitions of ``held`` (Kafka's) read to their ``highwater`` (the end the consumer
-        knows), with none of their records in a batch still to flush and none arrived for
-        ``quiet`` seconds (or since they were first asked about): a forwarded message may say so."""
+        knows) with none of their records in a batch still to flush: a forwarded message may say
+        so of them."""
         pending = self._unflushed()
         out = set()
         for tp in held:
             key = (tp.topic, tp.partition)
             high = highwater(tp)
             read = self.consumed.get(key)
-            at_end = high is not None and (read >= high if read is not None else high == 0)
-            if key not in pending and at_end and self.gate.quiet(key, quiet):
+            if key not in pending and high is not None and (read >= high if read is not None else high == 0):
                 out.add(tp.partition)
         return out
 

@@ -11,7 +11,6 @@ which the receiving stage takes once (pipeline/core/forwarded.py).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from typing import Any
 
@@ -19,9 +18,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from pipeline.core.commit import TP, Forward
-from pipeline.core.visit_hits import VisitHit, beat, pack
-
-log = logging.getLogger("preagg.forward")
+from pipeline.core.visit_hits import VisitHit, pack
 
 #: Sends one message to a partition of the topic; returns the acknowledgement to wait for.
 Send = Callable[[bytes, int], Awaitable[Awaitable[object]]]
@@ -53,26 +50,15 @@ class Forwarder:
         self.at_end = at_end
         #: The partitions of the topic the flushes read: the stage waits to hear from each.
         self.read_partitions = read_partitions
-        #: The partitions of the read topic this worker holds read to their ends, quiet, with
-        #: nothing unflushed (set by the wiring once the flusher exists): the stage need not wait.
+        #: The partitions of the read topic this worker holds with nothing unread or unflushed
+        #: (set by the wiring once the flusher exists): the stage need not wait for them.
         self.idle: Callable[[], set[int]] = set
-        #: Whether a partition of the read topic has had no records for the idle time (the
-        #: wiring's; a flush may say "read to the end" of it only then).
-        self.quiet: Callable[[int], bool] = lambda _partition: True
-        #: The read topic's ledger name: a heartbeat names its source as flushes do.
-        self.source = ""
         self.partitions, self.timeout = partitions, timeout
         self._count = 0
         self._sources = 0
-        #: Idle partitions the stage was told of, by a flush's messages or a heartbeat.
-        self._announced: set[int] = set()
-        #: The highest event time forwarded (a heartbeat carries it).
-        self.high = 0.0
-        #: Messages and hits sent (a flush sent again counts again), heartbeats and their failures.
+        #: Messages and hits sent (a flush sent again counts again).
         self.messages = 0
         self.hits = 0
-        self.beats = 0
-        self.beat_failures = 0
 
     def of(self, aggregates: Mapping[int, Any], ends: Mapping[int, int]) -> Forward | None:
         """The forward of a batch (its aggregates by source partition, and where each ends), or
@@ -80,7 +66,7 @@ class Forwarder:
         hits = {p: got for p, a in aggregates.items() if (got := self.forwarded(a))}
         if not hits:
             return None
-        at_end = {p for p in hits if self.at_end(p, ends[p]) and self.quiet(p)}
+        at_end = {p for p in hits if self.at_end(p, ends[p])}
         idle = sorted(self.idle() - set(aggregates))
 
         async def forward(seqs: Mapping[TP, int]) -> None:
@@ -124,38 +110,6 @@ class Forwarder:
             for ack in acks:
                 await ack
             self.messages += len(acks)
-        self.high = max(self.high, max((h.ts for got in hits.values() for h in got), default=0.0))
-        self._announced = (self._announced | set(idle) | set(at_end)) - (set(hits) - set(at_end))
-
-    async def beat(self) -> None:
-        """Tell every destination of the read topic's partitions that went idle since the stage was
-        last told (a worker whose partitions went quiet has no flush to say so): one heartbeat
-        message each (:func:`~pipeline.core.visit_hits.beat`). A failure is logged and counted;
-        the next tick tries again."""
-        idle = self.idle()
-        self._announced &= idle
-        if not self.source or idle <= self._announced:
-            return
-        try:
-            count = await self._partitions()
-            if not self._sources and self.read_partitions is not None:
-                self._sources = len(await self.read_partitions())
-            message = beat(f"{self.group}/{self.source}", self.high, self._sources, sorted(idle))
-            async with asyncio.timeout(self.timeout):
-                acks = [await self.send(message, d) for d in range(count)]
-                for ack in acks:
-                    await ack
-        except Exception as exc:  # the broker away: the next tick tries again
-            self.beat_failures += 1
-            log.warning(
-                "%s: heartbeat of idle partitions %s not sent (tried again): %s",
-                self.topic,
-                sorted(idle),
-                exc,
-            )
-            return
-        self._announced |= idle
-        self.beats += 1
 
     async def _partitions(self) -> int:
         """Partitions of the topic, read once: a visitor's destination is its hash modulo them."""
@@ -167,14 +121,6 @@ class Forwarder:
         return self._count
 
 
-async def heartbeats(forwarders: Sequence[Forwarder], interval: float) -> None:
-    """Every ``interval`` seconds, each forwarder's :meth:`Forwarder.beat` (a worker task)."""
-    while True:
-        await asyncio.sleep(interval)
-        for f in forwarders:
-            await f.beat()
-
-
 def forwarded_metrics(forwarders: list[Forwarder]) -> list[Metric]:
     """``preagg_forwarded_messages_total`` and ``preagg_forwarded_records_total``, per topic: what
     flushes sent to another stage (a flush sent again counts again)."""
@@ -184,14 +130,7 @@ def forwarded_metrics(forwarders: list[Forwarder]) -> list[Metric]:
     records = CounterMetricFamily(
         "preagg_forwarded_records", "Records (hits) in the messages flushes forwarded", labels=["topic"]
     )
-    beats = CounterMetricFamily(
-        "preagg_forwarded_heartbeats",
-        "Heartbeats sent to another stage's topic: partitions read to their ends and quiet",
-        labels=["topic", "outcome"],
-    )
     for f in forwarders:
         messages.add_metric([f.topic], float(f.messages))
         records.add_metric([f.topic], float(f.hits))
-        beats.add_metric([f.topic, "sent"], float(f.beats))
-        beats.add_metric([f.topic, "failed"], float(f.beat_failures))
-    return [messages, records, beats]
+    return [messages, records]

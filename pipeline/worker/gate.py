@@ -12,7 +12,6 @@ import either way between the two modules).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -73,8 +72,6 @@ class PartitionGate:
         self.fresh: set[TP] = set()
         #: Next offset to consume per partition (what the worker has read, counted or not).
         self.consumed: dict[TP, int] = {}
-        #: When records of each partition last arrived (monotonic seconds): how long it is quiet.
-        self.heard: dict[TP, float] = {}
         #: Partitions whose log is not the one their ledger describes: nothing of them is counted
         #: until an operator resets the ledger (``preagg positions reset``); reason per partition.
         self.diverged: dict[TP, str] = {}
@@ -149,19 +146,12 @@ class PartitionGate:
             log.warning("%s[%d]: cannot check the partition against its ledger: %s", *tp, verdict.reason)
         return True
 
-    def quiet(self, tp: TP, seconds: float) -> bool:
-        """Whether no records of ``tp`` arrived for ``seconds`` (counted from the first ask when
-        none arrived since this worker took it)."""
-        now = time.monotonic()
-        return now - self.heard.setdefault(tp, now) >= seconds
-
     def forget(self, dropped: Sequence[TP]) -> None:
         """Partitions this worker may no longer own: load and check them again when they come back."""
         self.positions.forget(dropped)
         self.fresh.difference_update(dropped)
         for tp in dropped:
             self.diverged.pop(tp, None)
-            self.heard.pop(tp, None)
 
     def clear(self) -> None:
         """Forget every partition (a rebalance's drain gave up: everything is read again)."""

@@ -55,7 +55,7 @@ def shown(page: Any) -> list[tuple[str, int, int]]:
 def test_the_dashboard_shows_visits_and_entry_and_exit_pages(settings: Settings) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    settings = settings.with_(partitions=2).with_stream(HITS, visits=True, visit_idle_after=2.0)
+    settings = settings.with_(partitions=2).with_stream(HITS, visits=True)
     now = time.time()
     traffic = generate(3_000, end=now - 5 * DAY, days=1, seed=23, bad_share=0.0, visitors=150, late_share=0)
     figures, ends = visits_truth(traffic)

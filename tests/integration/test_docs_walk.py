@@ -63,7 +63,7 @@ GIVEN: dict[str, list[str]] = {
     "visitors.md": ["preagg services up", "preagg worker &"],
     "visits.md": [
         "preagg services up",
-        "PREAGG_HITS_VISITS=true PREAGG_HITS_VISIT_GRACE=0 PREAGG_HITS_VISIT_IDLE_AFTER=0 preagg worker &",
+        "PREAGG_HITS_VISITS=true PREAGG_HITS_VISIT_GRACE=0 preagg worker &",
     ],
 }
 #: Lines run elsewhere.

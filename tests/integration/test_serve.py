@@ -108,7 +108,7 @@ def served(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Ite
     settings = (
         for_embedded(named(base, tag), services)
         .with_(serve_token=TOKEN, serve_cors=(ORIGIN,))
-        .with_stream(HITS_KIND, visits=True, visit_idle_after=2.0)
+        .with_stream(HITS_KIND, visits=True)
     )
     rng = random.Random(16)
     asyncio.run(send(settings, "hits", HITS))

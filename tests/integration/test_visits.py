@@ -50,9 +50,7 @@ def test_visits_are_counted_once_through_kills_and_two_workers_on_keyless_lines(
     """Workers killed inside a hits flush and inside both phases of visits flushes, then two
     workers on a keyless backlog of five-day-old hits, then one hit of today (the watermark passes
     every visit): each visit counted once, none split by the partitions' uneven reading."""
-    settings = settings.with_(partitions=3, max_pending_keys=400).with_stream(
-        HITS, visits=True, visit_idle_after=2.0
-    )
+    settings = settings.with_(partitions=3, max_pending_keys=400).with_stream(HITS, visits=True)
     now = time.time()
     # In time order per partition (no late hits): the two workers read the partitions unevenly,
     # and the stage's watermark, the slowest source's time, must wait for the slowest.

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.forwarded import Forwarded
 from pipeline.core.rejection import Rejection
-from pipeline.core.visit_hits import ROW, Packed, VisitHit, beat, pack, unpack
+from pipeline.core.visit_hits import ROW, Packed, VisitHit, pack, unpack
 from pipeline.testing.packed import changed, rows_changed
 
 H = 1_764_000_000.0
@@ -118,8 +118,6 @@ def _rows(**column: object) -> bytes:
         (_message(hi=H), "past the flush's highest"),
         (_message(end=1), "end is 1"),
         (_message(idle=[-1]), "idle is"),
-        (_message(beat=1), "beat is 1"),
-        (_message(beat=True), "a heartbeat carries hits"),
         (_rows(page=5), "does not list"),
         (_rows(ts=float("nan")), "not finite"),
     ],
@@ -142,11 +140,3 @@ def test_a_message_with_bytes_changed_unpacks_or_is_rejected(changes: list[tuple
     for at, byte in changes:
         raw[at % len(raw)] = byte
     assert isinstance(unpack(bytes(raw)), Packed | Rejection)
-
-
-def test_a_heartbeat_names_its_idle_partitions_and_carries_no_hits() -> None:
-    got = unpack(beat("g/hits", H, 4, [1, 3]))
-    assert isinstance(got, Packed) and got.beat and got.hits == [] and got.idle == (1, 3)
-    assert (got.topic, got.high, got.sources) == ("g/hits", H, 4)
-    flush = unpack(_packed())
-    assert isinstance(flush, Packed) and not flush.beat  # a flush's message, as written before

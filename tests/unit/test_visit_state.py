@@ -219,22 +219,3 @@ def test_a_flush_past_the_bound_on_open_visits_closes_the_oldest_and_counts_them
     assert any(v == 2 for k, v in rollup.inc.items() if k.endswith(".n"))  # both counted as visits
     stage.committed(agg)
     assert stage.early == 2
-
-
-def test_a_heartbeat_lets_the_watermark_pass_quiet_partitions_until_they_send_again() -> None:
-    """A worker whose partitions went quiet at their ends has no flush to say so: its heartbeat
-    does, and the visits the other partitions' time passed close; a heartbeat is no flush (no
-    copies, no hits, nothing named). A quiet partition that sends again holds the watermark again."""
-    state = PartitionVisits.empty(T, G)
-    state.take(Packed("g/x", 0, 1, 0, [VisitHit("s", 1, H, "/")], H, sources=2), "g", Taken())
-    far = H + 10 * T
-    assert (
-        state.take(Packed("g/x", 1, 1, 0, [VisitHit("s", 2, far, "/")], far, sources=2), "g", Taken()) == []
-    )
-    taken = Taken()
-    closed = state.take(Packed("g/x", 0, 0, 0, [], H, sources=2, idle=(0,), beat=True), "g", taken)
-    assert [v.visitor for v in closed] == [1] and (taken.beats, taken.messages, taken.copies) == (1, 0, 0)
-    assert state.take(Packed("g/x", 0, 0, 0, [], H, sources=2, idle=(0,), beat=True), "g", Taken()) == []
-    state.take(Packed("g/x", 0, 2, 0, [VisitHit("s", 3, far, "/")], far, sources=2), "g", Taken())
-    assert state.sources[("g/x", 0)] == (far, False)  # it sent again: it holds the watermark again
-    assert saved_and_loaded(state, 9).sources == state.sources

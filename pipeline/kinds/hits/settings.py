@@ -144,13 +144,6 @@ class HitsSettings(StreamSettings):
     #: time, behind the slowest partition) after its visit closed starts another visit. Higher:
     #: fewer visits split by late hits, visits counted later.
     visit_grace: float = 300.0
-    #: Seconds a hits partition read to its end must stay without new records (wall clock)
-    #: before the visits stage stops waiting for it, as Flink's idleness (0: at once). Positive,
-    #: a partition read to its end for a moment (a backfill produced while it is read) still
-    #: holds the stage's event time; its owner says it is idle in its next flush's messages, or
-    #: in a heartbeat. The drills run with 5 s; not the default yet: with 30 s the README's
-    #: visits walk counted wrong visits (docs/visits.md, "Limits").
-    visit_idle_after: float = 0.0
     #: Most visits one partition of the visits topic holds open (about 520 bytes each in the
     #: worker's memory, saved with every flush). Past it a flush closes the ones whose last hit
     #: is oldest before their time (counted, logged, ``preagg_visits_closed_early_total``): a

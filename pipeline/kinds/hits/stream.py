@@ -219,16 +219,10 @@ def visits_forwarding(ctx: StreamContext, s: HitsSettings) -> dict[str, Any]:
             "PREAGG_HITS_VISITS needs PREAGG_COMMIT_MODE=exactly_once: "
             "hits are forwarded once a flush's intent is recorded"
         )
-    if not (
-        s.visit_timeout > 0 and s.visit_grace >= 0 and s.visits_max_open >= 1 and s.visit_idle_after >= 0
-    ):
+    if not (s.visit_timeout > 0 and s.visit_grace >= 0 and s.visits_max_open >= 1):
         raise SettingsError(
-            "PREAGG_HITS_VISIT_TIMEOUT must be above 0, PREAGG_HITS_VISIT_GRACE and "
-            "PREAGG_HITS_VISIT_IDLE_AFTER at least 0 and PREAGG_HITS_VISITS_MAX_OPEN at least 1 (not "
-            f"{s.visit_timeout}, {s.visit_grace}, {s.visit_idle_after}, {s.visits_max_open})"
+            "PREAGG_HITS_VISIT_TIMEOUT must be above 0, PREAGG_HITS_VISIT_GRACE at least 0 and "
+            f"PREAGG_HITS_VISITS_MAX_OPEN at least 1 (not {s.visit_timeout}, {s.visit_grace}, "
+            f"{s.visits_max_open})"
         )
-    return {
-        "forwarded": HitCounts.visit_hits,
-        "forward_topic": s.visits_topic,
-        "forward_idle_after": s.visit_idle_after,
-    }
+    return {"forwarded": HitCounts.visit_hits, "forward_topic": s.visits_topic}
