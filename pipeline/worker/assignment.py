@@ -61,8 +61,9 @@ class Assignments:
         self._tasks = [t for t in self._tasks if not t.done()]
         self._tasks.append(asyncio.ensure_future(self.record(last_join(self.app)[0], held)))
         self.settled.clear()  # partitions found at their end (backlog.behind): ask the new ones
+        kept = {(tp.topic, tp.partition) for tp in assigned}
         for f in self.flushers:
-            f.forget_positions(f.positions.assigned())
+            f.forget_positions(f.positions.assigned(), kept)
         for joint in self.joints:
             joint.keep((tp.topic, tp.partition) for tp in assigned)
         for topic, keep in self.keepers:

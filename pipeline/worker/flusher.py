@@ -29,7 +29,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Generic
 
 from pipeline.core.clock import DecisionClock
@@ -181,8 +181,12 @@ class Flusher(Generic[A]):
         if not messages:
             return True
         epoch = self._epoch
-        if self.let_go is not None and self.let_go.ranges.holds(tp, messages[0][0]):
-            return await self.let_go.let_go_of(tp, messages, epoch)
+        if self.let_go is not None:
+            if self.let_go.ranges.fenced_off(tp, messages[0][0]):
+                self.let_go.refused(tp, messages)
+                return False  # past records released at a rebalance: read again after it
+            if self.let_go.ranges.holds(tp, messages[0][0]):
+                return await self.let_go.let_go_of(tp, messages, epoch)
         if self.sink.exactly_once:
             if not self.positions.known(tp):
                 await self.load_positions([tp])
@@ -310,10 +314,13 @@ class Flusher(Generic[A]):
         """The partitions with records in the batch being filled or in a sealed one."""
         return set(self.batch.offsets).union(*(b.offsets for b in self.sealed))
 
-    def forget_positions(self, tps: Sequence[TP]) -> None:
-        """After a rebalance: drop cached positions of partitions with nothing pending."""
+    def forget_positions(self, tps: Sequence[TP], held: Collection[TP] = ()) -> None:
+        """After a rebalance: drop cached positions of partitions with nothing pending, and the
+        fences of released records of partitions no longer ``held``."""
         pending = self._unflushed()
         self.gate.forget([tp for tp in tps if tp not in pending])
+        if self.let_go is not None:
+            self.let_go.ranges.unfence(held)
 
     async def _backpressure(self) -> None:
         s = self.stats

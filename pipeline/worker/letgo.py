@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import NamedTuple, Protocol
 
 from pipeline.core.commit import TP
@@ -65,17 +65,26 @@ class Handle(NamedTuple):
 
 
 class LetGo:
-    """Per partition, the range let go of: ``[start, end)``, ``end`` past the last record delivered."""
+    """Per partition, the range let go of: ``[start, end)``, ``end`` past the last record delivered;
+    and once released, its start as a *fence* until Kafka delivers the partition from there again."""
 
     def __init__(self, bound: int) -> None:
         self.bound = bound
         self.start: dict[TP, int] = {}
         self.end: dict[TP, int] = {}
+        #: Per partition released with records let go of, the first of them. A list delivered
+        #: before the rebalance and handed over after the release (it waited behind the other
+        #: reader's backpressure) starts past it: taken, it would count its records and move the
+        #: ledger over the ones let go of, which nothing would count again. Such a list is not
+        #: taken until the consumer reads the partition again from at or below the fence.
+        self.fenced: dict[TP, int] = {}
         #: Bumped by :meth:`release`: a reader waiting for room takes nothing after it.
         self.generation = 0
         #: Records let go of, and records read again, since the start (metrics).
         self.let_go = 0
         self.reread = 0
+        #: Records not taken because a fence stood before them (metrics).
+        self.fenced_records = 0
 
     def behind(self) -> int:
         """Records let go of and not read again yet (offsets: gaps count, an upper bound)."""
@@ -83,6 +92,24 @@ class LetGo:
 
     def full(self) -> bool:
         return self.behind() >= self.bound
+
+    def fenced_off(self, tp: TP, first: int) -> bool:
+        """Whether a list of ``tp`` starting at ``first`` is past a released range (not to be taken);
+        a list at or below the fence is the partition read again, and lifts it."""
+        fence = self.fenced.get(tp)
+        if fence is None:
+            return False
+        if first <= fence:
+            del self.fenced[tp]
+            return False
+        return True
+
+    def unfence(self, held: Collection[TP]) -> None:
+        """Lift the fences of partitions not ``held`` any more (an assignment): their next owner
+        reads them from Kafka's committed offset, and should they come back here, they come back
+        from wherever it counted them to."""
+        for tp in [tp for tp in self.fenced if tp not in held]:
+            del self.fenced[tp]
 
     def holds(self, tp: TP, first: int) -> bool:
         """Whether the list starting at ``first`` goes behind what ``tp`` already let go of.
@@ -127,8 +154,11 @@ class LetGo:
         self.end.pop(tp, None)
 
     def release(self) -> dict[TP, int]:
-        """Forget every range (a rebalance or a stop: Kafka reads them again); returns their starts."""
+        """Forget every range (a rebalance or a stop: Kafka reads them again), each start kept as a
+        fence; returns the starts."""
         starts = dict(self.start)
+        for tp, start in starts.items():
+            self.fenced[tp] = min(start, self.fenced.get(tp, start))
         self.start.clear()
         self.end.clear()
         self.generation += 1
@@ -170,6 +200,18 @@ class LetGoReader:
         if ranges.generation != generation or f.epoch != epoch:
             return False  # released (a rebalance, a stop) or abandoned
         return await f.receive_many(tp, messages)  # the range may be read again by now
+
+    def refused(self, tp: TP, messages: Sequence[Incoming]) -> None:
+        """A list past a fence, not taken: counted and said (rare: once per list handed over late)."""
+        self.ranges.fenced_records += len(messages)
+        log.info(
+            "%s[%d]: offsets %d..%d not taken: they follow records let go of from %d and released at "
+            "a rebalance; read again after it, in order",
+            *tp,
+            messages[0][0],
+            messages[-1][0],
+            self.ranges.fenced[tp],
+        )
 
     def start(self) -> None:
         if self._task is None or self._task.done():

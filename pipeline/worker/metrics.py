@@ -150,6 +150,12 @@ COMMIT_SERIES: list[tuple[str, str, str, Callable[[Flusher[Any]], float]]] = [
         lambda f: f.let_go.ranges.reread if f.let_go is not None else 0,
     ),
     (
+        "counter",
+        "preagg_records_fenced",
+        "Records delivered past a range let go of and released at a rebalance: not taken, read again",
+        lambda f: f.let_go.ranges.fenced_records if f.let_go is not None else 0,
+    ),
+    (
         "gauge",
         "preagg_records_behind",
         "Records let go of and not read again yet (offsets; at most PREAGG_MAX_PENDING_KEYS)",

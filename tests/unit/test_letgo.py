@@ -115,3 +115,42 @@ def test_a_list_waiting_for_room_to_be_let_go_of_is_not_taken_once_released() ->
 
     taken, released = asyncio.run(scenario())
     assert taken is False and released == {P0: 0}
+
+
+def test_a_list_handed_over_after_a_release_is_not_taken_past_the_records_let_go_of() -> None:
+    """A list delivered before a rebalance can reach the pages' reader after its ranges were released
+    (it waited behind the rollups' reader). Taken, it would be counted past the records let go of and
+    its flush would move the ledger over them: it is refused until the partition is read again from
+    the released range's start, and an assignment without the partition lifts the fence."""
+    log = {P0: [(o, hit(f"/p{o}", NOW - 5000 + o)) for o in range(100)]}
+    store, whole = MarkStore(), MarkStore()
+
+    async def nothing(_: Sequence[object]) -> None:
+        return None
+
+    def listed(lo: int, hi: int) -> list[Any]:
+        return [(o, v, None, 0) for o, v in log[P0][lo:hi]]
+
+    async def scenario() -> tuple[bool, bool, bool, Flusher[Any]]:
+        one = reader(FamilySink(whole, None, ("sites",)), PAGES, 1_000, nothing, log, False)
+        assert await one.receive_many(P0, listed(0, 60))
+        await one.flush()
+        pages = reader(FamilySink(store, None, ("sites",)), PAGES, 1_000, nothing, log, True)
+        assert pages.let_go is not None
+        assert await pages.receive_many(P0, listed(0, 30))
+        pages.let_go.start = lambda: None  # type: ignore[method-assign]  # nothing reads again
+        pages.let_go.ranges.add(P0, 30, 49, 20)  # let go of at the bound
+        assert pages.release() == {P0: 30}
+        late = await pages.receive_many(P0, listed(50, 60))  # delivered before the rebalance
+        again = await pages.receive_many(P0, listed(30, 60))  # the consumer sought back to 30
+        await pages.flush()
+        pages.let_go.ranges.add(P0, 60, 69, 10)
+        pages.release()
+        pages.forget_positions([], held=[P1])  # assigned elsewhere: the fence goes
+        elsewhere = P0 not in pages.let_go.ranges.fenced
+        return late, again, elsewhere, pages
+
+    late, again, elsewhere, pages = asyncio.run(scenario())
+    assert late is False and again is True and elsewhere
+    assert pages.let_go is not None and pages.let_go.ranges.fenced_records == 10
+    assert counters(store) == counters(whole)  # offsets 0 to 59, each once
