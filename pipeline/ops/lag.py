@@ -19,6 +19,9 @@ from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kafka.probe import start_or_close, topic_partitions
 from pipeline.settings import Settings
 
+#: How long a fetch may take to tell a partition's end on the embedded broker.
+FETCH_END_SECONDS = 30.0
+
 
 @dataclass(frozen=True)
 class PartitionLag:
@@ -70,10 +73,17 @@ async def end_offsets(
     consumer.assign(probe)
     for tp in probe:
         consumer.seek(tp, reported[tp] - 1)
-    for _ in range(5):
+    # Never the lagging answer instead: a caller waiting for a group to reach the end would stop a
+    # batch early. This used to give up after 2.5 s, which a loaded machine's fetch can exceed.
+    deadline = time.monotonic() + FETCH_END_SECONDS
+    while True:
         await consumer.getmany(*probe, timeout_ms=500)
-        if all(consumer.highwater(tp) is not None for tp in probe):
+        missing = [tp for tp in probe if consumer.highwater(tp) is None]
+        if not missing:
             break
+        if time.monotonic() > deadline:
+            named = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in missing)
+            raise TimeoutError(f"no fetch answered for {named} within {FETCH_END_SECONDS:.0f}s: end unknown")
     return {tp: max(reported[tp], consumer.highwater(tp) or 0) if tp in probe else 0 for tp in tps}
 
 
