@@ -81,6 +81,9 @@ class Stream:
     forward_topic: str = ""
     #: Each Kafka message is one record, never split into lines (a stage's binary messages).
     whole_messages: bool = False
+    #: Seconds between this stream's flushes (``None``: the worker's ``PREAGG_FLUSH_INTERVAL``):
+    #: a stage whose every flush costs in proportion to its state, not its input, flushes less.
+    flush_interval: float | None = None
     #: Streams of other topics the kind's workers read, as ``(topic, stream)``: a stage fed by
     #: this one (hits: the visits stage, reading the forwarded hits). Each has a flusher of
     #: its own, named as its topic, and ledgers of its own.

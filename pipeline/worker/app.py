@@ -97,6 +97,8 @@ def build_app(settings: Settings, make_store: MakeStore) -> tuple[faust.App, lis
     for (kind, stream), topic in zip(streams, topics, strict=True):
         for name, topic_of, of in ((kind.name, topic, stream), *((t, t, st) for t, st in stream.stages)):
             readers = wiring.flushers(name, of, joints, topic_of)
+            if of.flush_interval is not None:
+                loop.intervals.update((id(r), of.flush_interval) for r in readers)
             flushers.extend(readers)
             flushed_topics.extend(topic_of for _ in readers)
             _subscribe(app, topic_of, settings.partitions, readers)

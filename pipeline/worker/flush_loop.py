@@ -33,6 +33,8 @@ class FlushLoop:
     ) -> None:
         self.flushers, self.topics = flushers, topics
         self.interval, self.backlog_interval = interval, backlog_interval
+        #: Per flusher, its stream's own interval where it has one (a stage that flushes less).
+        self.intervals: dict[int, float] = {}
         self.consumer = consumer
         #: One per schedule: set when a batch is sealed at its commit bound (:meth:`seal`).
         self._wakers: list[asyncio.Event] = []
@@ -69,22 +71,29 @@ class FlushLoop:
     async def forever(self) -> None:
         """The flushers one after another on one schedule; with a family of documents flushed
         apart (:attr:`apart`), one schedule per flusher, so that a slow commit (the pages of a
-        busy site) never holds another's flushes (its site rollups)."""
+        busy site) never holds another's flushes (its site rollups); a flusher with an interval
+        of its own (:attr:`intervals`) always on a schedule of its own."""
+        pairs = list(zip(self.flushers, self.topics, strict=True))
+        own = [(f, t) for f, t in pairs if id(f) in self.intervals]
+        shared = [(f, t) for f, t in pairs if id(f) not in self.intervals]
+        schedules = [self.schedule([f], [t], self.intervals[id(f)]) for f, t in own]
         if self.apart:
-            await asyncio.gather(
-                *(self.schedule([f], [t]) for f, t in zip(self.flushers, self.topics, strict=True))
-            )
-        else:
-            await self.schedule(self.flushers, self.topics)
+            schedules.extend(self.schedule([f], [t]) for f, t in shared)
+        elif shared:
+            schedules.append(self.schedule([f for f, _ in shared], [t for _, t in shared]))
+        await asyncio.gather(*schedules)
 
-    async def schedule(self, flushers: Sequence[Flusher[Any]], topics: Sequence[str]) -> None:
+    async def schedule(
+        self, flushers: Sequence[Flusher[Any]], topics: Sequence[str], interval: float | None = None
+    ) -> None:
         # Counted from start to start: waiting a full interval after a slow flush ended would
         # add the flush's duration to every event's wait (freshness). A flush longer than the
         # interval is followed at once by the next, never by a queue of missed ones.
+        every = self.interval if interval is None else interval
         loop = asyncio.get_running_loop()
         sealed = asyncio.Event()
         self._wakers.append(sealed)
-        next_at = loop.time() + self.interval
+        next_at = loop.time() + every
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(sealed.wait(), max(0.0, next_at - loop.time()))
@@ -96,4 +105,4 @@ class FlushLoop:
             for f, topic in zip(flushers, topics, strict=True):
                 f.deferring = await self.catching_up(f, topic)
                 await f.run_flush(sealed_only=f.deferring)
-            next_at = max(next_at + self.interval, loop.time())
+            next_at = max(next_at + every, loop.time())

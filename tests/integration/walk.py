@@ -30,7 +30,7 @@ from pipeline.ops.lag import wait_caught_up
 from pipeline.services.embedded import free_port
 from pipeline.services.urls import resolve
 from pipeline.settings import Settings
-from tests.integration.helpers import wait_counted, wait_sealed
+from tests.integration.helpers import wait_counted, wait_ledgers_at_end, wait_sealed
 
 BIN = Path(sys.executable).parent
 #: Lines that print nothing by design.
@@ -179,8 +179,10 @@ class Walk:
     def caught_up(self, kind: str) -> None:
         settings = self.settings()
         asyncio.run(wait_caught_up(settings, [settings.topic(kind)], timeout=240))
+        wait_ledgers_at_end(settings, settings.topic(kind))
         if kind == "hits" and settings.of(HITS).visits:  # and the visits stage, fed by it
             asyncio.run(wait_caught_up(settings, [settings.of(HITS).visits_topic], timeout=240))
+            wait_ledgers_at_end(settings, settings.of(HITS).visits_topic)
         if kind == "hits":
             wait_sealed(settings)
             wait_counted(settings)

@@ -203,6 +203,7 @@ def visits_stage(ctx: StreamContext, s: HitsSettings, sites: SiteConfigs) -> tup
         after_commit=stage.committed,
         whole_messages=True,
         keep=stage.keep,
+        flush_interval=s.visits_flush_interval,
     )
     return ((s.visits_topic, stream),)
 
@@ -219,10 +220,12 @@ def visits_forwarding(ctx: StreamContext, s: HitsSettings) -> dict[str, Any]:
             "PREAGG_HITS_VISITS needs PREAGG_COMMIT_MODE=exactly_once: "
             "hits are forwarded once a flush's intent is recorded"
         )
-    if not (s.visit_timeout > 0 and s.visit_grace >= 0 and s.visits_max_open >= 1):
+    positive = s.visit_timeout > 0 and s.visits_flush_interval > 0 and s.visits_max_open >= 1
+    if not (positive and s.visit_grace >= 0):
         raise SettingsError(
-            "PREAGG_HITS_VISIT_TIMEOUT must be above 0, PREAGG_HITS_VISIT_GRACE at least 0 and "
-            f"PREAGG_HITS_VISITS_MAX_OPEN at least 1 (not {s.visit_timeout}, {s.visit_grace}, "
-            f"{s.visits_max_open})"
+            "PREAGG_HITS_VISIT_TIMEOUT and PREAGG_HITS_VISITS_FLUSH_INTERVAL must be above 0, "
+            "PREAGG_HITS_VISIT_GRACE at least 0 and "
+            f"PREAGG_HITS_VISITS_MAX_OPEN at least 1 (not {s.visit_timeout}, {s.visits_flush_interval}, "
+            f"{s.visit_grace}, {s.visits_max_open})"
         )
     return {"forwarded": HitCounts.visit_hits, "forward_topic": s.visits_topic}
