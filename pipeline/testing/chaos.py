@@ -32,8 +32,10 @@ from typing import Any
 
 import orjson
 
+from pipeline.core.families import base_topic, family_topic
 from pipeline.kafka.producer import EventProducer
 from pipeline.kinds.hits import KIND as HITS
+from pipeline.kinds.hits.families import SITES
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.ops.lag import group_lag
 from pipeline.ops.ledger import ledger_totals, read_ledger
@@ -278,13 +280,19 @@ def catch_up(settings: Settings, crew: Crew, timeout: float, topics: list[str] |
 
 
 async def _ledger_positions(settings: Settings, topics: list[str]) -> dict[tuple[str, int], int]:
-    """Each partition's ledger ``next``: where counting has reached."""
+    """Where counting has reached on each partition: the lowest ``next`` of its ledgers, its kind's
+    and those of its document families flushed apart (the site rollups can lag the pages)."""
     client = mongo_client(settings.mongo_url or "")
     try:
-        docs = await read_ledger(client[settings.db], settings.group_id, topics)
+        names = [*topics, *(family_topic(t, SITES) for t in topics)]
+        docs = await read_ledger(client[settings.db], settings.group_id, names, families=True)
     finally:
         await client.close()
-    return {(d["topic"], d["partition"]): int(d.get("next") or 0) for d in docs}
+    out: dict[tuple[str, int], int] = {}
+    for d in docs:
+        tp, at = (base_topic(str(d["topic"])), int(d["partition"])), int(d.get("next") or 0)
+        out[tp] = min(out.get(tp, at), at)
+    return out
 
 
 async def audit(settings: Settings, truth: Any, report: ChaosReport, bad: dict[str, int]) -> list[str]:
