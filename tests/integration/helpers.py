@@ -174,6 +174,7 @@ def wait_ledgers_at_end(settings: Settings, topic: str, timeout: float = 180.0) 
     it. The group's committed offsets against ListOffsets can pass early on the embedded broker
     (its latest offset lags a batch): the last batch of a file just produced, or of the hits a
     flush just forwarded to the visits stage (which flushes every few seconds), not counted yet."""
+
     async def ends() -> dict[int, int]:
         async with PartitionProbe(KafkaConnection.of(settings)) as probe:
             return {p: (await probe.look(topic, p, 0)).log_end for p in await probe.partitions(topic)}
