@@ -17,7 +17,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kafka.probe import start_or_close, topic_partitions
+from pipeline.ops.ledger import counted_to
 from pipeline.settings import Settings
+from pipeline.store.client import mongo_client
 
 #: How long a fetch may take to tell a partition's end on the embedded broker.
 FETCH_END_SECONDS = 30.0
@@ -60,6 +62,23 @@ async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]
         return out
     finally:
         await consumer.stop()
+
+
+async def uncounted(settings: Settings, topics: list[str]) -> list[tuple[str, int, int, int]] | None:
+    """The partitions of ``topics`` whose ledgers (the kind's and its families') stand below the
+    log's end, as ``(topic, partition, counted to, end)``; ``None`` when the topics have no
+    partitions. The ledgers decide what is counted, never Kafka's committed offsets: a partition
+    held back acks what it reads while its ledger says "not counted"."""
+    lags = await group_lag(settings, topics)
+    if not lags:
+        return None
+    client = mongo_client(settings.mongo_url or "")
+    try:
+        counted = await counted_to(client[settings.db], settings.group_id, topics)
+    finally:
+        await client.close()
+    at = [(p.topic, p.partition, counted.get((p.topic, p.partition), 0), p.end) for p in lags]
+    return [row for row in at if row[2] < row[3]]
 
 
 async def end_offsets(

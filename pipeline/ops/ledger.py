@@ -13,7 +13,7 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.core.families import family_of
+from pipeline.core.families import base_topic, family_of
 from pipeline.store.offsets import OFFSETS_COLLECTION
 
 
@@ -42,6 +42,22 @@ async def read_ledger(
     if not families:
         docs = [d for d in docs if family_of(str(d.get("topic", ""))) is None]
     return sorted(docs, key=lambda d: (d["topic"], d["partition"]))
+
+
+async def counted_to(
+    db: AsyncDatabase[dict[str, Any]], group: str, topics: Iterable[str]
+) -> dict[tuple[str, int], int]:
+    """Where counting has reached on each partition of ``topics``: the lowest ``next`` of its
+    ledgers, its kind's and its document families' flushed apart (the site rollups can lag the
+    pages)."""
+    wanted = set(topics)
+    out: dict[tuple[str, int], int] = {}
+    for d in await read_ledger(db, group, families=True):
+        topic = base_topic(str(d.get("topic", "")))
+        if topic in wanted:
+            tp, at = (topic, int(d["partition"])), int(d.get("next") or 0)
+            out[tp] = min(out.get(tp, at), at)
+    return out
 
 
 def ledger_totals(docs: Iterable[Mapping[str, Any]]) -> LedgerTotals:

@@ -32,12 +32,10 @@ from typing import Any
 
 import orjson
 
-from pipeline.core.families import base_topic, family_topic
 from pipeline.kafka.producer import EventProducer
 from pipeline.kinds.hits import KIND as HITS
-from pipeline.kinds.hits.families import SITES
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.ops.lag import group_lag
+from pipeline.ops.lag import uncounted
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
@@ -259,40 +257,20 @@ def catch_up(settings: Settings, crew: Crew, timeout: float, topics: list[str] |
     began = time.monotonic()
     deadline = began + timeout
     topics = topics or [settings.topic("hits")]
-    before: dict[tuple[str, int], int] = {}
+    before: list[tuple[str, int, int, int]] | None = None
     while True:
         crew.reap()
-        lags = asyncio.run(group_lag(settings, topics))
-        # The ledgers decide what is counted, never Kafka's committed offsets: Faust can leave
-        # them behind after a commit refused in a rebalance (docs/exactly-once.md), and a
-        # partition held back acks what it reads while its ledger says "not counted", so they
-        # stand at the end of partitions whose records nobody counted yet. (The drills' producers
-        # are not transactional: every partition ends at a record, which its ledger passes.)
-        counted = asyncio.run(_ledger_positions(settings, topics))
-        if lags and all(counted.get((p.topic, p.partition), 0) >= p.end for p in lags):
+        # (The drills' producers are not transactional: every partition ends at a record, which
+        # its ledgers pass once they counted it.)
+        left = asyncio.run(uncounted(settings, topics))
+        if left == []:
             return
         now = time.monotonic()
-        if counted != before:
-            before, deadline = counted, min(now + timeout, began + 4 * timeout)
+        if left != before:
+            before, deadline = left, min(now + timeout, began + 4 * timeout)
         if now > deadline:
-            raise TimeoutError(f"group not caught up after chaos: {lags}; ledgers {counted}")
+            raise TimeoutError(f"group not caught up after chaos: (topic, partition, ledgers, end) {left}")
         time.sleep(1.0)
-
-
-async def _ledger_positions(settings: Settings, topics: list[str]) -> dict[tuple[str, int], int]:
-    """Where counting has reached on each partition: the lowest ``next`` of its ledgers, its kind's
-    and those of its document families flushed apart (the site rollups can lag the pages)."""
-    client = mongo_client(settings.mongo_url or "")
-    try:
-        names = [*topics, *(family_topic(t, SITES) for t in topics)]
-        docs = await read_ledger(client[settings.db], settings.group_id, names, families=True)
-    finally:
-        await client.close()
-    out: dict[tuple[str, int], int] = {}
-    for d in docs:
-        tp, at = (base_topic(str(d["topic"])), int(d["partition"])), int(d.get("next") or 0)
-        out[tp] = min(out.get(tp, at), at)
-    return out
 
 
 async def audit(settings: Settings, truth: Any, report: ChaosReport, bad: dict[str, int]) -> list[str]:

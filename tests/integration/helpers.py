@@ -13,12 +13,11 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 
-from pipeline.kafka.options import KafkaConnection, kafka_client_kwargs
-from pipeline.kafka.probe import PartitionProbe
+from pipeline.kafka.options import kafka_client_kwargs
 from pipeline.kafka.producer import send_lines
 from pipeline.kinds.hits import KIND as HITS
 from pipeline.kinds.hits.layout import hits_fields
-from pipeline.ops.lag import wait_caught_up
+from pipeline.ops.lag import uncounted, wait_caught_up
 from pipeline.ops.ledger import ledger_totals, read_ledger
 from pipeline.settings import Settings
 from pipeline.store.command import on_db
@@ -174,20 +173,7 @@ def wait_ledgers_at_end(settings: Settings, topic: str, timeout: float = 180.0) 
     it. The group's committed offsets against ListOffsets can pass early on the embedded broker
     (its latest offset lags a batch): the last batch of a file just produced, or of the hits a
     flush just forwarded to the visits stage (which flushes every few seconds), not counted yet."""
-
-    async def ends() -> dict[int, int]:
-        async with PartitionProbe(KafkaConnection.of(settings)) as probe:
-            return {p: (await probe.look(topic, p, 0)).log_end for p in await probe.partitions(topic)}
-
-    async def read(db: Any) -> dict[int, int]:
-        docs = await read_ledger(db, settings.group_id, [topic])
-        return {int(d["partition"]): int(d.get("next") or 0) for d in docs}
-
-    def behind() -> list[tuple[int, int, int]]:
-        at, counted = asyncio.run(ends()), on_db(settings, read)
-        return [(p, counted.get(p, 0), end) for p, end in at.items() if end and counted.get(p, 0) < end]
-
     deadline = time.monotonic() + timeout
-    while (left := behind()) and time.monotonic() < deadline:
+    while (left := asyncio.run(uncounted(settings, [topic]))) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not left, f"{topic}: partitions not counted to their ends (partition, ledger, end): {left}"
+    assert not left, f"{topic}: partitions not counted to their ends (topic, partition, ledgers, end): {left}"
