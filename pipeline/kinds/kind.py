@@ -59,9 +59,10 @@ class Stream:
     #: Told each aggregate once its batch is committed (hits: the periods whose top pages
     #: to make exact once they settle). Must not block or raise.
     after_commit: Callable[[Any], None] | None = None
-    #: Told when the stream starts writing a flush's commits (``True``) and when it is done
-    #: (hits: visitor numbers wait meanwhile). Must not block or raise.
-    on_writing: Callable[[bool], None] | None = None
+    #: Told when the stream becomes busy (``True``: writing a flush's commits, or catching up
+    #: a backlog) and when it no longer is (hits: visitor numbers wait meanwhile). Must not
+    #: block or raise.
+    on_busy: Callable[[bool], None] | None = None
     #: How exactly-once flushes are written (docs/exactly-once.md). ``idempotent``: plain
     #: unordered bulk writes with per-document marks, any number of documents per flush,
     #: no transaction; for plans of ``$inc``, ``$bit or`` and ``$setOnInsert``.

@@ -308,7 +308,7 @@ class StreamWiring:
                 before_plan=stream.before_plan,
                 before_plan_label=stream.before_plan_label,
                 after_commit=stream.after_commit,
-                on_writing=stream.on_writing or ignored,
+                on_busy=stream.on_busy or ignored,
                 forward_of=forward_of,
             ),
             checks=self.guard,

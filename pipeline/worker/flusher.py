@@ -90,6 +90,8 @@ class Flusher(Generic[A]):
         self.marked = policy.marked and sink.exactly_once
         #: Set by the flush loop while it lets the batch grow through a backlog (for /health).
         self.deferring = False
+        #: What the hooks were last told (:meth:`_tell_busy`): writing a commit or catching up.
+        self._busy = False
         self._factory = factory
         self._events = events
         self.sink = sink
@@ -414,16 +416,19 @@ class Flusher(Generic[A]):
             self._flush_task = asyncio.current_task()
             if not sealed_only and not self.sealed:
                 self._seal()
-            writing = bool(self.sealed)
-            if writing:
+            if self.sealed:
                 self.stats.flush_started_at = time.time()
-                self.hooks.on_writing(True)
+            self._tell_busy(bool(self.sealed) or self.deferring)
             try:
                 await self._flush_sealed()
             finally:
                 self.stats.flush_started_at = None
-                if writing:
-                    self.hooks.on_writing(False)
+                self._tell_busy(self.deferring)  # a backlog's next commit follows: still busy
+
+    def _tell_busy(self, busy: bool) -> None:
+        if busy != self._busy:
+            self._busy = busy
+            self.hooks.on_busy(busy)
 
     async def _flush_sealed(self) -> None:
         """Commit the sealed batches in order (the lock is held)."""

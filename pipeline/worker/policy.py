@@ -61,9 +61,10 @@ class FlushHooks:
     before_plan_label: str = "before plan"
     #: Told each aggregate of a batch once it is committed (hits: seal top pages once settled).
     after_commit: Callable[[Any], None] | None = None
-    #: Told when the flusher starts writing its batches (``True``) and when it is done
-    #: (hits: the stored visitor numbers wait while a commit is written).
-    on_writing: Callable[[bool], None] = ignored
+    #: Told when the flusher becomes busy (``True``: writing its batches, or catching up a
+    #: backlog, whose commits follow each other) and when it no longer is (hits: the stored
+    #: visitor numbers wait meanwhile).
+    on_busy: Callable[[bool], None] = ignored
     #: A batch's aggregates by source partition → what its flush forwards to another stage once
     #: its intent is recorded (:class:`~pipeline.worker.forwarding.Forwarder`); idempotent writes.
     forward_of: Callable[[Mapping[int, Any], Mapping[int, int]], Forward | None] | None = None

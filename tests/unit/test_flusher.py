@@ -10,6 +10,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -831,3 +832,27 @@ def test_a_message_the_store_refuses_for_good_is_dead_lettered_alone_in_transact
     assert store.total() == 9 and f.stats.unwritable == 1
     assert [e for e in log if e.startswith("ack")] == [f"ack:m{o}" for o in range(10)]
     assert_contiguous(store, TP0, 0, 10)
+
+
+def test_a_stream_is_busy_while_it_writes_and_through_a_backlog_until_it_catches_up() -> None:
+    """The hits' stored visitor numbers wait while the stream is busy: counting between two
+    commits of a backlog re-read every page the next commit wrote again."""
+    f, _, _ = make()
+    told: list[bool] = []
+    f.hooks = replace(f.hooks, on_busy=told.append)
+
+    async def go() -> None:
+        await feed(f, range(3))
+        await f.flush()  # a live flush: busy while it writes, then not
+        assert told == [True, False]
+        f.deferring = True  # the flush loop found the stream far behind its partitions' ends
+        await feed(f, range(3, 6))
+        await f.flush(sealed_only=True)  # nothing sealed: the batch grows, and the stream is busy
+        await f.flush()
+        assert told == [True, False, True]
+        f.deferring = False  # caught up
+        await f.flush()  # nothing to write: told once, not busy
+        await f.flush()
+
+    asyncio.run(go())
+    assert told == [True, False, True, False]

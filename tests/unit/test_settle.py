@@ -89,3 +89,24 @@ def test_while_a_commit_is_written_a_period_waits_for_it_or_for_the_held_interva
     settler.held = True
     now[0] = HELD_EVERY + 1.0  # commits without end: due every HELD_EVERY seconds
     assert settler.due() == [("a.test", "d", 1)]
+
+
+def test_a_run_under_way_stops_acting_once_the_stream_becomes_busy() -> None:
+    """Counting 47,000 page documents after one commit of a backlog ran on while the next commit
+    wrote them again; the periods not reached yet wait until the stream is no longer busy."""
+    now = [0.0]
+    done: list[Period] = []
+
+    async def action(period: Period) -> str:
+        done.append(period)
+        settler.held = True  # the next commit started while this period was being acted on
+        return "done"
+
+    settler = Settler(action, "testing", 3.0, 60.0, clock=lambda: now[0])
+    settler.touched([("a.test", 1), ("b.test", 1)], [])
+    now[0] = 10.0
+    asyncio.run(settler.run_once())
+    assert done == [("a.test", "d", 1)]
+    settler.held = False
+    asyncio.run(settler.run_once())
+    assert done == [("a.test", "d", 1), ("b.test", "d", 1)]

@@ -4,8 +4,9 @@ folds share.
 A flush tells which site days and months it wrote (:meth:`Settler.touched`). Once a period
 has gone :attr:`Settler.settle` seconds without a write from this worker, or every
 :attr:`Settler.open_every` seconds while it is written without pause (0: never while open),
-the action runs on it (while the stream writes a commit, :attr:`Settler.held`, only every
-:data:`HELD_EVERY` seconds). An action answers an outcome: ``"moving"`` (documents still being
+the action runs on it (while the stream is busy, writing a commit or catching up a backlog,
+:attr:`Settler.held`, only every :data:`HELD_EVERY` seconds, and a run under way stops
+acting on the others). An action answers an outcome: ``"moving"`` (documents still being
 written elsewhere, a write conflict) is tried again later, a bounded number of times; any
 other outcome is final until the period's next write brings it back. Memory is bounded: past
 :data:`MAX_WAITING` periods the oldest are forgotten (their documents stay as written).
@@ -66,10 +67,11 @@ class Settler:
         self._waiting: OrderedDict[Period, _Waiting] = OrderedDict()
         #: Outcomes, and ``forgotten``, ``gave_up``, ``failed``.
         self.counts: Counter[str] = Counter()
-        #: Set while the stream writes a commit: a period is then due every :data:`HELD_EVERY`
-        #: seconds only, not once it settles. A backlog's commits follow each other, so each
-        #: period "settled" after one and was acted on while the next wrote its documents again
-        #: (on a store that serves one request at a time, each delaying the other).
+        #: Set while the stream is busy (writing a commit, catching up a backlog): a period is
+        #: then due every :data:`HELD_EVERY` seconds only, not once it settles. A backlog's
+        #: commits follow each other, so each period "settled" after one and was acted on while
+        #: the next wrote its documents again (on a store that serves one request at a time,
+        #: each delaying the other).
         self.held = False
 
     def touched(self, days: Iterable[tuple[str, int]], months: Iterable[tuple[str, int]]) -> None:
@@ -86,16 +88,24 @@ class Settler:
         """Periods not written for ``settle`` seconds, or written for ``open_every`` without pause;
         while :attr:`held`, written for :data:`HELD_EVERY` without pause."""
         now = self.clock()
+        return [p for p, w in self._waiting.items() if self._due(w, now)]
+
+    def _due(self, w: _Waiting, now: float) -> bool:
         if self.held:
-            settled, still_open = -1.0, now - max(self.open_every, HELD_EVERY)
-        else:
-            settled, still_open = now - self.settle, now - self.open_every if self.open_every > 0 else -1.0
-        return [p for p, w in self._waiting.items() if w.touched <= settled or w.since <= still_open]
+            return w.since <= now - max(self.open_every, HELD_EVERY)
+        still_open = now - self.open_every if self.open_every > 0 else -1.0
+        return w.touched <= now - self.settle or w.since <= still_open
 
     async def run_once(self) -> None:
-        """Act on every due period; one still moving is tried again later, a bounded number of times."""
+        """Act on every due period; one still moving is tried again later, a bounded number of times.
+
+        A period found due is looked at again just before its action: the stream may have become
+        busy meanwhile (a commit, a backlog), and its commits come first.
+        """
         for period in self.due():
             waiting = self._waiting.get(period)
+            if waiting is not None and self.held and not self._due(waiting, self.clock()):
+                continue  # left waiting: acted on once the stream is no longer busy
             live = waiting is not None and waiting.touched > self.clock() - self.settle
             try:
                 outcome = await self.action(period)
