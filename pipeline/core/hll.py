@@ -136,10 +136,14 @@ class Sketch:
         nz = np.flatnonzero(self.reg)
         dense_size = (len(self.reg) * 6 + 7) // 8
         if 3 * len(nz) < dense_size:
-            return bytes([SPARSE << 5 | self.p]) + b"".join(
-                struct.pack(">HB", int(i), int(self.reg[i])) for i in nz
-            )
+            pairs = np.empty(len(nz), dtype=_SPARSE_PAIR)
+            pairs["i"], pairs["r"] = nz, self.reg[nz]
+            return bytes([SPARSE << 5 | self.p]) + pairs.tobytes()
         return bytes([DENSE << 5 | self.p]) + _pack6(self.reg)
+
+
+#: One register of the sparse form: its index (big-endian 16 bits) and its rank (8 bits).
+_SPARSE_PAIR = np.dtype([("i", ">u2"), ("r", "u1")])
 
 
 def decode(data: bytes) -> Sketch:
@@ -150,9 +154,8 @@ def decode(data: bytes) -> Sketch:
         return Sketch(p, hashes=set(struct.unpack(f">{len(body) // 8}Q", body)))
     reg = np.zeros(1 << p, dtype=np.int8)
     if kind == SPARSE:
-        for i in range(0, len(body), 3):
-            idx, rank = struct.unpack_from(">HB", body, i)
-            reg[idx] = rank
+        pairs = np.frombuffer(body, dtype=_SPARSE_PAIR, count=len(body) // 3)
+        reg[pairs["i"]] = pairs["r"]
         return Sketch(p, reg=reg)
     if kind == DENSE:
         return Sketch(p, reg=_unpack6(body, 1 << p))

@@ -119,6 +119,11 @@ def explicit_chunk(hashes: Iterable[int]) -> Binary:
     return Binary(np.array(sorted({signed(unsigned(h)) for h in hashes}), dtype="<i8").tobytes())
 
 
+def explicit_chunk_of(hashes: np.ndarray) -> Binary:  # type: ignore[type-arg]
+    """:func:`explicit_chunk` of distinct unsigned 64-bit hashes held in a numpy array (the same bytes)."""
+    return Binary(np.sort(hashes.astype(np.uint64).view(np.int64)).astype("<i8").tobytes())
+
+
 def explicit_hashes(values: Iterable[Any]) -> set[int]:
     """The hashes (signed) of a stored explicit form: its chunks' and, written before chunks, its integers."""
     out: set[int] = set()
@@ -156,18 +161,34 @@ def register_ranks(hashes: Iterable[int], p: int = P) -> dict[int, int]:
     return ranks
 
 
-def merged_blob(stored: bytes | None, ranks: Mapping[int, int], p: int = P) -> bytes:
-    """A partition's stored registers (codec bytes, ``None``: none yet) with ``ranks`` maxed in.
+def register_ranks_of(hashes: np.ndarray, p: int = P) -> np.ndarray:  # type: ignore[type-arg]
+    """:func:`register_ranks` of unsigned 64-bit hashes held in a numpy array, as dense registers
+    (int8, 0 where no hash falls): a partition's registers, maxed with the stored ones in one call."""
+    h = hashes.astype(np.uint64)
+    index = (h & np.uint64((1 << p) - 1)).astype(np.int64)
+    # The bits above the index number fewer than 53: a float64 holds them exactly, and frexp's
+    # exponent is their bit length (0 for 0), as int.bit_length() says.
+    _, length = np.frexp((h >> np.uint64(p)).astype(np.float64))
+    reg = np.zeros(1 << p, dtype=np.int8)
+    np.maximum.at(reg, index, ((64 - p) - length.astype(np.int64) + 1).astype(np.int8))
+    return reg
+
+
+def merged_blob(stored: bytes | None, ranks: Mapping[int, int] | np.ndarray, p: int = P) -> bytes:  # type: ignore[type-arg]
+    """A partition's stored registers (codec bytes, ``None``: none yet) with ``ranks`` maxed in
+    (register → rank, or dense registers: :func:`register_ranks_of`).
 
     One writer per partition reads, maxes and sets them: one field for the whole sketch,
     where the shared form's ``$bit or`` takes a path per word touched (up to 4,096).
     """
-    reg = hll.decode(stored).reg if stored else None
-    if reg is None:
-        reg = np.zeros(1 << p, dtype=np.int8)
-    for i, rank in ranks.items():
-        if rank > reg[i]:
-            reg[i] = rank
+    found = hll.decode(stored).reg if stored else None
+    reg = np.zeros(1 << p, dtype=np.int8) if found is None else found.astype(np.int8)  # maxed in place
+    if isinstance(ranks, np.ndarray):
+        np.maximum(reg, ranks, out=reg)
+    else:
+        for i, rank in ranks.items():
+            if rank > reg[i]:
+                reg[i] = rank
     return Sketch(p, reg=reg).encode()
 
 

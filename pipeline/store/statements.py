@@ -12,6 +12,7 @@ import bson
 from bson import Int64
 from pymongo import InsertOne, UpdateOne
 
+from pipeline.core.collector import paused
 from pipeline.core.commit import TP
 from pipeline.core.marks import marked
 from pipeline.core.updates import DocUpdate, key_on_insert, new_document
@@ -96,7 +97,18 @@ def marked_statements(
     BSON bytes; ``keyed`` ``False``: the shard key set on insert, not matched
     (:func:`~pipeline.core.updates.key_on_insert`). A document found ``absent`` (collection,
     ``_id``) is sent as the insert its upsert would make (:mod:`pipeline.store.upsert_insert`).
-    Pure, so that it can run on a thread."""
+    Pure, so that it can run on a thread; the collector is paused meanwhile
+    (:mod:`pipeline.core.collector`)."""
+    with paused():
+        return _marked_statements(updates, seqs, keyed, absent)
+
+
+def _marked_statements(
+    updates: Sequence[DocUpdate],
+    seqs: Mapping[TP, int],
+    keyed: bool,
+    absent: frozenset[tuple[str, Any]],
+) -> tuple[list[Operation], int]:
     ops: list[Operation] = []
     size = 0
     for u in updates:

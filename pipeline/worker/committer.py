@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Generic
 
 from pipeline.core.clock import DecisionClock
+from pipeline.core.collector import paused
 from pipeline.core.commit import TP, Committed, Fence, FenceConflict, Forward, Pending, Sink
 from pipeline.core.envelope import events_of
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
@@ -119,7 +120,8 @@ class BatchCommitter(Generic[A]):
         rejected = batch.rejected_by_reason()
         hooks = self.hooks
         await self._before_plan(batch, redo)
-        plan = self.plan(batch)
+        with paused():  # the plan's objects would start full collections of the whole heap
+            plan = self.plan(batch)
         docs = len(plan)
         fences = batch.fences(docs)
         if redo is not None:  # the intent's range exactly, even if records of it are gone
@@ -128,7 +130,8 @@ class BatchCommitter(Generic[A]):
             fences = [replace(base, expected=cut.start, next=cut.end)]
         rss = rss_bytes()
         fences = [replace(f, rss=rss) for f in fences]
-        plan = split_wide(plan, self.policy.max_fields_per_update)
+        with paused():
+            plan = split_wide(plan, self.policy.max_fields_per_update)
         forward = self._forward(batch)
         await self._send_dead(batch)
         result = Committed()

@@ -16,6 +16,7 @@ from pipeline.core.uniques import Budget
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
 from pipeline.kinds.hits.aggregate import plan_hits
 from pipeline.kinds.hits.layout import hits_fields
+from pipeline.kinds.hits.visit_log import VisitLog
 from pipeline.settings import Settings
 from pipeline.store.client import mongo_client
 from pipeline.store.offsets import OFFSETS_COLLECTION
@@ -42,7 +43,7 @@ def flush(seed: int) -> list[DocUpdate]:
         plan = plan_hits(
             counts,
             hits_fields(),
-            visits=visits,
+            visits=VisitLog.of(visits),
             visitor_keys=lambda o: b"k" * 32,
             budget=Budget(explicit_max=8),
             writer=partition if seed % 2 else None,

@@ -15,7 +15,7 @@ from pipeline.kinds.hits.planning.props import plan_props
 from pipeline.kinds.hits.planning.visitors import plan_visitors
 from pipeline.kinds.hits.sites.caps import PageCaps, unlimited
 from pipeline.kinds.hits.sites.tiers import NOTHING_PRUNED, Pruned
-from pipeline.kinds.hits.visits import Visits
+from pipeline.kinds.hits.visit_log import VisitLog
 
 F = hits_fields("readable")
 DAY = date(2026, 3, 2)
@@ -105,7 +105,7 @@ def test_properties_go_to_the_page_and_site_days_under_their_keys() -> None:
 
 def test_visitors_go_to_the_sketches_of_the_days_their_hits_touched() -> None:
     docs = touched()
-    visits: Visits = {("s", "/", M0 // 15): {11, 12}}
+    visits = VisitLog.of({("s", "/", M0 // 15): {11, 12}})
     extra = plan_visitors(docs, visits, lambda ordinal: ordinal.to_bytes(8, "big"), Budget(), None)
     assert {u.collection for u in docs.updates()} == {F.daily.collection, F.rollups.daily.collection}
     for upd in docs.updates(*extra):  # each day's sketch, and its hour's

@@ -25,6 +25,7 @@ from pipeline.core.uniques import (
     union,
     unsigned,
 )
+from pipeline.kinds.hits.visit_log import VisitLog
 from pipeline.kinds.hits.visitors import VisitorFieldError, day_key, ident_hash, identity, keyed_hash
 from pipeline.testing.sketches import apply_share
 
@@ -185,7 +186,7 @@ def _plan(visits: dict[tuple[str, str, int], set[int]], budget: Budget, assumed:
 
     counts = Counter({(s, p, slot * 15): len(v) for (s, p, slot), v in visits.items()})
     plan = plan_hits(
-        counts, hits_fields(), visits=visits, visitor_keys=lambda o: b"k" * 32, budget=budget,
+        counts, hits_fields(), visits=VisitLog.of(visits), visitor_keys=lambda o: b"k" * 32, budget=budget,
         refused=assumed, record=record,
     )  # fmt: skip
     return [(u.collection, u.id, u.part, u.inc, u.max, u.bit_or) for u in split_wide(plan, 64)]
@@ -257,7 +258,7 @@ def test_one_partitions_visitors_go_to_its_field_of_the_partitions_register_docu
 
     rng = random.Random(12)
     slot = 29_000_000 // 15
-    visits = {("s", "/", slot): {rng.getrandbits(128) for _ in range(500)}}
+    visits = VisitLog.of({("s", "/", slot): {rng.getrandbits(128) for _ in range(500)}})
     counts = Counter({("s", "/", slot * 15): 500})
     plan = plan_hits(
         counts, hits_fields(), visits=visits, visitor_keys=lambda o: b"k" * 32, budget=Budget(), writer=3
@@ -347,7 +348,7 @@ def test_a_site_rollups_registers_stay_in_it_one_field_per_partition() -> None:
     rng = random.Random(14)
     slot = 29_000_000 // 15
     hashes = {rng.getrandbits(128) for _ in range(500)}
-    visits = {("s", "/", slot): hashes}
+    visits = VisitLog.of({("s", "/", slot): hashes})
     counts = Counter({("s", "/", slot * 15): 500})
     f = hits_fields()
     rd, rm = f.rollups.daily, f.rollups.monthly
@@ -402,7 +403,7 @@ def test_partitions_registers_merge_into_one_write_per_holder() -> None:
         plan = plan_hits(
             Counter({("s", "/", slot * 15): len(idents)}),
             hits_fields(),
-            visits={("s", "/", slot): idents},
+            visits=VisitLog.of({("s", "/", slot): idents}),
             visitor_keys=lambda o: b"k" * 32,
             budget=Budget(),
             writer=writer,

@@ -34,8 +34,8 @@ from pipeline.kinds.hits.planning.inputs import (
     cap_key,
 )
 from pipeline.kinds.hits.sites.caps import PageCaps, unlimited
+from pipeline.kinds.hits.visit_log import VisitLog
 from pipeline.kinds.hits.visitors import ident_hash, keyed_hash
-from pipeline.kinds.hits.visits import Visits
 
 __all__ = [
     "UTC_SITES",
@@ -81,7 +81,6 @@ class HitCounts:
         "props",
         "props_pending",
         "site_days",
-        "visit_entries",
         "visit_partitions",
         "visitor_budget",
         "visitor_keys",
@@ -120,10 +119,8 @@ class HitCounts:
         self.days: set[DayKey] = set()
         #: (site, local day) of every site rollup touched.
         self.site_days: set[tuple[str, int]] = set()
-        #: Per (site, page, quarter hour) the visitors seen (:mod:`pipeline.kinds.hits.visits`),
-        #: and how many (site, page, quarter hour, visitor) entries that is (memory).
-        self.visits: Visits = {}
-        self.visit_entries = 0
+        #: Per (site, page, quarter hour) the visitors seen (:mod:`pipeline.kinds.hits.visit_log`).
+        self.visits = VisitLog()
         #: The source partitions of those visitors: one (an idempotent-writes batch keeps an
         #: aggregate per partition), and its sketches' registers are that partition's documents.
         self.visit_partitions: set[int] = set()
@@ -170,18 +167,12 @@ class HitCounts:
                 else:
                     pairs[pair] = n + 1
         if ident is not None:
-            vk = (site, page, minute // SLOT)
-            seen = self.visits.get(vk)
-            if seen is None:
-                seen = self.visits[vk] = set()
+            self.visits.add((site, page, minute // SLOT), ident)
             self.visit_partitions.add(partition)
-            if ident not in seen:
-                seen.add(ident)
-                self.visit_entries += 1
         return None
 
     def __len__(self) -> int:
-        return len(self.counts) + self.props_pending + self.visit_entries + len(self.forward or ())
+        return len(self.counts) + self.props_pending + self.visits.weight() + len(self.forward or ())
 
     def visit_hits(self) -> list[VisitHit]:
         """The identified hits to forward, in arrival order, each visitor as its keyed hash

@@ -15,9 +15,10 @@ document a day.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 from bson import Binary
 
 from pipeline.core.uniques import (
@@ -32,18 +33,13 @@ from pipeline.core.uniques import (
     explicit_hashes,
     holder_key,
     merged_blob,
-    register_ranks,
+    register_ranks_of,
     register_words,
 )
 from pipeline.core.updates import DocUpdate, get_path
 from pipeline.kinds.hits.layout import RegisterFields, register_fields, register_id
+from pipeline.kinds.hits.visit_log import VisitLog, first_of_runs
 from pipeline.kinds.hits.visitors import keyed_hash
-
-VisitKey = tuple[str, str, int]
-"""(site, page, UTC quarter hour since the epoch): every zone's midnight is on a quarter hour."""
-
-Visits = dict[VisitKey, set[int]]
-"""Per (site, page, quarter hour), the in-memory hashes of its visitors."""
 
 #: Partitions whose registers a holder kept in itself may hold (``b.<partition>``, up to 12 KB
 #: each): a site rollup stays under 1 MB of registers; higher partitions write documents of
@@ -56,7 +52,7 @@ Targets = Callable[[str, str, int], tuple[int, Iterable[tuple[DocUpdate, str]]]]
 
 
 def add_visitors(
-    visits: Mapping[VisitKey, set[int]],
+    visits: VisitLog,
     targets: Targets,
     key_of: Callable[[int], bytes],
     budget: Budget,
@@ -87,44 +83,36 @@ def add_visitors(
     collects their :func:`~pipeline.core.uniques.holder_key`, which the flush's intent keeps,
     and a flush written again (``assumed``: those keys) writes exactly those as registers and
     the others explicit, so that its upserts split into the same parts as the first time.
+
+    Per hit the work is numpy's (:func:`holder_hashes`); per holder and per (day, visitor) it
+    is Python's.
     """
-    holders: dict[tuple[int, str], tuple[DocUpdate, set[int]]] = {}
-    salted: dict[tuple[int, int], int] = {}
-    for (site, page, slot), idents in visits.items():
-        ordinal, where = targets(site, page, slot)
-        key = key_of(ordinal)
-        keyed = []
-        for ident in idents:
-            h = salted.get((ordinal, ident))
-            if h is None:
-                h = salted[ordinal, ident] = keyed_hash(key, ident)
-            keyed.append(h)
-        for upd, path in where:
-            got = holders.get((id(upd), path))
-            if got is None:
-                got = holders[id(upd), path] = (upd, set())
-            got[1].update(keyed)
+    holders, grouped = holder_hashes(visits, targets, key_of)
     rf = registers or register_fields()
     out: list[DocUpdate] = []
-    for (_, path), (upd, hashes) in holders.items():
+    for (upd, path), hashes in zip(holders, grouped, strict=True):
         key = holder_key(upd.collection, upd.id, path)
         forced = None if assumed is None else key in assumed
         if not budget.registers(upd.collection, upd.id, path, len(hashes), forced):
-            had = explicit_hashes(upd.add_to_set.get(f"{path}.{EXPLICIT}", ()))
-            upd.add_to_set.update(explicit_fields(path, hashes | had))
+            had = upd.add_to_set.get(f"{path}.{EXPLICIT}")
+            if had:
+                upd.add_to_set.update(explicit_fields(path, set(hashes.tolist()) | explicit_hashes(had)))
+            else:
+                upd.add_to_set[f"{path}.{EXPLICIT}"] = [Binary(hashes.astype("<i8").tobytes())]  # a chunk
             continue
         if record is not None:
             record.add(key)
         upd.max[f"{path}.{OVERFLOW}"] = True
         if writer is not None and writer < INLINE_PARTITIONS and inline is not None and inline(upd, path):
-            upd.compute = _chained(upd.compute, _maxed(f"{path}.{INLINE}.{writer}", register_ranks(hashes)))
+            ranks = register_ranks_of(hashes)
+            upd.compute = _chained(upd.compute, _maxed(f"{path}.{INLINE}.{writer}", ranks))
             upd.owned = True
             continue
         # The holder lists the registers' document, written first (``before``): a fold that
         # empties ``w`` between the two leaves the listing, never a document unlisted.
         upd.add_to_set[f"{path}.{WRITERS}"] = [SHARED if writer is None else PARTS]
         if writer is None:
-            words = register_words(hashes)
+            words = register_words(hashes.astype(np.uint64).tolist())
             bit_or = {f"{rf.registers}.{w}": m for w, m in words.items()}
             out.append(
                 DocUpdate(
@@ -137,7 +125,7 @@ def add_visitors(
                 rf.collection,
                 register_id(upd.collection, upd.id, path, PARTS),
                 {},
-                compute=_maxed(f"{rf.parts}.{writer}", register_ranks(hashes)),
+                compute=_maxed(f"{rf.parts}.{writer}", register_ranks_of(hashes)),
                 before=True,
                 owned=True,
             )
@@ -145,10 +133,61 @@ def add_visitors(
     return out
 
 
+def holder_hashes(
+    visits: VisitLog, targets: Targets, key_of: Callable[[int], bytes]
+) -> tuple[list[tuple[DocUpdate, str]], list[np.ndarray]]:  # type: ignore[type-arg]
+    """Every holder the visits go to, in the order first met, and its distinct keyed hashes as
+    signed 64-bit integers in ascending order (the explicit form's chunk, :func:`explicit_chunk`):
+    each (key, visitor) once, each (local day, visitor) hashed once with its day's key, each
+    (holder, keyed hash) once."""
+    keys = list(visits)
+    if not keys:
+        return [], []
+    ids: dict[tuple[int, str], int] = {}
+    holders: list[tuple[DocUpdate, str]] = []
+    ordinals = np.empty(len(keys), dtype=np.int64)
+    rows: list[list[int]] = []
+    for k, (site, page, slot) in enumerate(keys):
+        ordinals[k], where = targets(site, page, slot)
+        row = []
+        for upd, path in where:
+            h = ids.setdefault((id(upd), path), len(holders))
+            if h == len(holders):
+                holders.append((upd, path))
+            row.append(h)
+        rows.append(row)
+    table = np.full((len(keys), max(map(len, rows), default=0)), -1, dtype=np.int64)
+    for k, row in enumerate(rows):
+        table[k, : len(row)] = row
+    kidx, hi, lo = visits.distinct()
+    (days, his, los), inverse = first_of_runs(ordinals[kidx], hi, lo)
+    day_keys: dict[int, bytes] = {}
+    keyed = np.fromiter(
+        (
+            keyed_hash(day_keys[o] if o in day_keys else day_keys.setdefault(o, key_of(o)), (h << 64) | low)
+            for o, h, low in zip(days.tolist(), his.tolist(), los.tolist(), strict=True)
+        ),
+        dtype=np.uint64,
+        count=len(days),
+    )[inverse]
+    columns = [table[kidx, j] for j in range(table.shape[1])]
+    masks = [c >= 0 for c in columns]
+    held_by = np.concatenate([c[m] for c, m in zip(columns, masks, strict=True)])
+    held_hash = np.concatenate([keyed[m] for m in masks]).view(np.int64)
+    if not len(held_by):
+        return [], []
+    (held_by, held_hash), _ = first_of_runs(held_by, held_hash)
+    starts = np.flatnonzero(np.diff(held_by)) + 1
+    bounds = zip([0, *starts.tolist()], [*starts.tolist(), len(held_by)], strict=True)
+    grouped = [held_hash[a:b] for a, b in bounds]
+    order = held_by[np.concatenate(([0], starts))].tolist()
+    return [holders[h] for h in order], grouped
+
+
 Compute = Callable[[dict[str, Any] | None], dict[str, Any]]
 
 
-def _maxed(field: str, ranks: dict[int, int]) -> Compute:
+def _maxed(field: str, ranks: np.ndarray) -> Compute:  # type: ignore[type-arg]
     """The read-modify-write of one partition's registers at ``field`` (dotted): the stored ones
     with ``ranks`` maxed in."""
 

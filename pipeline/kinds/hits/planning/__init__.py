@@ -21,7 +21,7 @@ from pipeline.kinds.hits.planning.inputs import UTC_SITES, Calendars, Key, PropK
 from pipeline.kinds.hits.planning.props import plan_props
 from pipeline.kinds.hits.planning.visitors import plan_visitors
 from pipeline.kinds.hits.sites.caps import PageCaps, unlimited
-from pipeline.kinds.hits.visits import Visits
+from pipeline.kinds.hits.visit_log import VisitLog
 
 
 def plan_hits(
@@ -34,7 +34,7 @@ def plan_hits(
     written: datetime | None = None,
     refused: frozenset[bytes] | None = None,
     record: set[bytes] | None = None,
-    visits: Visits | None = None,
+    visits: VisitLog | None = None,
     visitor_keys: Callable[[int], bytes] | None = None,
     budget: Budget | None = None,
     writer: int | None = None,

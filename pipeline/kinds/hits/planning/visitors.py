@@ -11,12 +11,13 @@ from pipeline.core.uniques import Budget
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.layout import register_fields
 from pipeline.kinds.hits.planning.documents import Touched
-from pipeline.kinds.hits.visits import Visits, add_visitors
+from pipeline.kinds.hits.visit_log import VisitLog
+from pipeline.kinds.hits.visits import add_visitors
 
 
 def plan_visitors(
     docs: Touched,
-    visits: Visits,
+    visits: VisitLog,
     visitor_keys: Callable[[int], bytes],
     budget: Budget,
     writer: int | None,

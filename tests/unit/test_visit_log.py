@@ -1,0 +1,74 @@
+"""The visitors' log (pipeline/kinds/hits/visit_log.py) and the array work of the plan
+(pipeline/kinds/hits/visits.py, holder_hashes): the same holders and hashes as sets give."""
+
+import random
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.core.uniques import explicit_chunk, explicit_chunk_of, register_ranks, register_ranks_of
+from pipeline.core.updates import DocUpdate
+from pipeline.kinds.hits.visit_log import KEY_UNIT, VisitLog
+from pipeline.kinds.hits.visitors import keyed_hash
+from pipeline.kinds.hits.visits import holder_hashes
+
+
+def test_a_visitor_logged_twice_is_one_visitor_of_its_key() -> None:
+    log = VisitLog()
+    assert not log and log.weight() == 0
+    for key, ident in [
+        (("s", "/", 1), 7),
+        (("s", "/", 1), 7),
+        (("s", "/a", 1), 7),
+        (("s", "/", 1), 1 << 127),
+    ]:
+        log.add(key, ident)
+    assert len(log) == 4 and list(log) == [("s", "/", 1), ("s", "/a", 1)]
+    assert log.as_sets() == {("s", "/", 1): {7, 1 << 127}, ("s", "/a", 1): {7}}
+    keys, hi, lo = log.distinct()
+    assert keys.tolist() == [0, 0, 1] and hi.tolist() == [0, 1 << 63, 0] and lo.tolist() == [7, 0, 7]
+    assert 0 < log.weight() < 4  # in aggregate keys: a few hundred bytes
+    many = VisitLog.of({("s", f"/p{i}", 1): range(10) for i in range(1000)})
+    assert many.weight() * KEY_UNIT >= 10_000 * 20  # at least its arrays' bytes
+
+
+@given(st.lists(st.integers(0, (1 << 64) - 1), unique=True, max_size=300))
+def test_the_array_forms_of_chunks_and_ranks_are_the_scalar_ones(hashes: list[int]) -> None:
+    arr = np.array(hashes, dtype=np.uint64)
+    assert bytes(explicit_chunk_of(arr)) == bytes(explicit_chunk(hashes))
+    dense = register_ranks_of(arr)
+    nonzero = np.flatnonzero(dense)
+    assert dict(zip(nonzero.tolist(), dense[nonzero].tolist(), strict=True)) == register_ranks(hashes)
+
+
+def test_each_holder_gets_the_keyed_hashes_of_every_visitor_of_its_keys() -> None:
+    """A reference in sets: per holder, the union of its keys' visitors hashed with their day's key."""
+    rng = random.Random(3)
+    people = [rng.getrandbits(128) for _ in range(50)]
+    visits: dict[tuple[str, str, int], set[int]] = {}
+    for day in range(3):
+        for _ in range(40):
+            key = ("s", f"/p{rng.randrange(8)}", 96 * day + rng.randrange(96))
+            visits.setdefault(key, set()).update(rng.choice(people) for _ in range(rng.randrange(1, 6)))
+    docs: dict[tuple[str, int], DocUpdate] = {}
+
+    def targets(site: str, page: str, slot: int) -> tuple[int, list[tuple[DocUpdate, str]]]:
+        day = slot // 96
+        upd = docs.setdefault((page, day), DocUpdate("c", f"{page}/{day}", {}, {}))
+        return 700_000 + day, [(upd, "v"), (upd, f"vh.{slot % 96 // 4}")]
+
+    def key_of(ordinal: int) -> bytes:
+        return ordinal.to_bytes(32, "big")
+
+    want: dict[tuple[str, str], set[int]] = {}
+    for (site, page, slot), idents in visits.items():
+        ordinal, where = targets(site, page, slot)
+        for upd, path in where:
+            want.setdefault((upd.id, path), set()).update(keyed_hash(key_of(ordinal), i) for i in idents)
+    holders, grouped = holder_hashes(VisitLog.of(visits), targets, key_of)
+    got = {(upd.id, path): hashes for (upd, path), hashes in zip(holders, grouped, strict=True)}
+    assert {k: {h & (1 << 64) - 1 for h in v.tolist()} for k, v in got.items()} == want
+    # each holder's hashes as its explicit chunk stores them: distinct, signed, ascending
+    assert all(bytes(explicit_chunk(v.tolist())) == v.astype("<i8").tobytes() for v in got.values())
+    assert [(u.id, p) for u, p in holders] == list(want)  # in the order first met
