@@ -25,6 +25,7 @@ import faust
 from faust.types import TP
 
 from pipeline.core.clock import DecisionClock
+from pipeline.core.collector import tune
 from pipeline.core.commit import WorkerSink
 from pipeline.core.envelope import events_of, whole
 from pipeline.core.errors import PreaggError
@@ -355,6 +356,7 @@ def run_worker(settings: Settings, ready: Ready, make_store: MakeStore, loglevel
     embedded default) the worker creates them itself. Missing ones stop it at once
     with one line naming them (exit status 2).
     """
+    tune()  # the collector's young generation, for a process holding millions of objects
     lines, refused = asyncio.run(ready())
     for line in lines:
         log.info("%s", line)

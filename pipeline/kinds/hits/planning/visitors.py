@@ -28,23 +28,34 @@ def plan_visitors(
     fd, fm = docs.fields.daily, docs.fields.monthly
     rd, rm = docs.fields.rollups.daily, docs.fields.rollups.monthly
 
+    # Per (site, page, local day): its days' and months' updates and whether it keeps hours;
+    # a page's quarter hours of one day differ only in their hour.
+    made: dict[tuple[str, str, int], tuple[list[DocUpdate], list[DocUpdate], bool]] = {}
+
     def targets(site: str, page: str, slot: int) -> tuple[int, list[tuple[DocUpdate, str]]]:
         cal = docs.calendars.calendar(site)
         ordinal, start = cal.day_of(slot * SLOT)
-        hour = (slot * SLOT - start) // 60
-        hours_kept = docs.keeps(site, ordinal)[1]
-        day = date.fromordinal(ordinal)
-        days = [docs.site_day(site, cal, ordinal, start)]
-        months = [docs.site_months.get((site, day.year, day.month))]
-        if docs.admits(site, page, ordinal):
-            days.append(docs.page_day(site, page, cal, ordinal, start))
-            months.append(docs.page_months.get((site, page, day.year, day.month)))
+        got = made.get((site, page, ordinal))
+        if got is None:
+            day = date.fromordinal(ordinal)
+            days = [docs.site_day(site, cal, ordinal, start)]
+            months = [docs.site_months.get((site, day.year, day.month))]
+            if docs.admits(site, page, ordinal):
+                days.append(docs.page_day(site, page, cal, ordinal, start))
+                months.append(docs.page_months.get((site, page, day.year, day.month)))
+            got = made[site, page, ordinal] = (
+                days,
+                [m for m in months if m is not None],
+                docs.keeps(site, ordinal)[1],
+            )
+        days, kept_months, hours_kept = got
+        hour = f"{fd.hourly_visitors}.{(slot * SLOT - start) // 60}"
         out = []
         for upd in days:
             out.append((upd, fd.visitors))
             if hours_kept:
-                out.append((upd, f"{fd.hourly_visitors}.{hour}"))
-        out.extend((m, fm.visitors) for m in months if m is not None)
+                out.append((upd, hour))
+        out.extend((m, fm.visitors) for m in kept_months)
         return ordinal, out
 
     return add_visitors(
