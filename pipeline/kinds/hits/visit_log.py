@@ -1,17 +1,18 @@
 """The visitors a window saw, per (site, page, UTC quarter hour), as a compact log (pure).
 
-Each identified hit appends its key's index and its visitor's in-memory hash (128 bits, two
-64-bit halves) to three arrays: 20 bytes a hit. The plan takes each (key, visitor) once
-(:meth:`VisitLog.distinct`, one sort in numpy) and works on arrays from there
-(:func:`~pipeline.kinds.hits.visits.add_visitors`).
+Each identified hit appends its (site, page)'s index, its quarter hour and its visitor's
+in-memory hash (128 bits, two 64-bit halves) to four arrays: 24 bytes a hit. The plan takes
+each (key, visitor) once (:meth:`VisitLog.distinct`, sorts in numpy) and works on arrays from
+there (:func:`~pipeline.kinds.hits.visits.add_visitors`).
 
 Why not a set per key: a Python set of 128-bit integers per (site, page, quarter hour) cost
-about 217 bytes a distinct visitor of a key (tracemalloc) (the set's own 216 bytes dominate while most keys
-hold one or two visitors), and the batch's memory bound counted each as an aggregate key. A
+about 217 bytes a distinct visitor of a key (tracemalloc; the set's own 216 bytes dominate
+while most keys hold one or two visitors), and the batch's memory bound counted each as an
+aggregate key. A
 keyless backlog with visitors was then cut into batches of 266,000 events where the same
 events without visitors made batches of 685,000: every document written twice as often
 (docs/benchmarks.md, "Unique visitors"). The log's weight in that bound is its measured
-memory (:meth:`VisitLog.weight`).
+memory (:meth:`VisitLog.weight`): 45 bytes a hit there, where sets took 204.
 """
 
 from __future__ import annotations
@@ -28,26 +29,28 @@ _LOW = (1 << 64) - 1
 #: Bytes an aggregate key costs the batch (tracemalloc, keyless Zipf hits of 25 sites: 273-281
 #: a minute counter with its share of the day sets): the unit of ``PREAGG_MAX_PENDING_KEYS``.
 KEY_UNIT = 280
-#: Bytes one logged hit costs (three array entries and the arrays' spare room: 20 measured on
-#: 100,000 hits over 1,200 keys), and a (site, page, quarter hour) its index entry (the key
-#: tuple, its slot number, the dict's slot: 155 measured). The log's weight came within 3% of
-#: tracemalloc's figure for 100,000 and 250,000 keyless hits of 20,000 visitors over 25,000
-#: pages (7.9 and 15.8 MB, where sets per key took 20.4 MB for the 100,000).
-HIT_BYTES = 21
-INDEX_BYTES = 160
+#: Bytes one logged hit costs (four array entries and the arrays' spare room), and a (site,
+#: page) its index entry (the key tuple, the dict's slot). Fitted to tracemalloc's figures for
+#: 100,000 and 250,000 keyless hits of 20,000 visitors over 25,000 Zipf pages (4.5 and 9.3 MB)
+#: and 100,000 hits over 600 pages (2.5 MB): the weight is within 6% of each. Sets per (site,
+#: page, quarter hour) took 20.4 MB for the first.
+HIT_BYTES = 26
+INDEX_BYTES = 120
 
 
 class VisitLog:
     """Per (site, page, quarter hour) the visitors seen, as appended (duplicates kept until the plan)."""
 
-    __slots__ = ("_hi", "_key", "_lo", "index")
+    __slots__ = ("_hi", "_keys", "_lo", "_page", "_slot", "pages")
 
     def __init__(self) -> None:
-        #: Each key's index in the log, in the order first seen.
-        self.index: dict[VisitKey, int] = {}
-        self._key = array("I")
+        #: Each (site, page)'s index in the log, in the order first seen.
+        self.pages: dict[tuple[str, str], int] = {}
+        self._page = array("I")
+        self._slot = array("I")
         self._hi = array("Q")
         self._lo = array("Q")
+        self._keys: tuple[list[VisitKey], np.ndarray] | None = None  # type: ignore[type-arg]
 
     @classmethod
     def of(cls, visits: Mapping[VisitKey, Iterable[int]]) -> VisitLog:
@@ -60,32 +63,51 @@ class VisitLog:
 
     def add(self, key: VisitKey, ident: int) -> None:
         """One identified hit of ``key`` by the visitor of in-memory hash ``ident`` (< 2**128)."""
-        i = self.index.get(key)
+        site, page, slot = key
+        i = self.pages.get((site, page))
         if i is None:
-            i = self.index[key] = len(self.index)
-        self._key.append(i)
+            i = self.pages[site, page] = len(self.pages)
+        self._page.append(i)
+        self._slot.append(slot)
         self._hi.append(ident >> 64)
         self._lo.append(ident & _LOW)
+        self._keys = None
 
     def __len__(self) -> int:
         """Hits logged (a visitor seen twice on a key counts twice until the plan)."""
-        return len(self._key)
+        return len(self._page)
 
     def __bool__(self) -> bool:
-        return len(self._key) > 0
+        return len(self._page) > 0
 
     def __iter__(self) -> Iterator[VisitKey]:
-        """The keys, in the order first seen (their indexes)."""
-        return iter(self.index)
+        """The keys, in the order first seen (their indexes in :meth:`distinct`)."""
+        return iter(self._indexed()[0])
 
     def weight(self) -> int:
         """The log's memory in aggregate keys (:data:`KEY_UNIT`), for the batch's bound."""
-        return (len(self._key) * HIT_BYTES + len(self.index) * INDEX_BYTES + KEY_UNIT - 1) // KEY_UNIT
+        return (len(self._page) * HIT_BYTES + len(self.pages) * INDEX_BYTES + KEY_UNIT - 1) // KEY_UNIT
+
+    def _indexed(self) -> tuple[list[VisitKey], np.ndarray]:  # type: ignore[type-arg]
+        """The distinct keys in the order first seen, and each hit's key index."""
+        if self._keys is None:
+            page = np.frombuffer(self._page, dtype=f"<u{self._page.itemsize}")
+            slot = np.frombuffer(self._slot, dtype=f"<u{self._slot.itemsize}")
+            (pages, slots), inverse = first_of_runs(page, slot)
+            first = np.full(len(pages), len(page), dtype=np.int64)
+            np.minimum.at(first, inverse, np.arange(len(page)))
+            order = np.argsort(first, kind="stable")
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            names = list(self.pages)
+            keys = [(*names[p], s) for p, s in zip(pages[order].tolist(), slots[order].tolist(), strict=True)]
+            self._keys = (keys, rank[inverse])
+        return self._keys
 
     def distinct(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # type: ignore[type-arg]
-        """Each (key index, visitor) once, in key index order: key indexes (uint32) and the
-        visitors' high and low halves (uint64)."""
-        k = np.frombuffer(self._key, dtype=f"<u{self._key.itemsize}")
+        """Each (key index, visitor) once, in key index order: key indexes (of :meth:`__iter__`)
+        and the visitors' high and low halves (uint64)."""
+        _, k = self._indexed()
         hi = np.frombuffer(self._hi, dtype=np.uint64)
         lo = np.frombuffer(self._lo, dtype=np.uint64)
         (keys, his, los), _ = first_of_runs(k, hi, lo)
@@ -93,9 +115,9 @@ class VisitLog:
 
     def as_sets(self) -> dict[VisitKey, set[int]]:
         """Per key, its visitors' in-memory hashes (tests)."""
-        keys = list(self.index)
+        keys, index = self._indexed()
         out: dict[VisitKey, set[int]] = {k: set() for k in keys}
-        for k, h, lo in zip(self._key, self._hi, self._lo, strict=True):
+        for k, h, lo in zip(index.tolist(), self._hi, self._lo, strict=True):
             out[keys[k]].add((h << 64) | lo)
         return out
 
