@@ -119,11 +119,6 @@ def explicit_chunk(hashes: Iterable[int]) -> Binary:
     return Binary(np.array(sorted({signed(unsigned(h)) for h in hashes}), dtype="<i8").tobytes())
 
 
-def explicit_chunk_of(hashes: np.ndarray) -> Binary:  # type: ignore[type-arg]
-    """:func:`explicit_chunk` of distinct unsigned 64-bit hashes held in a numpy array (the same bytes)."""
-    return Binary(np.sort(hashes.astype(np.uint64).view(np.int64)).astype("<i8").tobytes())
-
-
 def explicit_hashes(values: Iterable[Any]) -> set[int]:
     """The hashes (signed) of a stored explicit form: its chunks' and, written before chunks, its integers."""
     out: set[int] = set()

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.core.uniques import explicit_chunk, explicit_chunk_of, register_ranks, register_ranks_of
+from pipeline.core.uniques import explicit_chunk, register_ranks, register_ranks_of
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.visit_log import KEY_UNIT, VisitLog
 from pipeline.kinds.hits.visitors import keyed_hash
@@ -29,14 +29,16 @@ def test_a_visitor_logged_twice_is_one_visitor_of_its_key() -> None:
     keys, hi, lo = log.distinct()
     assert keys.tolist() == [0, 0, 1] and hi.tolist() == [0, 1 << 63, 0] and lo.tolist() == [7, 0, 7]
     assert 0 < log.weight() < 4  # in aggregate keys: a few hundred bytes
+    later = VisitLog.of({("s", "/b", 5): [1], ("s", "/a", 3): [2], ("s", "/b", 1): [3, 1]})
+    assert list(later) == [("s", "/b", 5), ("s", "/a", 3), ("s", "/b", 1)]  # first seen, not sorted
+    assert later.distinct()[0].tolist() == [0, 1, 2, 2]
     many = VisitLog.of({("s", f"/p{i}", 1): range(10) for i in range(1000)})
     assert many.weight() * KEY_UNIT >= 10_000 * 20  # at least its arrays' bytes
 
 
 @given(st.lists(st.integers(0, (1 << 64) - 1), unique=True, max_size=300))
-def test_the_array_forms_of_chunks_and_ranks_are_the_scalar_ones(hashes: list[int]) -> None:
+def test_the_array_form_of_ranks_is_the_scalar_one(hashes: list[int]) -> None:
     arr = np.array(hashes, dtype=np.uint64)
-    assert bytes(explicit_chunk_of(arr)) == bytes(explicit_chunk(hashes))
     dense = register_ranks_of(arr)
     nonzero = np.flatnonzero(dense)
     assert dict(zip(nonzero.tolist(), dense[nonzero].tolist(), strict=True)) == register_ranks(hashes)
