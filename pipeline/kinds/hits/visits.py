@@ -1,7 +1,8 @@
 """A flush's unique visitors, per quarter hour, into the sketch fields of its documents (pure).
 
-The aggregator keeps, per (site, page, UTC quarter hour), the in-memory hashes of the
-visitors it saw (:func:`~pipeline.kinds.hits.visitors.ident_hash`). The plan hashes each
+The aggregator logs, per (site, page, UTC quarter hour), the in-memory hashes of the
+visitors it saw (:func:`~pipeline.kinds.hits.visitors.ident_hash`,
+:mod:`pipeline.kinds.hits.visit_log`). The plan hashes each
 with its local day's key (:func:`~pipeline.kinds.hits.visitors.keyed_hash`) and adds the
 keyed hashes to every holder the hit's counters go to: the page's day (``visitors``) and
 hour of the day (``hourly_visitors.<h>``), the page's month, the site's day, hour and month.
