@@ -8,9 +8,8 @@ there (:func:`~pipeline.kinds.hits.visits.add_visitors`).
 Why not a set per key: a Python set of 128-bit integers per (site, page, quarter hour) cost
 about 217 bytes a distinct visitor of a key (tracemalloc; the set's own 216 bytes dominate
 while most keys hold one or two visitors), and the batch's memory bound counted each as an
-aggregate key. A
-keyless backlog with visitors was then cut into batches of 266,000 events where the same
-events without visitors made batches of 685,000: every document written twice as often
+aggregate key. A keyless backlog with visitors was then cut into batches of 266,000 events
+where the same events without visitors made batches of 685,000: every document written twice as often
 (docs/benchmarks.md, "Unique visitors"). The log's weight in that bound is its measured
 memory (:meth:`VisitLog.weight`): 45 bytes a hit there, where sets took 204.
 """
@@ -50,7 +49,8 @@ class VisitLog:
         self._slot = array("I")
         self._hi = array("Q")
         self._lo = array("Q")
-        self._keys: tuple[list[VisitKey], np.ndarray] | None = None  # type: ignore[type-arg]
+        #: :meth:`_indexed`'s answer, and the hits logged when it was worked out.
+        self._keys: tuple[int, list[VisitKey], np.ndarray] | None = None  # type: ignore[type-arg]
 
     @classmethod
     def of(cls, visits: Mapping[VisitKey, Iterable[int]]) -> VisitLog:
@@ -71,7 +71,6 @@ class VisitLog:
         self._slot.append(slot)
         self._hi.append(ident >> 64)
         self._lo.append(ident & _LOW)
-        self._keys = None
 
     def __len__(self) -> int:
         """Hits logged (a visitor seen twice on a key counts twice until the plan)."""
@@ -90,7 +89,7 @@ class VisitLog:
 
     def _indexed(self) -> tuple[list[VisitKey], np.ndarray]:  # type: ignore[type-arg]
         """The distinct keys in the order first seen, and each hit's key index."""
-        if self._keys is None:
+        if self._keys is None or self._keys[0] != len(self._page):
             page = np.frombuffer(self._page, dtype=f"<u{self._page.itemsize}")
             slot = np.frombuffer(self._slot, dtype=f"<u{self._slot.itemsize}")
             (pages, slots), inverse = first_of_runs(page, slot)
@@ -101,8 +100,8 @@ class VisitLog:
             rank[order] = np.arange(len(order))
             names = list(self.pages)
             keys = [(*names[p], s) for p, s in zip(pages[order].tolist(), slots[order].tolist(), strict=True)]
-            self._keys = (keys, rank[inverse])
-        return self._keys
+            self._keys = (len(page), keys, rank[inverse])
+        return self._keys[1], self._keys[2]
 
     def distinct(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # type: ignore[type-arg]
         """Each (key index, visitor) once, in key index order: key indexes (of :meth:`__iter__`)

@@ -162,10 +162,10 @@ def holder_hashes(
         table[k, : len(row)] = row
     kidx, hi, lo = visits.distinct()
     (days, his, los), inverse = first_of_runs(ordinals[kidx], hi, lo)
-    day_keys: dict[int, bytes] = {}
+    day_keys = {o: key_of(o) for o in set(days.tolist())}
     keyed = np.fromiter(
         (
-            keyed_hash(day_keys[o] if o in day_keys else day_keys.setdefault(o, key_of(o)), (h << 64) | low)
+            keyed_hash(day_keys[o], (h << 64) | low)
             for o, h, low in zip(days.tolist(), his.tolist(), los.tolist(), strict=True)
         ),
         dtype=np.uint64,
