@@ -8,6 +8,12 @@ last full collection pass a quarter of the heap, a full collection walks the who
 collections over the aggregate; py-spy put them on whatever line allocated next). A plan and
 its statements form no reference cycles that must be freed meanwhile: reference counting
 frees everything else as usual, and the collector runs again once the last pause ends.
+
+At that end the objects built meanwhile are frozen (``gc.freeze``): the first young collection
+after a pause walked every one of them (a plan's millions: 0.6 s of a 250,000-hit flush,
+py-spy), though they are freed by reference counting when the commit ends. A committer thaws
+them when its commit is over (:func:`thaw`): whatever of them is still alive then is walked
+with the oldest generation, as any long-lived object is.
 """
 
 from __future__ import annotations
@@ -45,7 +51,13 @@ def paused() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0 and _resume:
+                gc.freeze()
                 gc.enable()
+
+
+def thaw() -> None:
+    """The objects frozen at the end of pauses back in the collector's oldest generation."""
+    gc.unfreeze()
 
 
 def tune() -> None:

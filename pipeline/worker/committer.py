@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Generic
 
 from pipeline.core.clock import DecisionClock
-from pipeline.core.collector import paused
+from pipeline.core.collector import paused, thaw
 from pipeline.core.commit import TP, Committed, Fence, FenceConflict, Forward, Pending, Sink
 from pipeline.core.envelope import events_of
 from pipeline.core.updates import DocUpdate, merge_sources, split_wide
@@ -115,6 +115,14 @@ class BatchCommitter(Generic[A]):
 
         ``redo``: the batch is a cut-short flush's range read again (its flush id, its end).
         """
+        try:
+            return await self._commit(batch, redo)
+        finally:
+            thaw()  # what the plan froze (pipeline/core/collector.py) is freed or old by now
+
+    async def _commit(
+        self, batch: PendingBatch[A], redo: tuple[TP, Pending] | None
+    ) -> tuple[PendingBatch[A], ...] | None:
         started = time.monotonic()
         FLUSHING.set(self.stream)  # for a fault injected in one stream's flushes only
         rejected = batch.rejected_by_reason()

@@ -2,7 +2,7 @@
 
 import gc
 
-from pipeline.core.collector import paused
+from pipeline.core.collector import paused, thaw
 
 
 def test_the_collector_is_paused_for_the_outermost_block_only_and_left_as_found() -> None:
@@ -19,3 +19,13 @@ def test_the_collector_is_paused_for_the_outermost_block_only_and_left_as_found(
         assert not gc.isenabled()  # off before: left off
     finally:
         gc.enable()
+
+
+def test_what_a_pause_built_is_frozen_until_thawed() -> None:
+    """The young collection after a pause would walk every object the block built."""
+    thaw()
+    with paused():
+        built = [[i] for i in range(1000)]
+    assert gc.get_freeze_count() >= len(built)
+    thaw()
+    assert gc.get_freeze_count() == 0
