@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -57,6 +57,7 @@ from pipeline.store.statements import (
     Operation,
     marked_statements,
     phases,
+    statement_chunks,
 )
 
 log = logging.getLogger("pipeline.store.sink")
@@ -193,23 +194,22 @@ class IdempotentCommit:
         """The documents of ``updates`` that do not exist yet, by (collection, ``_id``), read by
         ``_id`` when a flush looks like a first touch: the first :attr:`read_chunk` of each
         collection are read, and the rest only if at least half of those are new (a live flush,
-        whose documents exist, pays one read per collection). A document with several upserts
-        in the flush (the parts of a split one) is never absent: its parts go as upserts.
+        whose documents exist, pays one read per collection). A new document with several
+        upserts in the flush (the parts of a split one, partitions' updates left apart) is
+        inserted whole, one statement (:func:`~pipeline.store.upsert_insert.created_by_upserts`).
 
         The documents read are checked against the flush's marks before anything is written
-        (:meth:`_check_ahead`). ``whole`` (a flush not following on from this sink's last one
-        on some partition) reads every document, the parts of split ones too, whatever the
-        probe finds: a ledger behind its documents is then found before anything is written,
-        wherever in the flush the documents that show it are. A flush that follows on from the
-        last one has a ledger nobody moved since (its intent was fenced on the position that
-        flush left), so its probe is enough.
+        (:meth:`_check_ahead`). ``whole`` (a flush not following on from this sink's last one on
+        some partition) reads every document, whatever the probe finds: a ledger behind its
+        documents is then found before anything is written, wherever in the flush the documents
+        that show it are. A flush that follows on from the last one has a ledger nobody moved
+        since (its intent was fenced on the position that flush left), so its probe is enough.
         """
         if not self.sink.first_inserts and not whole:
             return set()
         ids: dict[str, list[Any]] = defaultdict(list)
-        seen: Counter[tuple[str, Any]] = Counter((u.collection, u.id) for u in updates)
-        for (name, i), n in seen.items():
-            if (n == 1 or whole) and (name, i) not in known:
+        for name, i in dict.fromkeys((u.collection, u.id) for u in updates):
+            if (name, i) not in known:
                 ids[name].append(i)
         absent: set[tuple[str, Any]] = set()
         stored: dict[tuple[str, Any], dict[str, Any]] = {}
@@ -223,7 +223,7 @@ class IdempotentCommit:
                         async for d in find_in(coll, part, chunk=self.sink.read_chunk, projection={MARKS: 1})
                     }
                 if self.sink.first_inserts:
-                    absent.update((name, i) for i in part if i not in found and seen[(name, i)] == 1)
+                    absent.update((name, i) for i in part if i not in found)
                 stored.update(((name, i), d) for i, d in found.items())
                 if 2 * len(found) > len(part) and not whole:
                     break  # a live flush: its documents exist, the rest are not read
@@ -375,19 +375,19 @@ class IdempotentCommit:
         for u in updates:
             by_collection[u.collection].append(u)
         chunks = [
-            (name, ups[i : i + self.sink.statement_ops])
+            (name, chunk)
             for name, ups in by_collection.items()
-            for i in range(0, len(ups), self.sink.statement_ops)
+            for chunk in statement_chunks(ups, self.sink.statement_ops)
         ]
         refused: list[DocUpdate] = []
         size = 0
-        built: asyncio.Future[tuple[list[Operation], int]] | None = None
+        built: asyncio.Future[tuple[list[Operation], list[tuple[DocUpdate, ...]], int]] | None = None
         try:
             for n, (name, chunk) in enumerate(chunks):
                 if built is None:
-                    ops, bytes_ = marked_statements(chunk, seqs, keyed, absent)
+                    ops, owners, bytes_ = marked_statements(chunk, seqs, keyed, absent)
                 else:
-                    ops, bytes_ = await built
+                    ops, owners, bytes_ = await built
                 built = None
                 if n + 1 < len(chunks):
                     built = asyncio.ensure_future(
@@ -406,7 +406,7 @@ class IdempotentCommit:
                         if not errors or any(e.get("code") != DUPLICATE_KEY for e in errors):
                             raise
                         self.sink.first_inserted += int(exc.details.get("nInserted", 0))
-                        refused.extend(chunk[e["index"]] for e in errors)
+                        refused.extend(u for e in errors for u in owners[e["index"]])
                 if fault is not None and n == 0:
                     self.sink.fault_point(fault)
         finally:

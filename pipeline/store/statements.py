@@ -16,7 +16,7 @@ from pipeline.core.collector import paused
 from pipeline.core.commit import TP
 from pipeline.core.marks import marked
 from pipeline.core.updates import DocUpdate, key_on_insert, new_document
-from pipeline.store.upsert_insert import created_by_upsert
+from pipeline.store.upsert_insert import created_by_upserts
 
 #: Seconds a commit waits to reach the primary before it fails (and is retried, logged). Under a
 #: client-side timeout PyMongo selects a server for as long as the whole deadline allows
@@ -87,16 +87,37 @@ def phases(updates: Sequence[DocUpdate]) -> list[Sequence[DocUpdate]]:
     return [first, [u for u in updates if not u.before]]
 
 
+def statement_chunks(updates: Sequence[DocUpdate], size: int) -> list[list[DocUpdate]]:
+    """``updates`` (of one collection) cut into bulk writes of about ``size`` statements, each
+    document's updates in one (a new document's are inserted together), in the order of their
+    documents' first update."""
+    of_doc: dict[Any, list[DocUpdate]] = {}
+    for u in updates:
+        of_doc.setdefault(u.id, []).append(u)
+    chunks: list[list[DocUpdate]] = []
+    chunk: list[DocUpdate] = []
+    for group in of_doc.values():
+        if chunk and len(chunk) + len(group) > size:
+            chunks.append(chunk)
+            chunk = []
+        chunk.extend(group)
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
 def marked_statements(
     updates: Sequence[DocUpdate],
     seqs: Mapping[TP, int],
     keyed: bool,
     absent: frozenset[tuple[str, Any]] = frozenset(),
-) -> tuple[list[Operation], int]:
+) -> tuple[list[Operation], list[tuple[DocUpdate, ...]], int]:
     """The marked upserts of ``updates`` (:func:`~pipeline.core.marks.marked`) and their size in
     BSON bytes; ``keyed`` ``False``: the shard key set on insert, not matched
     (:func:`~pipeline.core.updates.key_on_insert`). A document found ``absent`` (collection,
-    ``_id``) is sent as the insert its upsert would make (:mod:`pipeline.store.upsert_insert`).
+    ``_id``) is sent as the one insert its upserts would make together (its parts when split,
+    its partitions' updates when kept apart: :mod:`pipeline.store.upsert_insert`). With the
+    statements, the updates each carries (what a statement refused by a bulk write stands for).
     Pure, so that it can run on a thread; the collector is paused meanwhile
     (:mod:`pipeline.core.collector`)."""
     with paused():
@@ -108,18 +129,31 @@ def _marked_statements(
     seqs: Mapping[TP, int],
     keyed: bool,
     absent: frozenset[tuple[str, Any]],
-) -> tuple[list[Operation], int]:
+) -> tuple[list[Operation], list[tuple[DocUpdate, ...]], int]:
+    statements = []
+    of_doc: dict[tuple[str, Any], list[int]] = defaultdict(list)
+    for i, u in enumerate(updates):
+        sent = u if keyed else key_on_insert(u)
+        statements.append(marked(sent, update_document(sent), seqs))
+        if (u.collection, u.id) in absent:
+            of_doc[(u.collection, u.id)].append(i)
     ops: list[Operation] = []
+    owners: list[tuple[DocUpdate, ...]] = []
     size = 0
-    for u in updates:
-        if not keyed:
-            u = key_on_insert(u)
-        flt, update = marked(u, update_document(u), seqs)
-        doc = created_by_upsert(flt, update) if (u.collection, u.id) in absent else None
-        if doc is not None:
+    folded: set[int] = set()  # statements already in a document's insert
+    for i, u in enumerate(updates):
+        if i in folded:
+            continue
+        group = of_doc.get((u.collection, u.id))
+        doc = created_by_upserts([statements[j] for j in group]) if group and group[0] == i else None
+        if doc is not None and group is not None:
+            folded.update(group)
             size += len(bson.encode(doc)) + 16
             ops.append(InsertOne(doc))
+            owners.append(tuple(updates[j] for j in group))
             continue
+        flt, update = statements[i]
         size += len(bson.encode({"q": flt, "u": update})) + 16
         ops.append(UpdateOne(flt, update, upsert=True))
-    return ops, size
+        owners.append((u,))
+    return ops, owners, size

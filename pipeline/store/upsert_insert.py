@@ -17,8 +17,10 @@ sent again as the upsert. So a wrong guess costs a round trip, never a count.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from bson import Int64
 
 from pipeline.core.updates import put_path
 
@@ -51,6 +53,69 @@ def created_by_upsert(flt: Mapping[str, Any], update: Mapping[str, Any]) -> dict
     except ValueError:  # a parent that is not a document: let the server say what it does
         return None
     return doc
+
+
+def created_by_upserts(
+    statements: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
+) -> dict[str, Any] | None:
+    """The document the upserts ``statements`` (filter, update) of one absent ``_id`` leave
+    together, in whichever order the server applies them (an unordered bulk write), or ``None``
+    when that order would matter or this cannot say.
+
+    The first inserts; the others then update the document: counters add, ``$bit or`` masks
+    OR, ``$max`` keeps the largest, ``$addToSet`` adds the values it lacks, and each ``$set``
+    path is set by one statement only (the marks: a mark key per partition and part). Every
+    statement carries the same ``$setOnInsert`` (the document's metadata), or the first to
+    arrive would decide it.
+
+    A split document's parts, and the partitions' updates a merge left apart, are so sent as
+    one insert of a new document: on the embedded store an upsert of a wide document cost
+    about 1.1 ms a statement, against a quarter of that for the insert of the whole.
+    """
+    if len(statements) == 1:
+        return created_by_upsert(*statements[0])
+    on_insert = statements[0][1].get("$setOnInsert", {})
+    whole: dict[str, dict[str, Any]] = {}
+    for _, update in statements:
+        if update.get("$setOnInsert", {}) != on_insert:
+            return None
+        for op, fields in update.items():
+            if op == "$setOnInsert":
+                continue
+            into = whole.setdefault(op, {})
+            for path, value in fields.items():
+                if path not in into:
+                    into[path] = value
+                    continue
+                added = _added(op, into[path], value)
+                if added is None:
+                    return None
+                into[path] = added
+    if on_insert:
+        whole["$setOnInsert"] = dict(on_insert)
+    return created_by_upsert(statements[0][0], whole)
+
+
+def _added(op: str, had: Any, value: Any) -> Any:
+    """Two statements' operands of one path under ``op``, as the second applied after the first
+    leaves it (and the first after the second); ``None``: not modelled, or order-dependent."""
+    if op == "$inc" and _number(had) and _number(value):
+        total = had + value
+        return Int64(total) if isinstance(had, Int64) or isinstance(value, Int64) else total
+    if op == "$bit" and set(had) == set(value) == {"or"} and _number(had["or"]) and _number(value["or"]):
+        return {"or": Int64(had["or"] | value["or"])}
+    if op == "$max" and type(had) is type(value) and not isinstance(had, Mapping | list):
+        return max(had, value)
+    if op == "$addToSet":
+        first, second = _set_of(had), _set_of(value)
+        if first is None or second is None:
+            return None
+        return {"$each": first + [v for v in second if v not in first]}
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _bit(spec: Mapping[str, Any]) -> Any:

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.integration
 
 def flush(seed: int) -> list[DocUpdate]:
     """Two partitions' plans of the same pages (counters, visitors in both register forms, minutes
-    of two days), merged per document as a keyless flush is, and split where wide."""
+    of two days), merged per document as a keyless flush is, and split where wide (a hot page's
+    documents, left apart per partition: a new one is inserted as their sum)."""
     rng = random.Random(seed)
     base = 29_000_000
     out: list[DocUpdate] = []
@@ -36,7 +37,8 @@ def flush(seed: int) -> list[DocUpdate]:
         counts: Counter[tuple[str, str, int]] = Counter()
         visits: dict[tuple[str, str, int], set[int]] = {}
         for _ in range(400):
-            page = f"/p/{rng.randrange(30)}"
+            # A hot page: its documents are wide, so kept apart per partition and split.
+            page = "/hot" if rng.random() < 0.3 else f"/p/{rng.randrange(30)}"
             minute = base + rng.randrange(2 * 1440)
             counts[("s.example", page, minute)] += 1
             visits.setdefault(("s.example", page, minute // 15), set()).add(rng.getrandbits(128))

@@ -114,22 +114,24 @@ def test_a_first_touch_inserts_the_full_shard_key_on_a_sharded_cluster(name: str
     equalities would have put it there; they also hold the flush's marks."""
     from dataclasses import replace
 
+    from pipeline.core.marks import mark_key
     from pipeline.store.statements import marked_statements
 
     s = Settings(schema=mode)  # type: ignore[arg-type]
     keys = {k.collection: [f for f, _ in k.keys] for k in shard_keys(s, s.schema)}
     updates = [replace(u, sources=(("t", 0),)) for u in planned(name, mode)]
     absent = frozenset((u.collection, u.id) for u in updates)
-    ops, _ = marked_statements(updates, {("t", 0): 3}, True, absent)
+    ops, owners, _ = marked_statements(updates, {("t", 0): 3}, True, absent)
     assert ops and all(isinstance(op, InsertOne) for op in ops), ops
-    for u, op in zip(updates, ops, strict=True):
+    for carried, op in zip(owners, ops, strict=True):
+        u = carried[0]
         doc = op._doc
         for field in keys[u.collection]:
             at: Any = doc
             for part in field.split("."):
                 at = at[part]
             assert not isinstance(at, dict), (u.collection, field, doc)
-        assert doc["_a"] == {"t|0": 3}
+        assert doc["_a"] == {mark_key("t", 0, v.part): 3 for v in carried}  # each part's mark
 
 
 @pytest.mark.parametrize("mode", ["compact", "readable"])

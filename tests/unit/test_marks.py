@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import date
 from typing import Any
 
 import pytest
+from pymongo import UpdateOne
 
 from pipeline.core.clock import DecisionClock
 from pipeline.core.commit import Committed, Fence, FenceConflict, Ledgers, Pending
@@ -25,6 +27,7 @@ from pipeline.kinds.hits.decode import HitDecoder
 from pipeline.kinds.hits.layout import hits_fields
 from pipeline.kinds.hits.sites.caps import PageCaps
 from pipeline.store.errors import mongo_failure
+from pipeline.store.statements import marked_statements, statement_chunks
 from pipeline.worker.deadletter import DeadLetter
 from pipeline.worker.flusher import Flusher
 from pipeline.worker.policy import FlushPolicy
@@ -193,6 +196,52 @@ def test_wide_merged_documents_stay_apart_and_split_parts_have_marks_of_their_ow
     assert [u.part for u in parts] == [0, 1, 2]
     keys = {next(k for k in marked(u, {}, {P0: 1})[0] if k.startswith(MARKS)) for u in parts}
     assert keys == {f"{MARKS}.hits|0", f"{MARKS}.hits|0~1", f"{MARKS}.hits|0~2"}
+
+
+def test_the_parts_of_a_new_split_document_go_as_one_insert_holding_every_parts_marks() -> None:
+    wide = DocUpdate("c", "d", {"m.s": "x"}, {f"n.{i}": i + 1 for i in range(5)}, sources=(P0,))
+    parts = split_wide([wide, DocUpdate("c", "e", {}, {"t": 1}, sources=(P0,))], 2)
+    ops, owners, _ = marked_statements(parts, {P0: 9}, True, frozenset({("c", "d"), ("c", "e")}))
+    assert [len(o) for o in owners] == [3, 1]  # one statement stands for the three parts
+    assert ops[0]._doc == {  # type: ignore[union-attr]
+        "_id": "d",
+        "m": {"s": "x"},
+        "n": {str(i): i + 1 for i in range(5)},
+        MARKS: {"hits|0": 9, "hits|0~1": 9, "hits|0~2": 9},
+    }
+    # Found existing (not absent), each part is its own upsert on its own mark.
+    ops, owners, _ = marked_statements(parts, {P0: 9}, True, frozenset())
+    assert [len(o) for o in owners] == [1, 1, 1, 1]
+    # A bulk write never separates the updates of one document.
+    assert [len(c) for c in statement_chunks(parts, 2)] == [3, 1]
+    assert [len(c) for c in statement_chunks(parts, 1)] == [3, 1]
+
+
+def test_the_updates_a_merge_left_apart_go_as_one_insert_of_their_sum_on_a_new_document() -> None:
+    a = DocUpdate("c", "d", {"m.s": "x"}, {"t": 2, "n.1": 1}, sources=(P0,), max={"w": 3})
+    b = DocUpdate("c", "d", {"m.s": "x"}, {"t": 3, "n.2": 1}, sources=(P1,), max={"w": 5})
+    other = DocUpdate("c", "e", {}, {"t": 1}, sources=(P1,))
+    ups = [a, other, b]
+    ops, owners, _ = marked_statements(ups, {P0: 4, P1: 6}, True, frozenset({("c", "d")}))
+    assert [len(o) for o in owners] == [2, 1]
+    assert ops[0]._doc == {  # type: ignore[union-attr]
+        "_id": "d",
+        "m": {"s": "x"},
+        "t": 5,
+        "n": {"1": 1, "2": 1},
+        "w": 5,
+        MARKS: {"hits|0": 4, "hits|1": 6},
+    }
+    assert isinstance(ops[1], UpdateOne)  # "e" exists: its upsert
+    # A shard key set on insert, not matched (an unsharded store): the new document holds it.
+    keyed = [replace(u, key={"k": 1}) for u in (a, b)]
+    ops, _, _ = marked_statements(keyed, {P0: 4, P1: 6}, False, frozenset({("c", "d")}))
+    assert ops[0]._doc["k"] == 1 and ops[0]._doc["t"] == 5  # type: ignore[union-attr]
+    # Not the same metadata, or one path $set twice: the order would decide, so each its upsert.
+    c = DocUpdate("c", "d", {"m.s": "y"}, {"t": 1}, sources=(P1,))
+    _, owners, _ = marked_statements([a, c], {P0: 4, P1: 6}, True, frozenset({("c", "d")}))
+    assert [len(o) for o in owners] == [1, 1]
+    assert [[u.id for u in c] for c in statement_chunks(ups, 1)] == [["d", "d"], ["e"]]
 
 
 def test_a_duplicate_key_is_applied_only_where_the_document_holds_the_marks() -> None:
