@@ -57,10 +57,16 @@ class PageRules:
 
     def __call__(self, page: str) -> str:
         """The normalised page (pages already in normal form are returned as they are, fast)."""
-        plain = not self.lowercase and not any(c in page for c in "?#%") and "//" not in page
-        if plain and (len(page) < 2 or page[-1] != "/"):
-            return page
-        return self.normalise(page)
+        if (
+            "?" in page
+            or "#" in page
+            or "%" in page
+            or "//" in page
+            or self.lowercase
+            or (len(page) > 1 and page[-1] == "/")
+        ):
+            return self.normalise(page)
+        return page
 
     def normalise(self, page: str) -> str:
         """The full normalisation of :data:`__doc__`."""
