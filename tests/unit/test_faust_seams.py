@@ -14,6 +14,7 @@ import aiokafka
 import faust
 import mode
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
+from faust.tables import TableManager
 from faust.transport.consumer import Consumer as BaseConsumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -46,6 +47,9 @@ SEAMS = [
     (faust.Worker, "on_setup_root_logger"),
     # The revoke bound on a rebalance's drain: Faust waits for every ack without a deadline.
     (faust.App, "_consumer_wait_empty"),
+    # The table manager's start without its second of sleep (faust_conf.TablesAtOnce).
+    (TableManager, "_update_channels"),
+    (TableManager, "recovery"),
 ]
 
 #: Instance attributes set in ``__init__`` (no class attribute to look up).
@@ -91,3 +95,32 @@ def test_only_the_embedded_brokers_leader_skips_its_leave() -> None:
     assert not skips_leave(coordinator(True, False))  # a follower leaves at once
     assert not skips_leave(coordinator(False, True))  # a real broker elects a new leader on a leave
     assert not skips_leave(SimpleNamespace())  # never joined
+
+
+def test_a_worker_starts_faust_without_its_table_managers_second() -> None:
+    """Faust's table manager sleeps a second before the consumer may subscribe; the worker's
+    does not (it has no tables, and its topics are added before the app starts)."""
+    import asyncio
+
+    from pipeline.settings import Settings
+    from pipeline.worker.faust_conf import TablesAtOnce, faust_settings
+
+    app = faust.App("t", **faust_settings(Settings(kafka_url="kafka://127.0.0.1:9")))
+    tables = app.tables
+    assert isinstance(tables, TablesAtOnce)
+    started: list[str] = []
+
+    async def slept(*_: object) -> None:
+        started.append("slept")
+
+    async def channels() -> None:
+        started.append("channels")
+
+    async def recovery() -> None:
+        started.append("recovery")
+
+    tables.sleep = slept  # type: ignore[method-assign]
+    tables._update_channels = channels  # type: ignore[method-assign]
+    tables.recovery.start = recovery  # type: ignore[method-assign]
+    asyncio.run(tables.on_start())
+    assert started == ["channels", "recovery"]
