@@ -130,15 +130,16 @@ class BatchCommitter(Generic[A]):
         await self._before_plan(batch, redo)
         with paused():  # the plan's objects would start full collections of the whole heap
             plan = self.plan(batch)
-        docs = len(plan)
-        fences = batch.fences(docs)
-        if redo is not None:  # the intent's range exactly, even if records of it are gone
-            rtp, cut = redo
-            base = next((f for f in fences if (f.topic, f.partition) == rtp), Fence(*rtp, cut.start, cut.end))
-            fences = [replace(base, expected=cut.start, next=cut.end)]
-        rss = rss_bytes()
-        fences = [replace(f, rss=rss) for f in fences]
-        with paused():
+            docs = len(plan)
+            fences = batch.fences(docs)
+            if redo is not None:  # the intent's range exactly, even if records of it are gone
+                rtp, cut = redo
+                base = next(
+                    (f for f in fences if (f.topic, f.partition) == rtp), Fence(*rtp, cut.start, cut.end)
+                )
+                fences = [replace(base, expected=cut.start, next=cut.end)]
+            rss = rss_bytes()
+            fences = [replace(f, rss=rss) for f in fences]
             plan = split_wide(plan, self.policy.max_fields_per_update)
         forward = self._forward(batch)
         await self._send_dead(batch)
