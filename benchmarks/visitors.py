@@ -43,7 +43,7 @@ from benchmarks.common import (
     use_data,
     write_results,
 )
-from pipeline.core.uniques import EXPLICIT_MAX, Budget, estimate, merged_blob, register_ranks
+from pipeline.core.uniques import EXPLICIT_MAX, Budget, estimate, merged_blob, register_ranks_of
 from pipeline.files import Accepted
 from pipeline.kinds import named
 from pipeline.kinds.hits import KIND as HITS
@@ -79,7 +79,7 @@ def sketch_accuracy(seeds: int = 5) -> list[dict[str, Any]]:
                 share = budget.fields("c", 1, "v", set(hashes[at : at + per]))
                 apply_share(doc, share)
                 if share.words:
-                    blob = merged_blob(blob, register_ranks(hashes[at : at + per]))
+                    blob = merged_blob(blob, register_ranks_of(hashes[at : at + per]))
             got = estimate([doc["v"]], [doc["v"].get("r")])
             errors.append(abs(got.value - n) / n)
             exact += got.exact

@@ -146,20 +146,11 @@ def register_words(hashes: Iterable[int], p: int = P) -> dict[int, int]:
     return words
 
 
-def register_ranks(hashes: Iterable[int], p: int = P) -> dict[int, int]:
-    """Register index → the highest rank ``hashes`` offer it (a partition's registers)."""
-    ranks: dict[int, int] = {}
-    for h in hashes:
-        i, rank = register_of(h, p)
-        if rank > ranks.get(i, 0):
-            ranks[i] = rank
-    return ranks
-
-
-def register_ranks_of(hashes: np.ndarray, p: int = P) -> np.ndarray:  # type: ignore[type-arg]
-    """:func:`register_ranks` of unsigned 64-bit hashes held in a numpy array, as dense registers
-    (int8, 0 where no hash falls): a partition's registers, maxed with the stored ones in one call."""
-    h = hashes.astype(np.uint64)
+def register_ranks_of(hashes: np.ndarray | Iterable[int], p: int = P) -> np.ndarray:  # type: ignore[type-arg]
+    """The highest rank unsigned 64-bit ``hashes`` (a numpy array, or ints) offer each register
+    (:func:`register_of`), as dense registers (int8, 0 where no hash falls): a partition's
+    registers, maxed with the stored ones in one call."""
+    h = hashes.astype(np.uint64) if isinstance(hashes, np.ndarray) else np.fromiter(hashes, dtype=np.uint64)
     index = (h & np.uint64((1 << p) - 1)).astype(np.int64)
     # The bits above the index number fewer than 53: a float64 holds them exactly, and frexp's
     # exponent is their bit length (0 for 0), as int.bit_length() says.
@@ -169,21 +160,16 @@ def register_ranks_of(hashes: np.ndarray, p: int = P) -> np.ndarray:  # type: ig
     return reg
 
 
-def merged_blob(stored: bytes | None, ranks: Mapping[int, int] | np.ndarray, p: int = P) -> bytes:  # type: ignore[type-arg]
+def merged_blob(stored: bytes | None, ranks: np.ndarray, p: int = P) -> bytes:  # type: ignore[type-arg]
     """A partition's stored registers (codec bytes, ``None``: none yet) with ``ranks`` maxed in
-    (register → rank, or dense registers: :func:`register_ranks_of`).
+    (dense registers: :func:`register_ranks_of`).
 
     One writer per partition reads, maxes and sets them: one field for the whole sketch,
     where the shared form's ``$bit or`` takes a path per word touched (up to 4,096).
     """
     found = hll.decode(stored).reg if stored else None
     reg = np.zeros(1 << p, dtype=np.int8) if found is None else found.astype(np.int8)  # maxed in place
-    if isinstance(ranks, np.ndarray):
-        np.maximum(reg, ranks, out=reg)
-    else:
-        for i, rank in ranks.items():
-            if rank > reg[i]:
-                reg[i] = rank
+    np.maximum(reg, ranks, out=reg)
     return Sketch(p, reg=reg).encode()
 
 

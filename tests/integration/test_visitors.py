@@ -96,6 +96,7 @@ def test_visitors_of_an_access_log_are_its_distinct_address_and_browser_pairs(
         return [d async for d in db["hits_daily"].find({}, {"_id": 0})]
 
     docs = with_db(s, stored)
+
     def text(v: object) -> str:  # binary values (hashes, registers) as hex: no stray "10."
         return v.hex() if isinstance(v, bytes) else str(v)
 
@@ -302,7 +303,7 @@ def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None
     from bson import Binary
     from pymongo.errors import PyMongoError
 
-    from pipeline.core.uniques import PARTS, estimate, merged_blob, register_ranks
+    from pipeline.core.uniques import PARTS, estimate, merged_blob, register_ranks_of
     from pipeline.kinds.hits.layout import hits_fields, register_fields, register_id
     from pipeline.kinds.hits.registers import read_registers, register_ids
     from pipeline.kinds.hits.sites.fold import fold_holder
@@ -318,7 +319,7 @@ def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None
         mine, other = register_id(c, doc_id, v, 0), register_id(c, doc_id, v, 1)
         await db[c].insert_one({"_id": doc_id, v: {"o": True, "w": [0]}})
         await db[rf.collection].insert_one(
-            {"_id": mine, rf.blob: Binary(merged_blob(None, register_ranks(a)))}
+            {"_id": mine, rf.blob: Binary(merged_blob(None, register_ranks_of(a)))}
         )
 
         if what == "parts":  # the partitions' register document, partition 0's field in it
@@ -326,30 +327,30 @@ def test_a_fold_that_meets_a_flush_loses_no_register(settings: Settings) -> None
             await db[rf.collection].delete_many({"_id": {"$regex": f"^{c}\\|{v}\\|[01]\\|"}})
             await db[c].update_one({"_id": doc_id}, {"$set": {f"{v}.w": [PARTS]}})
             await db[rf.collection].insert_one(
-                {"_id": mine, rf.parts: {"0": Binary(merged_blob(None, register_ranks(a)))}}
+                {"_id": mine, rf.parts: {"0": Binary(merged_blob(None, register_ranks_of(a)))}}
             )
         if what == "inline":  # the partitions' registers in the holder itself
             await db[c].update_one(
                 {"_id": doc_id},
-                {"$set": {v: {"o": True, "b": {"0": Binary(merged_blob(None, register_ranks(a)))}}}},
+                {"$set": {v: {"o": True, "b": {"0": Binary(merged_blob(None, register_ranks_of(a)))}}}},
             )
             await db[rf.collection].delete_one({"_id": mine})
 
         async def flush_meanwhile() -> None:
             if what == "inline":  # partition 1's flush: its counters and registers in the rollup
-                blob = merged_blob(None, register_ranks(b))
+                blob = merged_blob(None, register_ranks_of(b))
                 await db[c].update_one(
                     {"_id": doc_id}, {"$inc": {"n": 1}, "$set": {f"{v}.b.1": Binary(blob)}}
                 )
             elif what == "parts":  # partition 1's flush: its field of the partitions' document
-                blob = merged_blob(None, register_ranks(b))
+                blob = merged_blob(None, register_ranks_of(b))
                 await db[rf.collection].update_one({"_id": mine}, {"$set": {f"{rf.parts}.1": Binary(blob)}})
             elif what == "registers":  # partition 0's next flush: read, maxed, set
                 stored = await db[rf.collection].find_one({"_id": mine})
-                blob = merged_blob(bytes(stored[rf.blob]), register_ranks(b))
+                blob = merged_blob(bytes(stored[rf.blob]), register_ranks_of(b))
                 await db[rf.collection].update_one({"_id": mine}, {"$set": {rf.blob: Binary(blob)}})
             else:  # partition 1's first flush: its document, then its listing
-                blob = merged_blob(None, register_ranks(b))
+                blob = merged_blob(None, register_ranks_of(b))
                 await db[rf.collection].insert_one({"_id": other, rf.blob: Binary(blob)})
                 await db[c].update_one({"_id": doc_id}, {"$addToSet": {f"{v}.w": 1}})
 

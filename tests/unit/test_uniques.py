@@ -227,12 +227,12 @@ def test_a_partitions_registers_are_one_field_read_maxed_and_set() -> None:
     """The partition form: applied twice, in either order, or next to the shared form's words, the
     same registers and the same estimate; sparse while few registers are set, bounded when many."""
     from pipeline.core import hll
-    from pipeline.core.uniques import merged_blob, register_ranks
+    from pipeline.core.uniques import merged_blob, register_ranks_of
 
     rng = random.Random(11)
     a = [rng.getrandbits(64) for _ in range(3_000)]
     b = [rng.getrandbits(64) for _ in range(2_000)] + a[:500]
-    ra, rb = register_ranks(a), register_ranks(b)
+    ra, rb = register_ranks_of(a), register_ranks_of(b)
     once = merged_blob(merged_blob(None, ra), rb)
     assert hll.decode(once).reg.tolist() == hll.decode(merged_blob(merged_blob(None, rb), ra)).reg.tolist()
     assert merged_blob(once, ra) == once and merged_blob(once, rb) == once  # a redo changes nothing
@@ -241,9 +241,9 @@ def test_a_partitions_registers_are_one_field_read_maxed_and_set() -> None:
     assert not got.exact and abs(got.value - truth) <= 0.03 * truth
     words = {str(w): m for w, m in register_words(b).items()}
     assert estimate([{"o": True}], [merged_blob(None, ra), words]) == got  # the two forms mixed
-    assert len(merged_blob(None, register_ranks(a[:40]))) == 1 + 3 * 40  # sparse: 3 bytes a register
+    assert len(merged_blob(None, register_ranks_of(a[:40]))) == 1 + 3 * 40  # sparse: 3 bytes a register
     assert (
-        len(merged_blob(None, register_ranks(rng.getrandbits(64) for _ in range(200_000))))
+        len(merged_blob(None, register_ranks_of(rng.getrandbits(64) for _ in range(200_000))))
         == 1 + 16_384 * 6 // 8
     )
 
@@ -284,14 +284,14 @@ def test_a_folded_holder_reads_as_its_registers_did() -> None:
     """Folding (``f``: the register documents' maximum, with what ``f`` held) changes no estimate;
     a folded holder nobody wrote since has no register document to read, one written since lists
     its writers' documents, a never-folded one also reads the shared document."""
-    from pipeline.core.uniques import folded, merged_blob, pending, register_ranks
+    from pipeline.core.uniques import folded, merged_blob, pending, register_ranks_of
     from pipeline.kinds.hits.layout import register_id
     from pipeline.kinds.hits.registers import register_ids
 
     rng = random.Random(13)
     a, b, c = ([rng.getrandbits(64) for _ in range(n)] for n in (3_000, 2_000, 700))
     holder: dict[str, Any] = {"o": True, "w": [0, 2, -1], "x": [signed(h) for h in c[:100]]}
-    regs = [merged_blob(None, register_ranks(a)), merged_blob(None, register_ranks(b))]
+    regs = [merged_blob(None, register_ranks_of(a)), merged_blob(None, register_ranks_of(b))]
     words = {str(w): m for w, m in register_words(c[100:]).items()}
     before = estimate([holder], [*regs, words])
     assert register_ids("d", "k", "v", holder) == [
@@ -303,7 +303,7 @@ def test_a_folded_holder_reads_as_its_registers_did() -> None:
     assert estimate([done]) == before and not pending(done) and register_ids("d", "k", "v", done) == []
     assert folded(done, [regs[0]]) == done["f"]  # folded again: the same bytes
     later = {**done, "w": [1]}
-    more = merged_blob(None, register_ranks(rng.getrandbits(64) for _ in range(1_000)))
+    more = merged_blob(None, register_ranks_of(rng.getrandbits(64) for _ in range(1_000)))
     assert pending(later) and register_ids("d", "k", "v", later) == [register_id("d", "k", "v", 1)]
     assert estimate([later], [more]).value > before.value
     assert estimate([{**done, "f": folded(done, [more])}]) == estimate([later], [more])

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.core.uniques import explicit_chunk, register_ranks, register_ranks_of
+from pipeline.core.uniques import explicit_chunk, register_of, register_ranks_of
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.visit_log import KEY_UNIT, VisitLog
 from pipeline.kinds.hits.visitors import keyed_hash
@@ -34,6 +34,15 @@ def test_a_visitor_logged_twice_is_one_visitor_of_its_key() -> None:
     assert later.distinct()[0].tolist() == [0, 1, 2, 2]
     many = VisitLog.of({("s", f"/p{i}", 1): range(10) for i in range(1000)})
     assert many.weight() * KEY_UNIT >= 10_000 * 20  # at least its arrays' bytes
+
+
+def register_ranks(hashes: list[int]) -> dict[int, int]:
+    """The scalar reference: register index → the highest rank the hashes offer it."""
+    ranks: dict[int, int] = {}
+    for h in hashes:
+        i, rank = register_of(h)
+        ranks[i] = max(rank, ranks.get(i, 0))
+    return ranks
 
 
 @given(st.lists(st.integers(0, (1 << 64) - 1), unique=True, max_size=300))
