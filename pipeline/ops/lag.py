@@ -42,9 +42,18 @@ class PartitionLag:
 
 async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]:
     """Lag of ``settings.group_id`` on every partition of ``topics``."""
+    return await _read_log(settings, topics, with_committed=True)
+
+
+async def log_ends(settings: Settings, topics: list[str]) -> list[tuple[str, int, int]]:
+    """``(topic, partition, end offset)`` of every partition of ``topics``: no group's offsets read."""
+    return [(p.topic, p.partition, p.end) for p in await _read_log(settings, topics, with_committed=False)]
+
+
+async def _read_log(settings: Settings, topics: list[str], with_committed: bool) -> list[PartitionLag]:
     consumer = AIOKafkaConsumer(
         **kafka_client_kwargs(settings),
-        group_id=settings.group_id,
+        group_id=settings.group_id if with_committed else None,
         enable_auto_commit=False,
     )
     await start_or_close(consumer)
@@ -57,7 +66,7 @@ async def group_lag(settings: Settings, topics: list[str]) -> list[PartitionLag]
         ends = await end_offsets(consumer, tps, settings.embedded_kafka)
         out = []
         for tp in tps:
-            committed = await consumer.committed(tp)
+            committed = await consumer.committed(tp) if with_committed else 0
             out.append(PartitionLag(tp.topic, tp.partition, ends[tp], committed or 0))
         return out
     finally:
@@ -69,15 +78,15 @@ async def uncounted(settings: Settings, topics: list[str]) -> list[tuple[str, in
     log's end, as ``(topic, partition, counted to, end)``; ``None`` when the topics have no
     partitions. The ledgers decide what is counted, never Kafka's committed offsets: a partition
     held back acks what it reads while its ledger says "not counted"."""
-    lags = await group_lag(settings, topics)
-    if not lags:
+    ends = await log_ends(settings, topics)
+    if not ends:
         return None
     client = mongo_client(settings.mongo_url or "")
     try:
         counted = await counted_to(client[settings.db], settings.group_id, topics)
     finally:
         await client.close()
-    at = [(p.topic, p.partition, counted.get((p.topic, p.partition), 0), p.end) for p in lags]
+    at = [(t, p, counted.get((t, p), 0), end) for t, p, end in ends]
     return [row for row in at if row[2] < row[3]]
 
 
