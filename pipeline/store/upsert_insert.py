@@ -18,6 +18,7 @@ sent again as the upsert. So a wrong guess costs a round trip, never a count.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from bson import Int64
@@ -69,8 +70,9 @@ def created_by_upserts(
     arrive would decide it.
 
     A split document's parts, and the partitions' updates a merge left apart, are so sent as
-    one insert of a new document: on the embedded store an upsert of a wide document cost
-    about 1.1 ms a statement, against a quarter of that for the insert of the whole.
+    one insert of a new document: on the embedded store each upsert of a wide new document cost
+    about 1.1 ms; on keyless log lines with visitors 2,102 of them took 2.6 s of the store's
+    9.7 s, and with the documents inserted whole the store's CPU for the run was 6.3 s.
     """
     if len(statements) == 1:
         return created_by_upsert(*statements[0])
@@ -104,8 +106,8 @@ def _added(op: str, had: Any, value: Any) -> Any:
         return Int64(total) if isinstance(had, Int64) or isinstance(value, Int64) else total
     if op == "$bit" and set(had) == set(value) == {"or"} and _number(had["or"]) and _number(value["or"]):
         return {"or": Int64(had["or"] | value["or"])}
-    if op == "$max" and type(had) is type(value) and not isinstance(had, Mapping | list):
-        return max(had, value)
+    if op == "$max" and type(had) is type(value) and isinstance(had, int | float | datetime):
+        return max(had, value)  # numbers, booleans and dates order alike in BSON and Python
     if op == "$addToSet":
         first, second = _set_of(had), _set_of(value)
         if first is None or second is None:
