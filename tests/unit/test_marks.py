@@ -15,6 +15,7 @@ from datetime import date
 from typing import Any
 
 import pytest
+from bson import Binary
 from pymongo import UpdateOne
 
 from pipeline.core.clock import DecisionClock
@@ -242,6 +243,10 @@ def test_the_updates_a_merge_left_apart_go_as_one_insert_of_their_sum_on_a_new_d
     _, owners, _ = marked_statements([a, c], {P0: 4, P1: 6}, True, frozenset({("c", "d")}))
     assert [len(o) for o in owners] == [1, 1]
     assert [[u.id for u in c] for c in statement_chunks(ups, 1)] == [["d", "d"], ["e"]]
+    # $max of binaries: BSON orders them by length first, Python by bytes; not folded.
+    wide, short = replace(a, max={"w": Binary(b"\x01\x00")}), replace(b, max={"w": Binary(b"\x02")})
+    _, owners, _ = marked_statements([wide, short], {P0: 4, P1: 6}, True, frozenset({("c", "d")}))
+    assert [len(o) for o in owners] == [1, 1]
 
 
 def test_a_duplicate_key_is_applied_only_where_the_document_holds_the_marks() -> None:
