@@ -141,32 +141,23 @@ class WorkerConsumer(faust_aiokafka.Consumer):
         tps: dict[tuple[str, int], TP] = {}
         with ack_lock:
             n = 0
-            # No tuple is built per record unless stand-ins wait: an ack of a flush's hundreds of
-            # thousands of records would otherwise set off collections of the whole heap.
-            topic: str | None = None
-            partition = -1
             for rec in records:
-                if rec.partition != partition or rec.topic != topic:
-                    topic, partition = rec.topic, rec.partition
-                    key = (topic, partition)
-                    tp = tps.get(key)
-                    if tp is None:
-                        tp = tps[key] = self._new_topicpartition(topic, partition)
-                    enabled = acks_enabled_for(topic)
-                    committed = self._committed_offset[tp]
-                    acked_index = self._acked_index[tp]
-                    acked = self._acked[tp]
+                key = (rec.topic, rec.partition)
+                tp = tps.get(key)
+                if tp is None:
+                    tp = tps[key] = self._new_topicpartition(rec.topic, rec.partition)
                 offset = rec.offset
-                if standing:
-                    stand_in = standing.pop((rec.topic, partition, offset), None)
-                    if stand_in is not None:
-                        stand_in.acked = True
-                        self._unacked_messages.discard(stand_in)
-                if not enabled:
+                stand_in = standing.pop((rec.topic, rec.partition, offset), None)
+                if stand_in is not None:
+                    stand_in.acked = True
+                    self._unacked_messages.discard(stand_in)
+                if not acks_enabled_for(rec.topic):
                     continue
+                committed = self._committed_offset[tp]
+                acked_index = self._acked_index[tp]
                 if (committed is None or offset >= committed) and offset not in acked_index:
                     acked_index.add(offset)
-                    acked.append(offset)
+                    self._acked[tp].append(offset)
                     n += 1
             self._n_acked += n
             notify(self._waiting_for_ack)

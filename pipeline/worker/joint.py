@@ -16,16 +16,17 @@ from typing import Any
 Ack = Callable[[Sequence[object]], Awaitable[None]]
 
 
+def _key(handle: Any) -> tuple[str, int, int]:
+    return (handle.topic, handle.partition, handle.offset)
+
+
 class JointAck:
     """The ack of each of ``parties`` flushers; the records go to ``ack`` once all have acked them."""
 
     def __init__(self, ack: Ack, parties: int = 2) -> None:
         self.ack, self.parties = ack, parties
-        #: Per partition, per offset: the parties that acked that record so far. Offsets are
-        #: keyed within their partition's map, not as one (topic, partition, offset) tuple each:
-        #: a flush acks hundreds of thousands of records at once, and a tuple per record made
-        #: the collector walk the worker's whole heap (1.5 s of a 250,000-record ack, py-spy).
-        self.waiting: dict[tuple[str, int], dict[int, int]] = {}
+        #: Per record (topic, partition, offset): the parties that acked it so far.
+        self.waiting: dict[tuple[str, int, int], int] = {}
 
     def party(self, index: int) -> Ack:
         """The ack to give flusher number ``index``."""
@@ -35,33 +36,22 @@ class JointAck:
         async def ack(handles: Sequence[object]) -> None:
             ready = []
             waiting = self.waiting
-            topic: str | None = None
-            partition = -1
-            offsets: dict[int, int] = {}
             for h in handles:
                 if h is None:
                     continue
-                r: Any = h
-                if r.partition != partition or r.topic != topic:
-                    topic, partition = r.topic, r.partition
-                    offsets = waiting.setdefault((r.topic, r.partition), {})
-                offset = r.offset
-                seen = offsets.get(offset, 0) | bit
+                key = _key(h)
+                seen = waiting.get(key, 0) | bit
                 if seen == full:
-                    offsets.pop(offset, None)
+                    waiting.pop(key, None)
                     ready.append(h)
                 else:
-                    offsets[offset] = seen
+                    waiting[key] = seen
             if ready:
                 await self.ack(ready)
 
         return ack
 
-    def pending(self) -> set[tuple[str, int, int]]:
-        """The records some party acked and another not yet, as (topic, partition, offset)."""
-        return {(t, p, o) for (t, p), offsets in self.waiting.items() for o in offsets}
-
     def keep(self, held: Iterable[tuple[str, int]]) -> None:
         """Drop what is remembered of partitions not in ``held`` (revoked: their records come again)."""
         kept = set(held)
-        self.waiting = {tp: offsets for tp, offsets in self.waiting.items() if tp in kept}
+        self.waiting = {k: v for k, v in self.waiting.items() if (k[0], k[1]) in kept}

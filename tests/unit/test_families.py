@@ -163,7 +163,7 @@ def test_a_record_is_acked_once_both_families_committed_it() -> None:
     assert acked == [b]
     joint.keep([("hits", 0)])  # partition 1 revoked: what was remembered of it goes
     asyncio.run(pages([c]))
-    assert acked == [b] and joint.pending() == {("hits", 0, 1), ("hits", 1, 1)}
+    assert acked == [b] and set(joint.waiting) == {("hits", 0, 1), ("hits", 1, 1)}
     asyncio.run(pages([a]))
     assert acked == [b, a]
 
