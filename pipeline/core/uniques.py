@@ -114,9 +114,33 @@ def register_of(h: int, p: int = P) -> tuple[int, int]:
     return index, (64 - p) - bits.bit_length() + 1
 
 
-def explicit_chunk(hashes: Iterable[int]) -> Binary:
+class PackedInts(Binary):
+    """An ``$addToSet`` element standing for a set of signed 64-bit integers (little-endian,
+    ascending, distinct) of which readers take the union with the path's other elements.
+
+    The same path's elements from several partitions merged into one update are written as one
+    element, their union (:func:`~pipeline.core.updates.merge_sources`): a store's update costs
+    more for each element a document holds, and a reader's union is the same. A partition's
+    share written again apart (by its next owner) adds its own element, the same integers
+    again: the union is unchanged.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> PackedInts:  # type: ignore[type-arg]
+        """The element of ``values`` (int64, ascending, distinct)."""
+        return cls(values.astype("<i8").tobytes())
+
+    @classmethod
+    def union_element(cls, parts: Iterable[bytes]) -> PackedInts:
+        """One element holding every part's integers."""
+        return cls.of(np.unique(np.concatenate([np.frombuffer(p, dtype="<i8") for p in parts])))
+
+
+def explicit_chunk(hashes: Iterable[int]) -> PackedInts:
     """Hashes (signed or not) as one element of an explicit form: sorted signed 64-bit little-endian."""
-    return Binary(np.array(sorted({signed(unsigned(h)) for h in hashes}), dtype="<i8").tobytes())
+    return PackedInts.of(np.array(sorted({signed(unsigned(h)) for h in hashes}), dtype=np.int64))
 
 
 def explicit_hashes(values: Iterable[Any]) -> set[int]:

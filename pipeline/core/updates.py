@@ -212,14 +212,28 @@ def _merged(shares: list[DocUpdate]) -> DocUpdate:
         for path, v in u.max.items():
             max_[path] = max(max_[path], v) if path in max_ else v
         for path, values in u.add_to_set.items():
-            m.add_to_set[path] = list(dict.fromkeys((*m.add_to_set.get(path, ()), *values)))
+            m.add_to_set[path] = [*m.add_to_set.get(path, ()), *values]
         sources.update(dict.fromkeys(u.sources))
+    for path, values in m.add_to_set.items():
+        m.add_to_set[path] = _union(values)
     m.sources = tuple(sources)
     m.shares = tuple(shares)
     computes = [s.compute for s in shares if s.compute is not None]
     if computes:
         m.compute, m.owned = _all_of(computes), True
     return m
+
+
+def _union(values: list[Any]) -> list[Any]:
+    """A merged ``$addToSet``'s elements: each once; elements of a type that stands for a set
+    (a ``union_element`` class method, such as :class:`~pipeline.core.uniques.PackedInts`:
+    readers take the union of a path's elements) as one element, their union."""
+    kinds = {type(v) for v in values}
+    if len(values) > 1 and len(kinds) == 1:
+        union = getattr(next(iter(kinds)), "union_element", None)
+        if union is not None:
+            return [union(values)]
+    return list(dict.fromkeys(values))
 
 
 def _all_of(

@@ -42,6 +42,7 @@ def bug(exc: BaseException) -> str | None:
     """What makes a failure the code's own error, or ``None``."""
     return f"a bug, {type(exc).__name__}: {str(exc)[:200]}" if isinstance(exc, BUGS) else None
 
+
 #: After a write conflict, a stream's commits take its commit token first for this long
 #: (seconds since the last conflict): workers that write the same documents (keyless
 #: streams) then meet on one statement instead of halfway through their upserts.

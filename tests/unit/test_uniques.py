@@ -14,6 +14,7 @@ from pipeline.core.uniques import (
     EXPLICIT_MAX,
     PARTS,
     Budget,
+    Estimate,
     P,
     Parts,
     estimate,
@@ -430,3 +431,43 @@ def test_partitions_registers_merge_into_one_write_per_holder() -> None:
     truth = len(a | b)
     assert not got.exact and abs(got.value - truth) <= 0.05 * truth
     assert estimate([{"o": True}], [bytes(stored["p"]["3"]), bytes(stored["p"]["5"])]) == got
+
+
+def test_partitions_merged_write_one_explicit_element_per_holder() -> None:
+    """Two partitions' explicit hashes of one holder, merged, are one ``$addToSet`` element:
+    their union. A share written again apart (its next owner) adds its own element, and the
+    count is the same."""
+    from collections import Counter
+
+    from pipeline.core.uniques import PackedInts
+    from pipeline.core.updates import merge_sources
+    from pipeline.kinds.hits.aggregate import plan_hits
+    from pipeline.kinds.hits.layout import hits_fields
+
+    rng = random.Random(23)
+    slot = 29_000_000 // 15
+    a = {rng.getrandbits(128) for _ in range(40)}
+    b = set(list(a)[:15]) | {rng.getrandbits(128) for _ in range(25)}
+    plans = []
+    for writer, idents in ((1, a), (2, b)):
+        plan = plan_hits(
+            Counter({("s", "/", slot * 15): len(idents)}),
+            hits_fields(),
+            visits=VisitLog.of({("s", "/", slot): idents}),
+            visitor_keys=lambda o: b"k" * 32,
+            budget=Budget(),
+            writer=writer,
+        )
+        for u in plan:
+            u.sources = (("hits", writer),)
+        plans.extend(plan)
+    merged = [u for u in merge_sources(plans) if len(u.sources) == 2]
+    paths = [(u, p) for u in merged for p in u.add_to_set if p.endswith(".x")]
+    assert "v.x" in {p for _, p in paths} and any(p.startswith("vh.") for _, p in paths)
+    for u, path in paths:
+        (element,) = u.add_to_set[path]
+        assert isinstance(element, PackedInts)
+        shares = [v for s in u.shares for v in s.add_to_set[path]]
+        assert explicit_hashes([element]) == explicit_hashes(shares)
+        assert estimate([{"x": [element]}]) == Estimate(len(a | b), True)
+        assert estimate([{"x": [element, shares[-1]]}]) == Estimate(len(a | b), True)

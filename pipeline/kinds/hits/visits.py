@@ -30,6 +30,7 @@ from pipeline.core.uniques import (
     SHARED,
     WRITERS,
     Budget,
+    PackedInts,
     explicit_fields,
     explicit_hashes,
     holder_key,
@@ -99,7 +100,7 @@ def add_visitors(
             if had:
                 upd.add_to_set.update(explicit_fields(path, set(hashes.tolist()) | explicit_hashes(had)))
             else:
-                upd.add_to_set[f"{path}.{EXPLICIT}"] = [Binary(hashes.astype("<i8").tobytes())]  # a chunk
+                upd.add_to_set[f"{path}.{EXPLICIT}"] = [PackedInts.of(hashes)]  # a chunk
             continue
         if record is not None:
             record.add(key)
