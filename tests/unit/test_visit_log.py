@@ -11,7 +11,7 @@ from pipeline.core.uniques import explicit_chunk, register_of, register_ranks_of
 from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.visit_log import KEY_UNIT, VisitLog
 from pipeline.kinds.hits.visitors import keyed_hash
-from pipeline.kinds.hits.visits import holder_hashes
+from pipeline.kinds.hits.visits import Places, holder_hashes
 
 
 def test_a_visitor_logged_twice_is_one_visitor_of_its_key() -> None:
@@ -60,26 +60,39 @@ def test_each_holder_gets_the_keyed_hashes_of_every_visitor_of_its_keys() -> Non
     visits: dict[tuple[str, str, int], set[int]] = {}
     for day in range(3):
         for _ in range(40):
-            key = ("s", f"/p{rng.randrange(8)}", 96 * day + rng.randrange(96))
+            key = (rng.choice("st"), f"/p{rng.randrange(8)}", 96 * day + rng.randrange(96))
             visits.setdefault(key, set()).update(rng.choice(people) for _ in range(rng.randrange(1, 6)))
     docs: dict[tuple[str, int], DocUpdate] = {}
+    months: dict[str, DocUpdate] = {}
 
-    def targets(site: str, page: str, slot: int) -> tuple[int, list[tuple[DocUpdate, str]]]:
-        day = slot // 96
-        upd = docs.setdefault((page, day), DocUpdate("c", f"{page}/{day}", {}, {}))
-        return 700_000 + day, [(upd, "v"), (upd, f"vh.{slot % 96 // 4}")]
+    def day_of(site: str, slot: int) -> tuple[int, int]:
+        return 700_000 + slot // 96, slot // 96 * 1440
+
+    def documents(
+        site: str, page: str, ordinal: int, start: int
+    ) -> tuple[list[DocUpdate], list[DocUpdate], bool]:
+        day = ordinal - 700_000
+        assert start == day * 1440
+        upd = docs.setdefault((site + page, day), DocUpdate("c", f"{site}{page}/{day}", {}, {}))
+        site_day = docs.setdefault((site, day), DocUpdate("c", f"{site}/{day}", {}, {}))
+        month = months.setdefault(page, DocUpdate("m", page, {}, {}))  # one month for both sites
+        return [site_day, upd], [month], page != "/p0"  # /p0's days keep no hours
 
     def key_of(ordinal: int) -> bytes:
         return ordinal.to_bytes(32, "big")
 
     want: dict[tuple[str, str], set[int]] = {}
     for (site, page, slot), idents in visits.items():
-        ordinal, where = targets(site, page, slot)
+        ordinal, start = day_of(site, slot)
+        days, month_docs, hours = documents(site, page, ordinal, start)
+        where = [(u, "v") for u in days] + [(u, "mv") for u in month_docs]
+        if hours:
+            where += [(u, f"vh.{(slot * 15 - start) // 60}") for u in days]
         for upd, path in where:
             want.setdefault((upd.id, path), set()).update(keyed_hash(key_of(ordinal), i) for i in idents)
-    holders, grouped = holder_hashes(VisitLog.of(visits), targets, key_of)
+    holders, grouped = holder_hashes(VisitLog.of(visits), Places(day_of, documents, "v", "vh", "mv"), key_of)
     got = {(upd.id, path): hashes for (upd, path), hashes in zip(holders, grouped, strict=True)}
+    assert len(got) == len(holders)  # each holder once
     assert {k: {h & (1 << 64) - 1 for h in v.tolist()} for k, v in got.items()} == want
     # each holder's hashes as its explicit chunk stores them: distinct, signed, ascending
     assert all(bytes(explicit_chunk(v.tolist())) == v.astype("<i8").tobytes() for v in got.values())
-    assert [(u.id, p) for u, p in holders] == list(want)  # in the order first met

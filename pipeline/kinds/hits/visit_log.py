@@ -103,6 +103,16 @@ class VisitLog:
             self._keys = (len(page), keys, rank[inverse])
         return self._keys[1], self._keys[2]
 
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # type: ignore[type-arg]
+        """The log as arrays, an entry a hit: its (site, page)'s index in :attr:`pages`, its
+        quarter hour, and its visitor's high and low halves (views, not copies)."""
+        return (
+            np.frombuffer(self._page, dtype=f"<u{self._page.itemsize}"),
+            np.frombuffer(self._slot, dtype=f"<u{self._slot.itemsize}"),
+            np.frombuffer(self._hi, dtype=np.uint64),
+            np.frombuffer(self._lo, dtype=np.uint64),
+        )
+
     def distinct(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # type: ignore[type-arg]
         """Each (key index, visitor) once, in key index order: key indexes (of :meth:`__iter__`)
         and the visitors' high and low halves (uint64)."""

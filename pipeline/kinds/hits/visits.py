@@ -16,12 +16,14 @@ document a day.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from bson import Binary
 
+from pipeline.core.calendar import SLOT
 from pipeline.core.uniques import (
     EXPLICIT,
     INLINE,
@@ -48,14 +50,25 @@ from pipeline.kinds.hits.visitors import keyed_hash
 #: their own, listed in ``w``, as a page's holders do.
 INLINE_PARTITIONS = 64
 
-#: Where one quarter hour of a page's visitors goes: (document update, holder path) pairs,
-#: and the local day whose key hashes them.
-Targets = Callable[[str, str, int], tuple[int, Iterable[tuple[DocUpdate, str]]]]
+
+@dataclass(frozen=True, slots=True)
+class Places:
+    """Where a plan puts a window's visitors: its documents and their sketches' paths."""
+
+    #: (site, UTC quarter hour) → (the site's local day ordinal, the day's first minute).
+    day_of: Callable[[str, int], tuple[int, int]]
+    #: (site, page, local day ordinal, its first minute) → the day documents its visitors go
+    #: to, the month documents, and whether the days keep hours.
+    documents: Callable[[str, str, int, int], tuple[Sequence[DocUpdate], Sequence[DocUpdate], bool]]
+    #: A day's sketch, the prefix of its hours' (``<hours>.<h>``), a month's.
+    day: str
+    hours: str
+    month: str
 
 
 def add_visitors(
     visits: VisitLog,
-    targets: Targets,
+    places: Places,
     key_of: Callable[[int], bytes],
     budget: Budget,
     assumed: frozenset[bytes] | None = None,
@@ -89,13 +102,13 @@ def add_visitors(
     Per hit the work is numpy's (:func:`holder_hashes`); per holder and per (day, visitor) it
     is Python's.
     """
-    holders, grouped = holder_hashes(visits, targets, key_of)
+    holders, grouped = holder_hashes(visits, places, key_of)
     rf = registers or register_fields()
     out: list[DocUpdate] = []
     for (upd, path), hashes in zip(holders, grouped, strict=True):
         key = holder_key(upd.collection, upd.id, path)
         forced = None if assumed is None else key in assumed
-        if not budget.registers(upd.collection, upd.id, path, len(hashes), forced):
+        if not budget.registers_of(key, len(hashes), forced):
             had = upd.add_to_set.get(f"{path}.{EXPLICIT}")
             if had:
                 upd.add_to_set.update(explicit_fields(path, set(hashes.tolist()) | explicit_hashes(had)))
@@ -135,55 +148,93 @@ def add_visitors(
     return out
 
 
+#: Holder codes per document: 0 its day's (month's) sketch, 1 + h its hour h's (a local day
+#: has up to 25 hours).
+_STRIDE = 32
+
+
 def holder_hashes(
-    visits: VisitLog, targets: Targets, key_of: Callable[[int], bytes]
+    visits: VisitLog, places: Places, key_of: Callable[[int], bytes]
 ) -> tuple[list[tuple[DocUpdate, str]], list[np.ndarray]]:  # type: ignore[type-arg]
-    """Every holder the visits go to, in the order first met, and its distinct keyed hashes as
-    signed 64-bit integers in ascending order (the explicit form's chunk, :func:`explicit_chunk`):
-    each (key, visitor) once, each (local day, visitor) hashed once with its day's key, each
-    (holder, keyed hash) once."""
-    keys = list(visits)
-    if not keys:
+    """Every holder the visits go to, and its distinct keyed hashes as signed 64-bit integers in
+    ascending order (the explicit form's chunk, :func:`explicit_chunk`): each (local day,
+    visitor) hashed once with its day's key, each (holder, keyed hash) once.
+
+    Python is asked once per (site, quarter hour) and once per (site, page, local day); per hit
+    the work is numpy's: a holder is a number (its document's, times :data:`_STRIDE`, plus its
+    hour's), and the (holder, hash) pairs are made distinct by one sort. Holders come in the
+    order of their documents' first (site, page, day), in the log's index order.
+    """
+    page, slot, hi, lo = visits.columns()
+    if not len(page):
         return [], []
-    ids: dict[tuple[int, str], int] = {}
-    holders: list[tuple[DocUpdate, str]] = []
-    ordinals = np.empty(len(keys), dtype=np.int64)
-    rows: list[list[int]] = []
-    for k, (site, page, slot) in enumerate(keys):
-        ordinals[k], where = targets(site, page, slot)
-        row = []
-        for upd, path in where:
-            h = ids.setdefault((id(upd), path), len(holders))
-            if h == len(holders):
-                holders.append((upd, path))
-            row.append(h)
-        rows.append(row)
-    table = np.full((len(keys), max(map(len, rows), default=0)), -1, dtype=np.int64)
-    for k, row in enumerate(rows):
-        table[k, : len(row)] = row
-    kidx, hi, lo = visits.distinct()
-    (days, his, los), inverse = first_of_runs(ordinals[kidx], hi, lo)
-    day_keys = {o: key_of(o) for o in set(days.tolist())}
+    names = list(visits.pages)
+    sites: dict[str, int] = {}
+    site_of = np.fromiter((sites.setdefault(s, len(sites)) for s, _ in names), np.int64, len(names))
+    site_names = list(sites)
+    # (site, quarter hour) → (local day, its start minute), asked once each
+    quarters, inverse = np.unique((site_of[page] << 32) | slot.astype(np.int64), return_inverse=True)
+    asked = [places.day_of(site_names[q >> 32], q & 0xFFFFFFFF) for q in quarters.tolist()]
+    ordinal = np.array([o for o, _ in asked], dtype=np.int64)[inverse]
+    start = np.array([m for _, m in asked], dtype=np.int64)[inverse]
+    hour = (slot.astype(np.int64) * SLOT - start) // 60
+    # (site, page, local day) → its documents, asked once each
+    base = int(ordinal.min())
+    span = int(ordinal.max()) - base + 1
+    days, day_of_hit = np.unique(page.astype(np.int64) * span + (ordinal - base), return_inverse=True)
+    first = np.full(len(days), len(page), dtype=np.int64)
+    np.minimum.at(first, day_of_hit, np.arange(len(page)))
+    docs: dict[int, int] = {}
+    upds: list[tuple[DocUpdate, bool]] = []
+    rows: list[tuple[list[int], list[int], bool]] = []
+    for d, f in zip(days.tolist(), first.tolist(), strict=True):
+        site, pg = names[d // span]
+        day_docs, month_docs, hours_kept = places.documents(site, pg, base + d % span, int(start[f]))
+        numbered = []
+        for month, group in ((False, day_docs), (True, month_docs)):
+            row = []
+            for u in group:
+                n = docs.setdefault(id(u), len(upds))
+                if n == len(upds):
+                    upds.append((u, month))
+                row.append(n)
+            numbered.append(row)
+        rows.append((numbered[0], numbered[1], hours_kept))
+    width = max(len(r[0]) + len(r[1]) for r in rows)
+    doc = np.full((len(rows), width), -1, dtype=np.int64)
+    hourly = np.zeros((len(rows), width), dtype=bool)
+    for i, (day_row, month_row, hours_kept) in enumerate(rows):
+        doc[i, : len(day_row) + len(month_row)] = day_row + month_row
+        hourly[i, : len(day_row)] = hours_kept
+    # each (local day, visitor) hashed once with its day's key
+    (o, h, low), keyed_of = first_of_runs(ordinal, hi, lo)
+    day_keys = {x: key_of(x) for x in set(o.tolist())}
     keyed = np.fromiter(
         (
-            keyed_hash(day_keys[o], (h << 64) | low)
-            for o, h, low in zip(days.tolist(), his.tolist(), los.tolist(), strict=True)
+            keyed_hash(day_keys[x], (a << 64) | b)
+            for x, a, b in zip(o.tolist(), h.tolist(), low.tolist(), strict=True)
         ),
         dtype=np.uint64,
-        count=len(days),
-    )[inverse]
-    columns = [table[kidx, j] for j in range(table.shape[1])]
-    masks = [c >= 0 for c in columns]
-    held_by = np.concatenate([c[m] for c, m in zip(columns, masks, strict=True)])
-    held_hash = np.concatenate([keyed[m] for m in masks]).view(np.int64)
-    if not len(held_by):
-        return [], []
-    (held_by, held_hash), _ = first_of_runs(held_by, held_hash)
-    starts = np.flatnonzero(np.diff(held_by)) + 1
-    bounds = zip([0, *starts.tolist()], [*starts.tolist(), len(held_by)], strict=True)
-    grouped = [held_hash[a:b] for a, b in bounds]
-    order = held_by[np.concatenate(([0], starts))].tolist()
-    return [holders[h] for h in order], grouped
+        count=len(o),
+    )[keyed_of].view(np.int64)
+    held_by, held_hash = [], []
+    for j in range(width):
+        n = doc[day_of_hit, j]
+        has = n >= 0
+        held_by.append(n[has] * _STRIDE)
+        held_hash.append(keyed[has])
+        hours = has & hourly[day_of_hit, j]
+        held_by.append(n[hours] * _STRIDE + 1 + hour[hours])
+        held_hash.append(keyed[hours])
+    (by, hashes), _ = first_of_runs(np.concatenate(held_by), np.concatenate(held_hash))
+    starts = np.flatnonzero(np.diff(by)) + 1
+    bounds = zip([0, *starts.tolist()], [*starts.tolist(), len(by)], strict=True)
+    grouped = [hashes[a:b] for a, b in bounds]
+    holders = []
+    for code in by[np.concatenate(([0], starts))].tolist():
+        (u, month), r = upds[code // _STRIDE], code % _STRIDE
+        holders.append((u, places.month if month else places.day if r == 0 else f"{places.hours}.{r - 1}"))
+    return holders, grouped
 
 
 Compute = Callable[[dict[str, Any] | None], dict[str, Any]]

@@ -12,7 +12,7 @@ from pipeline.core.updates import DocUpdate
 from pipeline.kinds.hits.layout import register_fields
 from pipeline.kinds.hits.planning.documents import Touched
 from pipeline.kinds.hits.visit_log import VisitLog
-from pipeline.kinds.hits.visits import add_visitors
+from pipeline.kinds.hits.visits import Places, add_visitors
 
 
 def plan_visitors(
@@ -28,39 +28,24 @@ def plan_visitors(
     fd, fm = docs.fields.daily, docs.fields.monthly
     rd, rm = docs.fields.rollups.daily, docs.fields.rollups.monthly
 
-    # Per (site, page, local day): its days' and months' updates and whether it keeps hours;
-    # a page's quarter hours of one day differ only in their hour.
-    made: dict[tuple[str, str, int], tuple[list[DocUpdate], list[DocUpdate], bool]] = {}
+    def day_of(site: str, slot: int) -> tuple[int, int]:
+        return docs.calendars.calendar(site).day_of(slot * SLOT)
 
-    def targets(site: str, page: str, slot: int) -> tuple[int, list[tuple[DocUpdate, str]]]:
+    def documents(
+        site: str, page: str, ordinal: int, start: int
+    ) -> tuple[list[DocUpdate], list[DocUpdate], bool]:
         cal = docs.calendars.calendar(site)
-        ordinal, start = cal.day_of(slot * SLOT)
-        got = made.get((site, page, ordinal))
-        if got is None:
-            day = date.fromordinal(ordinal)
-            days = [docs.site_day(site, cal, ordinal, start)]
-            months = [docs.site_months.get((site, day.year, day.month))]
-            if docs.admits(site, page, ordinal):
-                days.append(docs.page_day(site, page, cal, ordinal, start))
-                months.append(docs.page_months.get((site, page, day.year, day.month)))
-            got = made[site, page, ordinal] = (
-                days,
-                [m for m in months if m is not None],
-                docs.keeps(site, ordinal)[1],
-            )
-        days, kept_months, hours_kept = got
-        hour = f"{fd.hourly_visitors}.{(slot * SLOT - start) // 60}"
-        out = []
-        for upd in days:
-            out.append((upd, fd.visitors))
-            if hours_kept:
-                out.append((upd, hour))
-        out.extend((m, fm.visitors) for m in kept_months)
-        return ordinal, out
+        day = date.fromordinal(ordinal)
+        days = [docs.site_day(site, cal, ordinal, start)]
+        months = [docs.site_months.get((site, day.year, day.month))]
+        if docs.admits(site, page, ordinal):
+            days.append(docs.page_day(site, page, cal, ordinal, start))
+            months.append(docs.page_months.get((site, page, day.year, day.month)))
+        return days, [m for m in months if m is not None], docs.keeps(site, ordinal)[1]
 
     return add_visitors(
         visits,
-        targets,
+        Places(day_of, documents, fd.visitors, fd.hourly_visitors, fm.visitors),
         visitor_keys,
         budget,
         docs.refused,
