@@ -96,3 +96,15 @@ def test_each_holder_gets_the_keyed_hashes_of_every_visitor_of_its_keys() -> Non
     assert {k: {h & (1 << 64) - 1 for h in v.tolist()} for k, v in got.items()} == want
     # each holder's hashes as its explicit chunk stores them: distinct, signed, ascending
     assert all(bytes(explicit_chunk(v.tolist())) == v.astype("<i8").tobytes() for v in got.values())
+
+
+def test_visits_with_no_holder_go_nowhere() -> None:
+    """Pages refused a document of their own, in a plan that writes no rollup: no holder."""
+
+    def nowhere(
+        site: str, page: str, ordinal: int, start: int
+    ) -> tuple[list[DocUpdate], list[DocUpdate], bool]:
+        return [], [], True
+
+    places = Places(lambda site, slot: (700_000, 0), nowhere, "v", "vh", "mv")
+    assert holder_hashes(VisitLog.of({("s", "/", 3): {1, 2}}), places, lambda o: b"k" * 32) == ([], [])

@@ -246,6 +246,7 @@ class HitCounts:
                 visitor_keys=self.visitor_keys,
                 budget=self.visitor_budget,
                 writer=next(iter(self.visit_partitions)) if len(self.visit_partitions) == 1 else None,
+                family=self.family,
             ),
         )
 

@@ -76,6 +76,7 @@ def add_visitors(
     registers: RegisterFields | None = None,
     writer: int | None = None,
     inline: Callable[[DocUpdate, str], bool] | None = None,
+    elsewhere: Callable[[DocUpdate, str], bool] | None = None,
 ) -> list[DocUpdate]:
     """Add the visitors of ``visits`` to their documents' sketch fields (``DocUpdate.max``); the
     upserts of the registers of the holders that have them (documents of their own,
@@ -94,6 +95,13 @@ def add_visitors(
     read, maxed and set by the holder's own update, :data:`INLINE_PARTITIONS` at most): a site
     rollup's day and month, which a chart reads, and folds once settled.
 
+    ``elsewhere``: the holders whose listing of register documents another flusher writes
+    (the site rollups' days and months for the pages' flusher when the rollups run ahead,
+    pipeline/kinds/hits/families.py; it decides with its own budget whether they have
+    registers). This flusher writes their registers whenever they would not be kept in the
+    holder itself, whatever its budget says (its count of a holder runs behind the other's);
+    a register document no holder lists is never read.
+
     Which holders get registers is the worker's own state (its :class:`Budget`): ``record``
     collects their :func:`~pipeline.core.uniques.holder_key`, which the flush's intent keeps,
     and a flush written again (``assumed``: those keys) writes exactly those as registers and
@@ -108,6 +116,10 @@ def add_visitors(
     for (upd, path), hashes in zip(holders, grouped, strict=True):
         key = holder_key(upd.collection, upd.id, path)
         forced = None if assumed is None else key in assumed
+        if elsewhere is not None and elsewhere(upd, path):
+            if writer is not None and writer < INLINE_PARTITIONS and inline is not None and inline(upd, path):
+                continue  # in the other flusher's document itself
+            forced = True
         if not budget.registers_of(key, len(hashes), forced):
             had = upd.add_to_set.get(f"{path}.{EXPLICIT}")
             if had:
@@ -226,7 +238,11 @@ def holder_hashes(
         hours = has & hourly[day_of_hit, j]
         held_by.append(n[hours] * _STRIDE + 1 + hour[hours])
         held_hash.append(keyed[hours])
+    if not held_by:
+        return [], []
     (by, hashes), _ = first_of_runs(np.concatenate(held_by), np.concatenate(held_hash))
+    if not len(by):
+        return [], []
     starts = np.flatnonzero(np.diff(by)) + 1
     bounds = zip([0, *starts.tolist()], [*starts.tolist(), len(by)], strict=True)
     grouped = [hashes[a:b] for a, b in bounds]

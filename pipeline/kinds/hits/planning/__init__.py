@@ -14,6 +14,7 @@ from datetime import datetime
 
 from pipeline.core.uniques import Budget
 from pipeline.core.updates import DocUpdate
+from pipeline.kinds.hits.families import Family
 from pipeline.kinds.hits.layout import HitsFields
 from pipeline.kinds.hits.planning.counts import page_days_of, plan_minutes, plan_totals, rank_top_pages
 from pipeline.kinds.hits.planning.documents import Touched
@@ -38,6 +39,7 @@ def plan_hits(
     visitor_keys: Callable[[int], bytes] | None = None,
     budget: Budget | None = None,
     writer: int | None = None,
+    family: Family = None,
 ) -> list[DocUpdate]:
     """Group minute counts into one upsert per daily and monthly document, pages' and sites'.
 
@@ -46,7 +48,9 @@ def plan_hits(
     is set on every daily document. ``refused``: the pages refused a document by the
     flush this plan writes again (a redo decides as its flush did); ``record`` collects
     the keys this plan refuses. ``visits``: the window's visitors, with ``visitor_keys``,
-    ``budget`` and ``writer`` (their one source partition, if one).
+    ``budget`` and ``writer`` (their one source partition, if one). ``family``: the family the
+    plan is for, which decides who writes a site rollup's visitor sketches
+    (:func:`~pipeline.kinds.hits.planning.visitors.plan_visitors`).
     """
     caps = caps if caps is not None else unlimited()
     docs = Touched(fields, calendars, caps, written, refused, record)
@@ -56,7 +60,9 @@ def plan_hits(
     plan_totals(docs, page_days, targets, caps)
     extra: list[DocUpdate] = []
     if visits and visitor_keys is not None:
-        extra = plan_visitors(docs, visits, visitor_keys, budget if budget is not None else Budget(), writer)
+        extra = plan_visitors(
+            docs, visits, visitor_keys, budget if budget is not None else Budget(), writer, family
+        )
     if props and prop_keys is not None:
         plan_props(docs, props, prop_keys)
     return docs.updates(*extra)

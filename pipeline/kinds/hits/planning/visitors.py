@@ -9,6 +9,7 @@ from datetime import date
 from pipeline.core.calendar import SLOT
 from pipeline.core.uniques import Budget
 from pipeline.core.updates import DocUpdate
+from pipeline.kinds.hits.families import PAGES, SITES, Family
 from pipeline.kinds.hits.layout import register_fields
 from pipeline.kinds.hits.planning.documents import Touched
 from pipeline.kinds.hits.visit_log import VisitLog
@@ -21,10 +22,19 @@ def plan_visitors(
     visitor_keys: Callable[[int], bytes],
     budget: Budget,
     writer: int | None,
+    family: Family = None,
 ) -> list[DocUpdate]:
     """The window's visitors added by :func:`~pipeline.kinds.hits.visits.add_visitors`, with
     ``visitor_keys`` (local day ordinal → key); ``writer``: their one source partition, if one.
-    Returns the extra updates it makes (registers kept apart from their documents)."""
+    Returns the extra updates it makes (registers kept apart from their documents).
+
+    With the site rollups ahead of the pages (``family``, pipeline/kinds/hits/families.py) each
+    holder's sketch is decided and written by one family: a site's day and month by the
+    ``sites`` family (their registers in the rollup itself, or, from partition 64, in a
+    document the ``pages`` family writes whenever asked: ``elsewhere``), a site's hours by the
+    ``pages`` family, holder and register documents alike. Each family counts with its own
+    budget, and the two count apart (small windows often, large ones seldom): a holder whose
+    listing one family wrote and whose registers the other did not is an undercount."""
     fd, fm = docs.fields.daily, docs.fields.monthly
     rd, rm = docs.fields.rollups.daily, docs.fields.rollups.monthly
 
@@ -41,7 +51,11 @@ def plan_visitors(
         if docs.admits(site, page, ordinal):
             days.append(docs.page_day(site, page, cal, ordinal, start))
             months.append(docs.page_months.get((site, page, day.year, day.month)))
-        return days, [m for m in months if m is not None], docs.keeps(site, ordinal)[1]
+        hours = docs.keeps(site, ordinal)[1] and family != SITES
+        return days, [m for m in months if m is not None], hours
+
+    def inline(upd: DocUpdate, path: str) -> bool:
+        return upd.collection in (rd.collection, rm.collection) and path in (rd.visitors, rm.visitors)
 
     return add_visitors(
         visits,
@@ -52,7 +66,6 @@ def plan_visitors(
         docs.record,
         register_fields(docs.fields.mode),
         writer,
-        lambda upd, path: (
-            upd.collection in (rd.collection, rm.collection) and path in (rd.visitors, rm.visitors)
-        ),
+        inline,
+        inline if family == PAGES else None,
     )
