@@ -133,11 +133,16 @@ class VisitLog:
 
 def first_of_runs(*columns: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:  # type: ignore[type-arg]
     """The distinct rows of ``columns`` (sorted by the first column, then the next...), and
-    each row's index among them: ``numpy.unique`` of rows with its inverse, by ``lexsort``
+    each row's index among them: ``numpy.unique`` of rows with its inverse, by a sort a column
     (numpy's unique of a structured array compares field by field in Python-level code: a
     quarter of a plan's time)."""
     n = len(columns[0])
-    order = np.lexsort(columns[::-1])
+    # lexsort's order, by one sort a column from the last: the last unstable (its ties are
+    # rows equal in it, which the others order), the rest stable. numpy's lexsort sorts every
+    # column stably: 0.58 s against 0.43 s for 2,700,000 (holder, hash) pairs.
+    order = np.argsort(columns[-1])
+    for column in columns[-2::-1]:
+        order = order[np.argsort(column[order], kind="stable")]
     ordered = [c[order] for c in columns]
     new = np.ones(n, dtype=bool)
     if n > 1:
