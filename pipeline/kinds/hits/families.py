@@ -5,11 +5,11 @@ what a site chart reads, a few documents per site and period. ``pages``: everyth
 (pages' days and months, the site's top pages, visitor registers, properties), and what of
 a site's rollup only the pages' flush decides: a day's hits of pages past the day's page cap
 (``capped``: the cap is the pages' state), and the day's hourly visitor sketches (whose
-registers the pages' flush writes, so that one family decides and writes each sketch:
-:func:`~pipeline.kinds.hits.planning.visitors.plan_visitors`). Each family is flushed by a flusher of its
-own, with its own ledger and marks (:mod:`pipeline.core.families`); a window of the ``sites``
-family is counted with every page as one (its plan writes no page document), and its plan and
-the ``pages`` plan of the same records add up to the plan of one flush of both.
+registers the pages' flush writes: one family decides and writes each sketch,
+:func:`~pipeline.kinds.hits.planning.visitors.plan_visitors`). Each family is flushed by a
+flusher of its own, with its own ledger and marks (:mod:`pipeline.core.families`); a window of
+the ``sites`` family is counted with every page as one (its plan writes no page document), and
+its plan and the ``pages`` plan of the same records add up to the plan of one flush of both.
 """
 
 from __future__ import annotations
