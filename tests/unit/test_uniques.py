@@ -388,31 +388,15 @@ def test_partitions_registers_merge_into_one_write_per_holder() -> None:
     """Two partitions' plans of the same busy page: one register update per holder, whose compute
     sets each partition's field; each share resolved alone sets the same fields (a share sent
     apart after its document held the other's marks), and the stored parts read as the union."""
-    from collections import Counter
 
     from pipeline.core.updates import merge_sources
-    from pipeline.kinds.hits.aggregate import plan_hits
     from pipeline.kinds.hits.layout import hits_fields, register_fields
     from pipeline.kinds.hits.registers import registers_filter, stored_registers
     from pipeline.store.idempotent_commit import _resolved
 
     rng = random.Random(17)
-    slot = 29_000_000 // 15
     a, b = ({rng.getrandbits(128) for _ in range(400)} for _ in range(2))
-    plans = []
-    for writer, idents in ((3, a), (5, b)):
-        plan = plan_hits(
-            Counter({("s", "/", slot * 15): len(idents)}),
-            hits_fields(),
-            visits=VisitLog.of({("s", "/", slot): idents}),
-            visitor_keys=lambda o: b"k" * 32,
-            budget=Budget(),
-            writer=writer,
-        )
-        for u in plan:
-            u.sources = (("hits", writer),)
-        plans.extend(plan)
-    merged = merge_sources(plans)
+    merged = merge_sources(partitions_planned({3: a, 5: b}))
     rf = register_fields()
     regs = [u for u in merged if u.collection == rf.collection]
     assert regs and len(regs) == len({u.id for u in regs})  # one write per holder
@@ -437,19 +421,36 @@ def test_partitions_merged_write_one_explicit_element_per_holder() -> None:
     """Two partitions' explicit hashes of one holder, merged, are one ``$addToSet`` element:
     their union. A share written again apart (its next owner) adds its own element, and the
     count is the same."""
-    from collections import Counter
 
     from pipeline.core.uniques import PackedInts
     from pipeline.core.updates import merge_sources
+
+    rng = random.Random(23)
+    a = {rng.getrandbits(128) for _ in range(40)}
+    b = set(list(a)[:15]) | {rng.getrandbits(128) for _ in range(25)}
+    merged = [u for u in merge_sources(partitions_planned({1: a, 2: b})) if len(u.sources) == 2]
+    paths = [(u, p) for u in merged for p in u.add_to_set if p.endswith(".x")]
+    assert "v.x" in {p for _, p in paths} and any(p.startswith("vh.") for _, p in paths)
+    for u, path in paths:
+        (element,) = u.add_to_set[path]
+        assert isinstance(element, PackedInts)
+        shares = [v for s in u.shares for v in s.add_to_set[path]]
+        assert explicit_hashes([element]) == explicit_hashes(shares)
+        assert estimate([{"x": [element]}]) == Estimate(len(a | b), True)
+        assert estimate([{"x": [element, shares[-1]]}]) == Estimate(len(a | b), True)
+
+
+def partitions_planned(visitors: dict[int, set[int]]) -> list[Any]:
+    """Each partition's plan of one page's quarter hour seen by ``visitors`` (partition → its
+    visitors' in-memory hashes), with its source."""
+    from collections import Counter
+
     from pipeline.kinds.hits.aggregate import plan_hits
     from pipeline.kinds.hits.layout import hits_fields
 
-    rng = random.Random(23)
     slot = 29_000_000 // 15
-    a = {rng.getrandbits(128) for _ in range(40)}
-    b = set(list(a)[:15]) | {rng.getrandbits(128) for _ in range(25)}
     plans = []
-    for writer, idents in ((1, a), (2, b)):
+    for writer, idents in visitors.items():
         plan = plan_hits(
             Counter({("s", "/", slot * 15): len(idents)}),
             hits_fields(),
@@ -461,13 +462,4 @@ def test_partitions_merged_write_one_explicit_element_per_holder() -> None:
         for u in plan:
             u.sources = (("hits", writer),)
         plans.extend(plan)
-    merged = [u for u in merge_sources(plans) if len(u.sources) == 2]
-    paths = [(u, p) for u in merged for p in u.add_to_set if p.endswith(".x")]
-    assert "v.x" in {p for _, p in paths} and any(p.startswith("vh.") for _, p in paths)
-    for u, path in paths:
-        (element,) = u.add_to_set[path]
-        assert isinstance(element, PackedInts)
-        shares = [v for s in u.shares for v in s.add_to_set[path]]
-        assert explicit_hashes([element]) == explicit_hashes(shares)
-        assert estimate([{"x": [element]}]) == Estimate(len(a | b), True)
-        assert estimate([{"x": [element, shares[-1]]}]) == Estimate(len(a | b), True)
+    return plans
