@@ -307,3 +307,38 @@ def test_the_cache_keeps_at_most_its_size_of_namespaces_between_flushes() -> Non
     assert len(cache.spaces) <= 50 and cache.evicted > 0
     asyncio.run(keys.resolve({"site-0-0": {("p", "v")}}))  # evicted, read again: the same tokens
     assert keys.keys("site-0-0", "p", "v") == ("0", "0")
+
+
+class SlowSecondRead(FakeStore):
+    """A store whose second read is taken at once and answered only when let go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken, self.go = asyncio.Event(), asyncio.Event()
+
+    async def read(self, namespaces: Any) -> dict[str, list[dict[str, Any]]]:
+        out = await super().read(namespaces)
+        if self.reads == 2:
+            self.taken.set()
+            await self.go.wait()
+        return out
+
+
+def test_a_read_answered_late_never_takes_a_name_back_from_the_cache() -> None:
+    """The two families' flushers of a worker share one cache, and their resolves interleave
+    at their awaits: one's read taken before the other's append, answered after it, must not
+    replace the namespace with its older state (the other's name would count as ``(other)``)."""
+
+    async def main() -> tuple[str, str]:
+        store = SlowSecondRead()
+        cache = NameCache(store, lambda ns: 5, doc_cap=10)  # type: ignore[arg-type]
+        first = asyncio.create_task(cache.resolve({"v/s/a": {"x"}}))  # its read back is late
+        await store.taken.wait()
+        await cache.resolve({"v/s/a": {"v"}})
+        assert cache.token("v/s/a", "v") != OTHER
+        store.go.set()
+        await first
+        return cache.token("v/s/a", "x"), cache.token("v/s/a", "v")
+
+    x, v = asyncio.run(main())
+    assert OTHER not in (x, v) and x != v

@@ -133,7 +133,16 @@ class NameCache:
             self.evicted += 1
 
     async def _read(self, namespaces: Collection[str]) -> None:
-        self.spaces.update(await read_namespaces(self.store, namespaces))
+        """Take what the store holds, unless this cache holds more of a namespace already.
+
+        Namespaces only grow. The two families' flushers of a worker share this cache and
+        their resolves interleave at their awaits: a read taken before the other's append and
+        answered after it is older than what the cache holds, and would take that name back
+        (counted as ``OTHER`` by the flush that had just resolved it)."""
+        for name, ns in (await read_namespaces(self.store, namespaces)).items():
+            held = self.spaces.get(name)
+            if held is None or ns.size >= held.size:
+                self.spaces[name] = ns
 
     async def _register(self, namespace: str, names: set[str]) -> None:
         limit = self.limit(namespace)
