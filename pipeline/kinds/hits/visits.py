@@ -194,14 +194,14 @@ def holder_hashes(
     base = int(ordinal.min())
     span = int(ordinal.max()) - base + 1
     days, day_of_hit = np.unique(page.astype(np.int64) * span + (ordinal - base), return_inverse=True)
-    first = np.full(len(days), len(page), dtype=np.int64)
-    np.minimum.at(first, day_of_hit, np.arange(len(page)))
+    day_start = np.empty(len(days), dtype=np.int64)
+    day_start[day_of_hit] = start  # a page day's hits share its day's first minute
     docs: dict[int, int] = {}
     upds: list[tuple[DocUpdate, bool]] = []
     rows: list[tuple[list[int], list[int], bool]] = []
-    for d, f in zip(days.tolist(), first.tolist(), strict=True):
+    for d, first_minute in zip(days.tolist(), day_start.tolist(), strict=True):
         site, pg = names[d // span]
-        day_docs, month_docs, hours_kept = places.documents(site, pg, base + d % span, int(start[f]))
+        day_docs, month_docs, hours_kept = places.documents(site, pg, base + d % span, first_minute)
         numbered = []
         for month, group in ((False, day_docs), (True, month_docs)):
             row = []
